@@ -1,0 +1,84 @@
+"""nox sessions: thin wrappers over the ``repromatrix`` command line.
+
+``nox -s matrix`` is the main job; ``nox -s tests`` runs the test suite.
+Arguments after ``--`` go to the command, e.g. ``nox -s plan -- --lane gpu``.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_venv = "yes"
+nox.options.default_venv_backend = "venv"
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (real Docker and real vLLM where the host has them)."""
+    _install(session, "test")
+    # pytest exits 5 when a selection collects nothing; that is not a failure of the suite.
+    session.run("pytest", *session.posargs, success_codes=[0, 5])
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy --strict."""
+    _install(session, "lint")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "noxfile.py")
+    session.run("mypy")
+
+
+@nox.session
+def plan(session: nox.Session) -> None:
+    """Print the default plan: every cell of matrix.yaml with its expected outcome."""
+    _install(session)
+    session.run("repromatrix", "plan", *session.posargs)
+
+
+@nox.session
+def render(session: nox.Session) -> None:
+    """Render every image of the plan into dockerfiles/."""
+    _install(session)
+    session.run("repromatrix", "render", *session.posargs)
+
+
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """The main job: build or pull the images, run every cell this host can run, write results/."""
+    _install(session)
+    session.run("repromatrix", "run", *session.posargs)
+
+
+@nox.session
+def triage(session: nox.Session) -> None:
+    """Name the root cause in a vLLM log: ``nox -s triage -- FILE``."""
+    _install(session)
+    session.run("repromatrix", "triage", *session.posargs)
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Rebuild junit.xml and the compatibility table from saved results: ``-- RESULTS_DIR``."""
+    _install(session)
+    session.run("repromatrix", "report", *session.posargs)
+
+
+@nox.session
+def merge(session: nox.Session) -> None:
+    """Combine result shards from many runners: ``-- DIR... --out DIR``."""
+    _install(session)
+    session.run("repromatrix", "merge", *session.posargs)
+
+
+@nox.session
+def diff(session: nox.Session) -> None:
+    """The upgrade question: ``-- RESULTS --baseline TAG --candidate TAG``."""
+    _install(session)
+    session.run("repromatrix", "diff", *session.posargs)

@@ -1,0 +1,7 @@
+"""``python -m repromatrix``."""
+
+import sys
+
+from repromatrix.cli import main
+
+sys.exit(main())

