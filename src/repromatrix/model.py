@@ -88,7 +88,7 @@ class Image:
 
 @dataclass(frozen=True)
 class Gpu:
-    """A runner label and the accelerator facts triggers may test. The CPU lane has one ``cpu`` entry."""
+    """A runner label and the accelerator facts triggers test; the CPU lane has a ``cpu`` one."""
 
     name: str
     lane: Lane
@@ -149,7 +149,7 @@ class Op(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Condition:
-    """One test in a trigger: ``subject`` is ``model.moe``, ``flags.max_lora_rank``, ``derived.x``..."""
+    """One test in a trigger on ``model.moe``, ``flags.max_lora_rank``, ``derived.x``..."""
 
     subject: str
     op: Op
@@ -207,7 +207,7 @@ class Source:
 
 @dataclass(frozen=True)
 class Scenario:
-    """One documented crash: when it applies, how to launch it, how to recognise it, where it is fixed."""
+    """One documented crash: when it applies, how to launch and recognise it, where it is fixed."""
 
     id: str
     title: str
