@@ -1,0 +1,197 @@
+"""What the Docker adapter will do, as plain values: the build, pull and create calls per cell.
+
+Pure: ``plan_container`` turns a cell, its harness spec and the lane's settings
+into the exact ``containers.create`` arguments (``ContainerPlan``), and
+``ImageBuild`` says how each image is made. A dry run prints these; a real run
+hands them to ``oci_container`` unchanged, so the two never drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from repromatrix.model import Cell, Lane
+
+RUN_LABEL = "repromatrix.run"
+CELL_LABEL = "repromatrix.cell"
+REDACTED = "<redacted>"
+# Where the rendered images put the harness; the entrypoint is set on every container
+# too, because GPU base images ship different entrypoints of their own.
+HARNESS_ENTRYPOINT = ("python3", "/opt/repromatrix/harness/harness.py")
+HF_CACHE_TARGET = "/root/.cache/huggingface"
+
+
+class BaseSource(Protocol):
+    """What the adapter needs of ``config.BaseImage``: where the CPU base image comes from."""
+
+    @property
+    def source(self) -> str:
+        """``debootstrap`` (built locally and imported) or ``image`` (pulled)."""
+
+    @property
+    def ref(self) -> str:
+        """The base image's local tag, e.g. ``repromatrix/base:bookworm``."""
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """How one matrix image is made: an optional pull or base, then a build of its render."""
+
+    key: str
+    tag: str  # the content-hash tag of the render: an existing tag means nothing to do
+    context: Path  # the rendered folder with its Dockerfile
+    pull: str | None = None  # GPU lane: the vllm/vllm-openai image the render starts FROM
+    base: BaseSource | None = None  # CPU lane: the base image the render starts FROM
+
+    def describe(self) -> dict[str, Any]:
+        """The engine calls that make this image, for a dry run."""
+        calls: list[dict[str, Any]] = []
+        if self.base is not None:
+            how = "pull" if self.base.source == "image" else "import (debootstrap rootfs)"
+            calls.append({"call": "base", "ref": self.base.ref, "how": how, "if": "missing"})
+        if self.pull is not None:
+            calls.append({"call": "images.pull", "ref": self.pull, "records": "RepoDigests"})
+        calls.append(
+            {
+                "call": "api.build",
+                "path": str(self.context),
+                "tag": self.tag,
+                "rm": True,
+                "if": "tag missing",
+            }
+        )
+        return {"image": self.key, "calls": calls}
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount; read-only unless a step must write (the tiny model generator)."""
+
+    source: str
+    target: str
+    read_only: bool = True
+
+    def to_docker(self) -> dict[str, str]:
+        """The ``volumes=`` entry of the docker SDK."""
+        return {"bind": self.target, "mode": "ro" if self.read_only else "rw"}
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    """How containers of one lane are made (from the matrix's ``Runtime`` and the host)."""
+
+    shm_size: str = "2g"
+    hf_cache: str | None = None  # host Hugging Face cache, mounted read-only (GPU lane)
+    mounts: tuple[Mount, ...] = ()  # e.g. the tiny model cache, same path inside
+    mem_limit: str | None = None
+    secret_env: tuple[str, ...] = ("HF_TOKEN",)  # passed from the host at run time only
+    entrypoint: tuple[str, ...] = HARNESS_ENTRYPOINT
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """Exactly what ``containers.create`` receives for one cell, secrets left out."""
+
+    image: str
+    entrypoint: tuple[str, ...]
+    command: tuple[str, ...]
+    labels: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+    secret_env: tuple[str, ...]
+    shm_size: str | None = None
+    ipc_mode: str | None = None
+    gpu_count: int = 0
+    mem_limit: str | None = None
+    network_mode: str = "none"  # the harness talks to vLLM on the container's own loopback
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+    def secrets(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The secret variables the host has set, read at run time only."""
+        return {name: environ[name] for name in self.secret_env if environ.get(name)}
+
+    def create_kwargs(self, environ: Mapping[str, str]) -> dict[str, Any]:
+        """Keyword arguments for ``client.containers.create``."""
+        kwargs: dict[str, Any] = {
+            "image": self.image,
+            "entrypoint": list(self.entrypoint),
+            "command": list(self.command),
+            "labels": dict(self.labels),
+            "environment": {**self.environment, **self.secrets(environ)},
+            "volumes": {m.source: m.to_docker() for m in self.mounts},
+            "network_mode": self.network_mode,
+            "detach": True,
+        }
+        if self.shm_size:
+            kwargs["shm_size"] = self.shm_size
+        if self.ipc_mode:
+            kwargs["ipc_mode"] = self.ipc_mode
+        if self.mem_limit:
+            kwargs["mem_limit"] = self.mem_limit
+            kwargs["memswap_limit"] = self.mem_limit
+        if self.gpu_count:
+            # docker-py's DeviceRequest keywords: exactly this cell's GPUs, any driver.
+            kwargs["device_requests"] = [{"count": self.gpu_count, "capabilities": [["gpu"]]}]
+        return kwargs
+
+    def describe(self, environ: Mapping[str, str]) -> dict[str, Any]:
+        """The create call as JSON-ready data, every secret value replaced by a marker."""
+        described = self.create_kwargs(environ)
+        described["environment"] = {
+            **self.environment,
+            **dict.fromkeys(self.secrets(environ), REDACTED),
+        }
+        return described
+
+
+def plan_container(
+    cell: Cell, spec: Mapping[str, Any], image: str, settings: ContainerSettings, run_id: str
+) -> ContainerPlan:
+    """Return the container that runs ``cell``'s harness with ``spec`` in ``image``."""
+    mounts = list(settings.mounts)
+    environment = {"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    if cell.lane is Lane.GPU and settings.hf_cache:
+        mounts.append(Mount(settings.hf_cache, HF_CACHE_TARGET))
+        environment["HF_HOME"] = HF_CACHE_TARGET
+    gpu = cell.lane is Lane.GPU
+    return ContainerPlan(
+        image=image,
+        entrypoint=settings.entrypoint,
+        command=("--spec-json", json.dumps(spec, sort_keys=True)),
+        labels={RUN_LABEL: run_id, CELL_LABEL: cell.id},
+        mounts=tuple(mounts),
+        secret_env=settings.secret_env,
+        # GPU images share memory between workers through the host IPC namespace, as
+        # vLLM's docs run them; CPU cells get a private, larger /dev/shm.
+        shm_size=None if gpu else settings.shm_size,
+        ipc_mode="host" if gpu else None,
+        gpu_count=cell.gpu.count if gpu else 0,
+        mem_limit=settings.mem_limit,
+        environment=environment,
+    )
+
+
+def tool_plan(
+    image: str, argv: Sequence[str], mounts: Sequence[Mount], run_id: str, name: str
+) -> ContainerPlan:
+    """A one-off container running ``argv`` in ``image`` (e.g. the tiny model generator)."""
+    return ContainerPlan(
+        image=image,
+        entrypoint=tuple(argv),
+        command=(),
+        labels={RUN_LABEL: run_id, CELL_LABEL: name},
+        mounts=tuple(mounts),
+        secret_env=(),
+        environment={"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def redact(data: bytes, secrets: Mapping[str, str]) -> bytes:
+    """Replace every secret value in ``data`` with a marker."""
+    for value in secrets.values():
+        if value:
+            data = data.replace(value.encode(), REDACTED.encode())
+    return data

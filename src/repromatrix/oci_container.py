@@ -1,0 +1,362 @@
+"""The Docker adapter: the only module that talks to a container engine (via the docker SDK).
+
+``DockerBackend`` executes the plans of ``container_plan``: it builds or pulls
+images, then runs each cell in a labelled container under the cell's own
+deadline, streaming its output to the watcher, stopping early when the watcher
+says so, and always removing what it started.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import DockerException, ImageNotFound
+from docker.models.containers import Container
+from docker.types import DeviceRequest
+from requests.exceptions import RequestException
+
+from repromatrix.backend import Execution, Prepared, Watcher
+from repromatrix.container_plan import (
+    RUN_LABEL,
+    BaseSource,
+    ContainerPlan,
+    ContainerSettings,
+    ImageBuild,
+    Mount,
+    plan_container,
+    redact,
+    tool_plan,
+)
+from repromatrix.errors import InfraError
+from repromatrix.model import Cell, Image, Lane
+
+# Errors that mean "the engine or the host failed", never "vLLM failed".
+ENGINE_ERRORS = (DockerException, RequestException, OSError)
+# After a kill, how long the log stream may take to deliver its last bytes.
+DRAIN_S = 5.0
+BUILD_TAIL = 20  # lines of build output kept in a failed image's error
+
+
+class _ImageFailed(Exception):
+    """A pull, build or import that failed; its message becomes ``Prepared.error``."""
+
+
+def connect(timeout_s: float = 10.0) -> docker.DockerClient:
+    """Return a client for the local engine, or raise ``InfraError`` when none answers."""
+    try:
+        client = docker.from_env(timeout=int(timeout_s))
+        client.ping()
+    except ENGINE_ERRORS as exc:
+        raise InfraError(f"no Docker engine answers ({_one_line(exc)})") from exc
+    return client
+
+
+def engine_available() -> bool:
+    """Whether a Docker engine answers on this host."""
+    try:
+        connect(timeout_s=3.0).close()
+    except InfraError:
+        return False
+    return True
+
+
+def docker_kwargs(plan: ContainerPlan, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The plan's create arguments with docker SDK types where the SDK wants them."""
+    kwargs = plan.create_kwargs(environ)
+    if "device_requests" in kwargs:
+        kwargs["device_requests"] = [DeviceRequest(**r) for r in kwargs["device_requests"]]
+    return kwargs
+
+
+def debootstrap_stream(base: BaseSource) -> Iterable[bytes]:
+    """The base root file system as a tar stream, made with debootstrap (cached on the host)."""
+    from repromatrix import images  # noqa: PLC0415  (host tooling, only needed here)
+
+    rootfs = images.make_base_rootfs(base, images.BASE_ROOT)
+    return images.rootfs_tar_stream(rootfs)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+
+
+@dataclass
+class _Stream:
+    """A container's log stream read on a thread, so the caller can keep its own clock."""
+
+    chunks: queue.Queue[bytes | BaseException | None] = field(default_factory=queue.Queue)
+
+    def pump(self, container: Container) -> threading.Thread:
+        """Start reading ``container``'s merged output into the queue; None marks the end."""
+
+        def read() -> None:
+            try:
+                for chunk in container.logs(stream=True, follow=True):
+                    self.chunks.put(chunk)
+            except BaseException as exc:  # handed to the caller's thread
+                self.chunks.put(exc)
+            finally:
+                self.chunks.put(None)
+
+        thread = threading.Thread(target=read, name="repromatrix-logs", daemon=True)
+        thread.start()
+        return thread
+
+
+@dataclass
+class _Watch:
+    """What happened while a cell's output streamed."""
+
+    log: bytearray = field(default_factory=bytearray)
+    timed_out: bool = False
+    stopped_early: bool = False
+    stream_error: str | None = None
+
+
+class DockerBackend:
+    """Runs cells in containers of a local Docker engine; see ``backend.Backend``."""
+
+    name = "docker"
+
+    def __init__(
+        self,
+        run_id: str,
+        settings: Mapping[Lane, ContainerSettings],
+        builds: Iterable[ImageBuild] = (),
+        *,
+        client: docker.DockerClient | None = None,
+        environ: Mapping[str, str] | None = None,
+        log: Callable[[str], None] = lambda _line: None,
+        base_stream: Callable[[BaseSource], Iterable[bytes]] | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.settings = dict(settings)
+        self.builds = {b.key: b for b in builds}
+        self.client = client if client is not None else connect()
+        self.environ = dict(os.environ if environ is None else environ)
+        self.log = log
+        self.base_stream = base_stream or debootstrap_stream
+        self._closed = False
+
+    def prepare(self, images: Sequence[Image]) -> Mapping[str, Prepared]:
+        """Make each image once: reuse an existing tag, else pull and build; failures recorded."""
+        prepared: dict[str, Prepared] = {}
+        bases: dict[str, str | None] = {}
+        for image in images:
+            build = self.builds.get(image.key)
+            if build is None:
+                prepared[image.key] = Prepared(image.key, "", error="image was not rendered")
+                continue
+            if build.base is not None and build.base.ref not in bases:
+                bases[build.base.ref] = self._ensure_base(build.base)
+            base_error = bases.get(build.base.ref) if build.base is not None else None
+            if base_error is not None:
+                prepared[image.key] = Prepared(image.key, build.tag, error=base_error)
+                continue
+            prepared[image.key] = self._prepare_one(build)
+        return prepared
+
+    def _prepare_one(self, build: ImageBuild) -> Prepared:
+        existing = self._image_id(build.tag)
+        pulled: str | None = None
+        started = time.monotonic()
+        try:
+            if build.pull is not None:
+                pulled = self._pull(build.pull)
+            if existing is not None:
+                return Prepared(build.key, build.tag, digest=pulled or existing, built=False)
+            built = self._build(build)
+        except (_ImageFailed, *ENGINE_ERRORS) as exc:
+            error = str(exc) if isinstance(exc, _ImageFailed) else _one_line(exc)
+            return Prepared(build.key, build.tag, error=error, build_s=time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        return Prepared(build.key, build.tag, digest=pulled or built, build_s=elapsed, built=True)
+
+    def _image_id(self, ref: str) -> str | None:
+        try:
+            return str(self.client.images.get(ref).id)
+        except ImageNotFound:
+            return None
+
+    def _pull(self, ref: str) -> str:
+        """Pull ``ref`` (an existing local copy is reused) and return its repository digest."""
+        try:
+            image = self.client.images.get(ref)
+        except ImageNotFound:
+            repository, _, tag = ref.rpartition(":")
+            try:
+                image = self.client.images.pull(repository, tag=tag)
+            except DockerException as exc:
+                raise _ImageFailed(f"pull of {ref} failed: {_one_line(exc)}") from exc
+        digests = image.attrs.get("RepoDigests") or []
+        return str(digests[0]) if digests else str(image.id)
+
+    def _build(self, build: ImageBuild) -> str:
+        """Build ``build.context`` with the legacy builder, streaming its output to ``log``."""
+        tail: list[str] = []
+        stream = self.client.api.build(
+            path=str(build.context), tag=build.tag, rm=True, forcerm=True, decode=True
+        )
+        for event in stream:
+            text = str(event.get("stream") or event.get("status") or "").rstrip()
+            if text:
+                tail = [*tail[-(BUILD_TAIL - 1) :], text]
+                self.log(f"[build {build.key}] {text}")
+            if "error" in event:
+                lines = "\n".join(tail[-BUILD_TAIL:])
+                raise _ImageFailed(f"build of {build.tag} failed: {event['error']}\n{lines}")
+        image_id = self._image_id(build.tag)
+        if image_id is None:
+            raise _ImageFailed(f"build of {build.tag} finished without an image")
+        return image_id
+
+    def _ensure_base(self, base: BaseSource) -> str | None:
+        """Make the base image when missing: pull it, or import a debootstrap root file system."""
+        try:
+            if self._image_id(base.ref) is not None:
+                return None
+            if base.source == "image":
+                self._pull(base.ref)
+                return None
+            self.log(f"[base] making {base.ref} with debootstrap (about a minute)")
+            repository, _, tag = base.ref.rpartition(":")
+            stream = self.base_stream(base)
+            self.client.api.import_image_from_stream(stream, repository=repository, tag=tag)
+            if self._image_id(base.ref) is None:
+                return f"import of base image {base.ref} left no image"
+        except _ImageFailed as exc:
+            return str(exc)
+        except (*ENGINE_ERRORS, subprocess.CalledProcessError) as exc:
+            return f"base image {base.ref} could not be made: {_one_line(exc)}"
+        return None
+
+    def execute(
+        self, cell: Cell, spec: Mapping[str, Any], prepared: Prepared, watch: Watcher
+    ) -> Execution:
+        """Run ``cell``'s harness in a fresh container; engine failures become ``infra_error``."""
+        plan = plan_container(cell, spec, prepared.ref, self.settings[cell.lane], self.run_id)
+        return self.run_plan(plan, cell.deadline_s, watch)
+
+    def run_tool(
+        self, image: str, argv: Sequence[str], mounts: Sequence[Mount], deadline_s: float
+    ) -> Execution:
+        """Run a one-off program in ``image`` (the tiny model generator) as a labelled container."""
+        plan = tool_plan(image, argv, mounts, self.run_id, name=f"tool:{Path(argv[-1]).name}")
+        return self.run_plan(plan, deadline_s, lambda _chunk: False)
+
+    def run_plan(self, plan: ContainerPlan, deadline_s: float, watch: Watcher) -> Execution:
+        """Create, start, stream, stop at the deadline or when ``watch`` asks, inspect, remove."""
+        secrets = plan.secrets(self.environ)
+        started = time.monotonic()
+        seen = _Watch()
+        try:
+            with self._container(plan) as container:
+                container.start()
+                start_s = time.monotonic() - started
+                seen = self._follow(container, started + deadline_s, watch)
+                state = self._final_state(container)
+                log = bytes(seen.log) if seen.stream_error is None else container.logs()
+        except ENGINE_ERRORS as exc:
+            return Execution(
+                exit_code=None,
+                log=redact(bytes(seen.log), secrets),
+                infra_error=f"Docker engine failed: {_one_line(exc)}",
+                total_s=time.monotonic() - started,
+            )
+        return Execution(
+            exit_code=state.get("ExitCode"),
+            log=redact(log, secrets),
+            oom_killed=bool(state.get("OOMKilled")),
+            timed_out=seen.timed_out,
+            stopped_early=seen.stopped_early,
+            start_s=start_s,
+            total_s=time.monotonic() - started,
+        )
+
+    @contextmanager
+    def _container(self, plan: ContainerPlan) -> Iterator[Container]:
+        container: Container | None = None
+        try:
+            container = self.client.containers.create(**docker_kwargs(plan, self.environ))
+            yield container
+        finally:
+            if container is not None:
+                self._remove(container)
+
+    def _follow(self, container: Container, deadline: float, watch: Watcher) -> _Watch:
+        seen = _Watch()
+        stream = _Stream()
+        reader = stream.pump(container)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                seen.timed_out = True
+                break
+            try:
+                item = stream.chunks.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                continue
+            if item is None:
+                return seen
+            if isinstance(item, BaseException):
+                seen.stream_error = _one_line(item)
+                return seen
+            seen.log += item
+            if watch(item):
+                seen.stopped_early = True
+                break
+        container.kill()
+        self._drain(stream, reader, seen)
+        return seen
+
+    @staticmethod
+    def _drain(stream: _Stream, reader: threading.Thread, seen: _Watch) -> None:
+        reader.join(DRAIN_S)
+        while True:
+            try:
+                item = stream.chunks.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, bytes):
+                seen.log += item
+
+    @staticmethod
+    def _final_state(container: Container) -> dict[str, Any]:
+        container.wait(timeout=60)
+        container.reload()
+        state: dict[str, Any] = container.attrs.get("State", {})
+        return state
+
+    def _remove(self, container: Container) -> None:
+        # When the engine is gone, sweep() removes it by label once the engine is back.
+        with suppress(*ENGINE_ERRORS):
+            container.remove(force=True)
+
+    def sweep(self) -> int:
+        """Remove every container labelled with this run; return how many were removed."""
+        found = self.client.containers.list(
+            all=True, filters={"label": f"{RUN_LABEL}={self.run_id}"}
+        )
+        for container in found:
+            self._remove(container)
+        return len(found)
+
+    def close(self) -> None:
+        """Remove this run's containers and release the client; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        with suppress(*ENGINE_ERRORS):
+            self.sweep()
+        self.client.close()

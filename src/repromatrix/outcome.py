@@ -1,0 +1,219 @@
+"""Deciding what happened in a cell: harness status + triage + container facts → an outcome.
+
+Pure functions over plain values. The backend reports facts (``Execution``),
+the harness reports what it saw inside the container (its last
+``@@repromatrix-status`` line), triage names the root cause in the log; this
+module is the one place that turns those into ``hit`` / ``avoided`` / ... with
+a one-line reason a person can act on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from repromatrix.backend import Execution
+from repromatrix.model import Cell, Level, Outcome
+from repromatrix.results import RootCause
+
+STATUS_MARK = b"@@repromatrix-status "
+PROBE_OUTCOMES = {
+    "hit": Outcome.HIT,
+    "avoided": Outcome.AVOIDED,
+    "other_failure": Outcome.OTHER_FAILURE,
+    "unreachable": Outcome.UNREACHABLE,
+}
+# What the runner records when the kernel's OOM killer ended the container: triage cannot
+# see it in the log (the process just vanishes), so the fact becomes the root cause.
+OOM_CAUSE = RootCause(
+    line="container killed for memory (OOMKilled)",
+    exception="OOMKilled",
+    category="host_oom",
+    layer="engine_startup",
+)
+
+
+class DiagnosisLike(Protocol):
+    """What outcome needs from ``triage.Diagnosis``."""
+
+    @property
+    def root_cause(self) -> RootCause | None:
+        """The named root cause, or None when triage found none."""
+
+    @property
+    def signature_seen(self) -> bool:
+        """Whether a line matched the cell's scenario signatures."""
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """A probe's own verdict, from its ``@@repromatrix-probe`` line."""
+
+    outcome: str
+    evidence: str = ""
+    exception: str | None = None
+    vllm_version: str | None = None
+
+
+@dataclass(frozen=True)
+class HarnessStatus:
+    """The harness's final ``@@repromatrix-status`` line."""
+
+    ready: bool = False
+    answered: bool = False
+    exit_code: int | None = None  # vLLM's, not the harness's
+    ready_s: float = 0.0
+    request_s: float = 0.0
+    vllm_version: str | None = None
+    error: str | None = None
+    probe: ProbeReport | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An outcome, why, and the root cause behind it (None when nothing failed)."""
+
+    outcome: Outcome
+    reason: str
+    root_cause: RootCause | None = None
+
+
+def parse_status(log: bytes) -> HarnessStatus | None:
+    """Return the last well-formed status line in ``log``, or None when there is none."""
+    for line in reversed(log.splitlines()):
+        at = line.find(STATUS_MARK)
+        if at < 0:
+            continue
+        try:
+            data = json.loads(line[at + len(STATUS_MARK) :])
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return status_from_json(data)
+    return None
+
+
+def status_from_json(data: Mapping[str, Any]) -> HarnessStatus:
+    """Build a status from the harness's JSON, tolerating missing or mistyped keys."""
+    probe = data.get("probe")
+    return HarnessStatus(
+        ready=data.get("ready") is True,
+        answered=data.get("answered") is True,
+        exit_code=_int_or_none(data.get("exit_code")),
+        ready_s=_float(data.get("ready_s")),
+        request_s=_float(data.get("request_s")),
+        vllm_version=_str_or_none(data.get("vllm_version")),
+        error=_str_or_none(data.get("error")),
+        probe=_probe(probe) if isinstance(probe, dict) else None,
+    )
+
+
+def _probe(data: Mapping[str, Any]) -> ProbeReport:
+    exception = data.get("exception")
+    if isinstance(exception, dict):
+        exception = ": ".join(str(v) for v in exception.values() if v)
+    return ProbeReport(
+        outcome=str(data.get("outcome", "")),
+        evidence=str(data.get("evidence") or ""),
+        exception=_str_or_none(exception),
+        vllm_version=_str_or_none(data.get("vllm_version")),
+    )
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: object) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _str_or_none(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def skipped(reason: str) -> Decision:
+    """A cell this host cannot run (a GPU cell without a GPU, a lane the backend lacks)."""
+    return Decision(Outcome.SKIPPED, reason)
+
+
+def infra_error(reason: str) -> Decision:
+    """A cell whose container never ran: the image failed to build or pull, the engine failed."""
+    return Decision(Outcome.INFRA_ERROR, reason)
+
+
+def decide(
+    cell: Cell,
+    execution: Execution,
+    status: HarnessStatus | None,
+    diagnosis: DiagnosisLike,
+) -> Decision:
+    """Turn one executed cell's facts into its outcome and reason."""
+    if execution.infra_error is not None:
+        return infra_error(execution.infra_error)
+    if cell.level is Level.PROBE:
+        return _decide_probe(execution, status, diagnosis)
+    cause = diagnosis.root_cause
+    if _is_hit(cell, cause, diagnosis.signature_seen):
+        return Decision(Outcome.HIT, _hit_reason(cell, cause), cause)
+    if execution.timed_out:
+        return _timeout(cell, cause)
+    if execution.oom_killed:
+        return Decision(Outcome.OTHER_FAILURE, OOM_CAUSE.line, cause or OOM_CAUSE)
+    if status is not None and status.ready and status.answered and not execution.stopped_early:
+        return Decision(Outcome.AVOIDED, "ready and answered; the signature never appeared")
+    return Decision(Outcome.OTHER_FAILURE, _failure_reason(execution, status, cause), cause)
+
+
+def _is_hit(cell: Cell, cause: RootCause | None, signature_seen: bool) -> bool:
+    if cell.scenario.baseline:
+        return False
+    return signature_seen or (cause is not None and cause.scenario == cell.scenario.id)
+
+
+def _hit_reason(cell: Cell, cause: RootCause | None) -> str:
+    where = f" in {cause.process}" if cause is not None and cause.process else ""
+    line = f": {cause.line.strip()}" if cause is not None else ""
+    return f"{cell.scenario.id} signature seen{where}{line}"
+
+
+def _timeout(cell: Cell, cause: RootCause | None) -> Decision:
+    reason = f"no verdict within the cell's deadline of {cell.deadline_s:g} s"
+    return Decision(Outcome.TIMEOUT, reason, cause)
+
+
+def _failure_reason(
+    execution: Execution, status: HarnessStatus | None, cause: RootCause | None
+) -> str:
+    if cause is not None:
+        return cause.line.strip()
+    if status is not None and status.error:
+        return status.error
+    if status is not None and status.ready and not status.answered:
+        return "the server became ready but did not answer its first request"
+    if status is None:
+        return f"the harness printed no status (container exit code {execution.exit_code})"
+    return f"vLLM failed without a recognisable cause (exit code {status.exit_code})"
+
+
+def _decide_probe(
+    execution: Execution, status: HarnessStatus | None, diagnosis: DiagnosisLike
+) -> Decision:
+    if execution.timed_out:
+        return Decision(Outcome.TIMEOUT, "the probe did not finish within the cell's deadline")
+    if execution.oom_killed:
+        return Decision(Outcome.OTHER_FAILURE, OOM_CAUSE.line, OOM_CAUSE)
+    probe = status.probe if status is not None else None
+    if probe is None or probe.outcome not in PROBE_OUTCOMES:
+        cause = diagnosis.root_cause
+        reason = cause.line.strip() if cause else "the probe printed no @@repromatrix-probe line"
+        return Decision(Outcome.OTHER_FAILURE, reason, cause)
+    outcome = PROBE_OUTCOMES[probe.outcome]
+    reason = probe.evidence or probe.outcome
+    cause = None
+    if probe.exception and outcome in (Outcome.HIT, Outcome.OTHER_FAILURE):
+        cause = RootCause(line=probe.exception, process="probe", category="probe")
+        reason = f"{reason}: {probe.exception}" if probe.evidence else probe.exception
+    return Decision(outcome, reason, cause)

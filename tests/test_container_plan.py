@@ -1,0 +1,94 @@
+"""The container plan: the exact create call for CPU and GPU cells, secrets redacted (no engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import docker
+from docker.models.containers import _create_container_args
+
+from _runner_support import cell
+from repromatrix.container_plan import (
+    CELL_LABEL,
+    REDACTED,
+    RUN_LABEL,
+    ContainerSettings,
+    ImageBuild,
+    Mount,
+    plan_container,
+    redact,
+)
+from repromatrix.model import Lane
+from repromatrix.oci_container import docker_kwargs
+
+SPEC = {"mode": "server", "argv": ["--max-model-len", "2048", "--served-model-name", "$(rm -rf /)"]}
+TOKEN = "hf_secretvalue123"
+
+
+def engine_body(kwargs: dict[str, object]) -> dict[str, object]:
+    """What docker-py would POST to /containers/create for ``kwargs``: its own code, no engine."""
+    api = docker.APIClient(base_url="unix:///nonexistent.sock", version="1.41")
+    args = _create_container_args({**kwargs, "version": "1.41"})
+    return dict(api.create_container_config(**args))
+
+
+def test_cpu_cell_runs_the_harness_in_exec_form_without_network():
+    settings = ContainerSettings(shm_size="2g", mounts=(Mount("/cache/models", "/cache/models"),))
+    plan = plan_container(cell(), SPEC, "repromatrix/cell-0.32.0:abc", settings, "run1")
+    body = engine_body(docker_kwargs(plan, {}))
+    host = body["HostConfig"]
+    assert isinstance(host, dict)
+    assert body["Entrypoint"] == ["python3", "/opt/repromatrix/harness/harness.py"]
+    assert body["Cmd"][0] == "--spec-json"
+    # The flags stay one JSON argument: nothing is ever interpreted by a shell.
+    assert json.loads(body["Cmd"][1]) == SPEC
+    assert host["NetworkMode"] == "none"
+    assert host["ShmSize"] == 2 * 1024**3
+    assert "DeviceRequests" not in host
+    assert host["Binds"] == ["/cache/models:/cache/models:ro"]
+    assert body["Labels"] == {RUN_LABEL: "run1", CELL_LABEL: cell().id}
+
+
+def test_gpu_cell_requests_exactly_its_gpus_and_mounts_the_hf_cache_read_only():
+    gpu_cell = cell(Lane.GPU, gpus=4, version="0.31.0")
+    settings = ContainerSettings(hf_cache="/data/hf")
+    plan = plan_container(gpu_cell, SPEC, "repromatrix/cell-v0.31.0:abc", settings, "run1")
+    body = engine_body(docker_kwargs(plan, {"HF_TOKEN": TOKEN}))
+    host = body["HostConfig"]
+    assert isinstance(host, dict)
+    assert host["DeviceRequests"] == [
+        {"Driver": "", "Count": 4, "DeviceIDs": [], "Capabilities": [["gpu"]], "Options": {}}
+    ]
+    assert host["IpcMode"] == "host"
+    assert "ShmSize" not in host
+    assert host["Binds"] == ["/data/hf:/root/.cache/huggingface:ro"]
+    assert f"HF_TOKEN={TOKEN}" in body["Env"]  # the real call carries the token...
+
+
+def test_dry_run_description_never_shows_the_token():
+    plan = plan_container(cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1")
+    described = plan.describe({"HF_TOKEN": TOKEN, "OTHER": "x"})
+    text = json.dumps(described)
+    assert TOKEN not in text
+    assert described["environment"]["HF_TOKEN"] == REDACTED
+    assert "OTHER" not in described["environment"]  # only named secrets travel
+    assert described["device_requests"] == [{"count": 2, "capabilities": [["gpu"]]}]
+
+
+def test_token_absent_from_host_means_absent_from_container():
+    plan = plan_container(cell(Lane.GPU), SPEC, "img", ContainerSettings(), "run1")
+    assert "HF_TOKEN" not in plan.create_kwargs({})["environment"]
+
+
+def test_redact_replaces_every_occurrence():
+    log = f"token={TOKEN}\nagain {TOKEN}\n".encode()
+    assert redact(log, {"HF_TOKEN": TOKEN}) == f"token={REDACTED}\nagain {REDACTED}\n".encode()
+    assert redact(log, {"HF_TOKEN": ""}) == log
+
+
+def test_image_build_description_lists_pull_then_build(tmp_path: Path):
+    build = ImageBuild("v0.31.0", "repromatrix/cell-v0.31.0:1234", tmp_path, pull="vllm/x:v1")
+    calls = build.describe()["calls"]
+    assert [c["call"] for c in calls] == ["images.pull", "api.build"]
+    assert calls[1]["tag"] == "repromatrix/cell-v0.31.0:1234"
