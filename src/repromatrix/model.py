@@ -172,6 +172,9 @@ class Variant:
     kind: str  # "trigger" | "workaround" | "control"
     flags: Flags = field(default_factory=frozen_flags)  # overrides on the scenario launch
     description: str = ""
+    # False: the launch's interrupt (``Launch.interrupt_after_s``) is not sent for this variant,
+    # i.e. a start-up allowance long enough for warm-up (seed 004's workaround).
+    interrupt: bool = True
 
 
 @dataclass(frozen=True)
@@ -247,3 +250,5 @@ class Cell:
     flags: Flags
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     deadline_s: float = 900.0
+    # SIGTERM the server this long after start: the launch's, unless the variant drops it.
+    interrupt_after_s: float | None = None
