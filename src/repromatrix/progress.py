@@ -1,0 +1,77 @@
+"""Progress of a long run: one line when a cell starts and one when it ends, with elapsed and ETA.
+
+A matrix of engine cells takes minutes per cell, so a person watching needs to
+see that it moves and roughly when it will finish. The ETA is the mean time of
+the cells finished so far times the cells left: crude, but honest, and it
+improves as the run goes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+
+def duration(seconds: float) -> str:
+    """Format seconds for a person: ``42s``, ``3m05s``, ``1h02m``."""
+    total = max(0, round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def eta(durations: list[float], remaining: int) -> float | None:
+    """Seconds left, from the mean duration of finished cells; None before any has finished."""
+    if not durations:
+        return None
+    return sum(durations) / len(durations) * remaining
+
+
+@dataclass
+class Progress:
+    """Prints a run's progress to ``out`` (stderr by default)."""
+
+    total: int
+    out: TextIO = field(default_factory=lambda: sys.stderr)
+    clock: Callable[[], float] = time.monotonic
+    done: int = 0
+    durations: list[float] = field(default_factory=list)
+    _started: float = field(init=False)
+    _cell_started: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self._started = self.clock()
+
+    def note(self, message: str) -> None:
+        """A line about the run itself (images being built, the model being made)."""
+        self._print(f"[{self._elapsed()}] {message}")
+
+    def start(self, cell_id: str) -> None:
+        """A cell is about to run."""
+        self._cell_started = self.clock()
+        left = eta(self.durations, self.total - self.done)
+        when = f", eta {duration(left)}" if left is not None else ""
+        self._print(f"[{self.done + 1}/{self.total} {self._elapsed()}{when}] start {cell_id}")
+
+    def end(self, cell_id: str, outcome: str, reason: str = "", *, ran: bool = True) -> None:
+        """A cell has its result; ``ran`` is False for cells that never started (skips)."""
+        took = self.clock() - self._cell_started if ran else 0.0
+        self.done += 1
+        if ran:
+            self.durations.append(took)
+        why = f": {reason}" if reason else ""
+        line = f"[{self.done}/{self.total} {self._elapsed()}] {outcome} {cell_id}"
+        self._print(f"{line} ({duration(took)}){why}" if ran else f"{line}{why}")
+
+    def _elapsed(self) -> str:
+        return duration(self.clock() - self._started)
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
