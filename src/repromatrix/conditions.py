@@ -1,0 +1,214 @@
+"""Trigger conditions: the facts a cell offers (``model.*``, ``gpu.*``, ``flags.*``, ``launch.*``,
+``derived.*``) and whether a scenario's trigger holds for them.
+
+The derived facts encode the arithmetic the seed documents do by hand:
+
+- ``derived.lora_row_offset_bytes``: the byte offset of the last token row in
+  the punica LoRA kernels, ``(num_tokens - 1) * 2 * intermediate_size *
+  dtype_bytes``; seed 003 overflows int32 when it reaches ``2**31`` (Gemma 4
+  E2B: 87382 tokens stay below, 87383 reach it).
+- ``derived.kv_cache_bytes_needed``: KV cache for one request of
+  ``max_model_len`` tokens, ``max_model_len * 2 * layers * kv_heads *
+  head_dim * dtype_bytes``, and ``derived.kv_cache_bytes_short``, how far
+  ``kv_cache_memory_bytes`` falls below it (positive: vLLM refuses to start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from repromatrix.errors import suggest
+from repromatrix.model import DTYPE_BYTES, Condition, FlagValue, Gpu, Launch, Model, Op
+
+# vLLM V1's default token budget per step when chunked prefill is on and none is given.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+INT32_LIMIT = 2**31
+
+MODEL_FACTS = (
+    "name",
+    "source",
+    "moe",
+    "multimodal",
+    "dtype",
+    "dtype_bytes",
+    "intermediate_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+    "head_dim",
+)
+GPU_FACTS = ("name", "runner_label", "count", "compute_capability", "memory_gib")
+LAUNCH_FACTS = ("mode", "lora_adapter", "interrupt_after_s")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything a trigger can test about one cell."""
+
+    model: Model
+    gpu: Gpu
+    flags: Mapping[str, FlagValue]
+    launch: Launch
+    interrupt_after_s: float | None = None  # the cell's own (a variant may drop the interrupt)
+
+    def get(self, subject: str) -> FlagValue:
+        """Return the value of ``namespace.name``; ``None`` when the fact is unknown or unset."""
+        namespace, _, name = subject.partition(".")
+        if namespace == "flags":
+            return self.flags.get(name)
+        if namespace == "model":
+            return model_fact(self.model, name)
+        if namespace == "gpu":
+            return gpu_fact(self.gpu, name)
+        if namespace == "launch":
+            return (
+                self.interrupt_after_s
+                if name == "interrupt_after_s"
+                else launch_fact(self.launch, name)
+            )
+        return DERIVED[name](self.model, self.flags)
+
+
+def holds(trigger: Iterable[Condition], facts: Facts) -> bool:
+    """Return whether every condition of a trigger holds (an empty trigger always holds)."""
+    return all(compare(facts.get(c.subject), c.op, c.value) for c in trigger)
+
+
+def compare(actual: FlagValue, op: Op, expected: FlagValue | tuple[FlagValue, ...]) -> bool:
+    """Apply one comparison; an unknown (``None``) fact satisfies only ``eq null`` and ``ne x``."""
+    if op is Op.IN:
+        return isinstance(expected, tuple) and actual in expected
+    if op is Op.EQ:
+        return actual == expected
+    if op is Op.NE:
+        return actual != expected
+    if actual is None or expected is None or isinstance(expected, tuple):
+        return False
+    try:
+        return bool(_ORDER[op](actual, expected))
+    except TypeError:  # text against a number: the condition does not hold
+        return False
+
+
+_ORDER: Mapping[Op, Callable[[object, object], object]] = {
+    Op.GT: lambda a, b: a > b,  # type: ignore[operator]
+    Op.GE: lambda a, b: a >= b,  # type: ignore[operator]
+    Op.LT: lambda a, b: a < b,  # type: ignore[operator]
+    Op.LE: lambda a, b: a <= b,  # type: ignore[operator]
+}
+
+
+def model_fact(model: Model, name: str) -> FlagValue:
+    """Return one model fact; sizes the matrix leaves out (0) are unknown (``None``)."""
+    if name == "dtype_bytes":
+        return model.dtype_bytes
+    if name == "head_dim":
+        return head_dim(model)
+    value: FlagValue = getattr(model, name)
+    return None if value == 0 and not isinstance(value, bool) else value
+
+
+def gpu_fact(gpu: Gpu, name: str) -> FlagValue:
+    """Return one GPU fact; ``compute_capability`` as a number (9.0 < 12.0) so it orders."""
+    if name == "compute_capability":
+        return float(gpu.compute_capability) if gpu.compute_capability else None
+    value: FlagValue = getattr(gpu, name)
+    return value
+
+
+def launch_fact(launch: Launch, name: str) -> FlagValue:
+    """Return one fact of the scenario's launch (``mode`` as text)."""
+    value = getattr(launch, name)
+    return value.value if name == "mode" else value  # type: ignore[no-any-return]
+
+
+def head_dim(model: Model) -> int | None:
+    """Return hidden_size / num_attention_heads, or ``None`` when either is unknown."""
+    if model.hidden_size and model.num_attention_heads:
+        return model.hidden_size // model.num_attention_heads
+    return None
+
+
+def _int_flag(flags: Mapping[str, FlagValue], name: str) -> int | None:
+    value = flags.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dtype_bytes(model: Model, flags: Mapping[str, FlagValue], flag: str = "dtype") -> int:
+    value = flags.get(flag)
+    return (
+        DTYPE_BYTES[value] if isinstance(value, str) and value in DTYPE_BYTES else model.dtype_bytes
+    )
+
+
+def max_model_len(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
+    """Return the context length the engine is started with (the flag, else the model's)."""
+    return _int_flag(flags, "max_model_len") or model.max_position_embeddings or None
+
+
+def num_tokens(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
+    """Return the tokens of vLLM's profile run: the step budget, or the whole length without
+    chunked prefill (which is on unless ``enable_chunked_prefill`` is false)."""
+    budget = _int_flag(flags, "max_num_batched_tokens")
+    if flags.get("enable_chunked_prefill") is not False:
+        return budget or DEFAULT_MAX_NUM_BATCHED_TOKENS
+    length = max_model_len(model, flags)
+    return max(length or 0, budget or 0) or None
+
+
+def lora_row_offset_bytes(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
+    """Return the last row's byte offset in the LoRA expand kernel (seed 003)."""
+    tokens = num_tokens(model, flags)
+    if tokens is None or not model.intermediate_size:
+        return None
+    return (tokens - 1) * 2 * model.intermediate_size * _dtype_bytes(model, flags)
+
+
+def kv_cache_bytes_needed(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
+    """Return the KV cache bytes one request of ``max_model_len`` tokens needs."""
+    length, dim = max_model_len(model, flags), head_dim(model)
+    if not (length and dim and model.num_hidden_layers and model.num_key_value_heads):
+        return None
+    dtype = _dtype_bytes(model, flags, "kv_cache_dtype")
+    return length * 2 * model.num_hidden_layers * model.num_key_value_heads * dim * dtype
+
+
+def kv_cache_bytes_short(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
+    """Return needed minus ``kv_cache_memory_bytes`` (``None`` when no fixed budget is set)."""
+    needed, budget = kv_cache_bytes_needed(model, flags), _int_flag(flags, "kv_cache_memory_bytes")
+    return None if needed is None or budget is None else needed - budget
+
+
+DERIVED: Mapping[str, Callable[[Model, Mapping[str, FlagValue]], int | None]] = {
+    "max_model_len": max_model_len,
+    "num_tokens": num_tokens,
+    "lora_row_offset_bytes": lora_row_offset_bytes,
+    "kv_cache_bytes_needed": kv_cache_bytes_needed,
+    "kv_cache_bytes_short": kv_cache_bytes_short,
+}
+
+NAMESPACES: Mapping[str, tuple[str, ...] | None] = {
+    "model": MODEL_FACTS,
+    "gpu": GPU_FACTS,
+    "launch": LAUNCH_FACTS,
+    "derived": tuple(DERIVED),
+    "flags": None,  # any flag name
+}
+
+
+def subject_problem(subject: str) -> str | None:
+    """Return why ``subject`` is not a known fact (with a suggestion), or ``None`` if it is."""
+    namespace, dot, name = subject.partition(".")
+    if namespace not in NAMESPACES or not dot:
+        hint = suggest(namespace, NAMESPACES)
+        return (
+            f"unknown fact `{subject}`: use model.*, gpu.*, flags.*, launch.* or derived.*.{hint}"
+        )
+    names = NAMESPACES[namespace]
+    if not name or (names is not None and name not in names):
+        hint = suggest(name, names or ())
+        return f"unknown fact `{subject}` ({namespace}.* has: {', '.join(names or ())}).{hint}"
+    return None

@@ -1,0 +1,306 @@
+"""Expansion: the matrix and the scenario catalogue become cells, filtered as they are made.
+
+Cells are images x GPUs x models x flag sets x scenarios x variants (x level:
+engine, and probe where the scenario has a probe for the lane). A scenario
+applies to an image/GPU/model/flag set when its trigger variant's merged flags
+satisfy its trigger; its other variants (workarounds, controls) then follow.
+
+Filtering happens while walking the product, never after building it: a
+branch the selector cannot select is skipped at the first level that rules
+it out, excluded combinations are dropped as they are met, and trigger
+evaluation is cached per GPU/model/flag set/scenario/variant (it does not
+depend on the image).
+
+include/exclude follow GitHub Actions: exclude first; then an include entry
+that matches a surviving combination extends it (``flags``, ``deadline_s``),
+and one that matches none adds its combination (it must then name one
+image, GPU, model and flag set; the image may be a tag the lane does not list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from repromatrix.conditions import Facts, holds
+from repromatrix.config import ID_PARTS, LaneConfig, Matrix, Rule, check_references
+from repromatrix.errors import UsageError, suggest
+from repromatrix.model import (
+    Cell,
+    Expected,
+    Flags,
+    FlagSet,
+    Gpu,
+    Image,
+    Lane,
+    Level,
+    Model,
+    Scenario,
+    Variant,
+    frozen_flags,
+)
+from repromatrix.selector import Selector
+
+CORE = ("image", "gpu", "model", "flagset")
+
+
+def expected_outcome(scenario: Scenario, version: Version | None, triggered: bool) -> Expected:
+    """Return what the scenario's documentation predicts for one cell.
+
+    Not triggered (a workaround's flags, a baseline) → avoided; unknown version
+    (nightly) → unknown; inside ``affected`` → hit; fixed or otherwise → avoided.
+    Pre-releases count as versions like any other (``0.31.1rc0`` is below ``0.31.1``).
+    """
+    if scenario.baseline or not triggered:
+        return Expected.AVOIDED
+    if version is None:
+        return Expected.UNKNOWN
+    if scenario.affected.contains(version, prereleases=True):
+        return Expected.HIT
+    return Expected.AVOIDED
+
+
+def levels(scenario: Scenario, lane: Lane) -> tuple[Level, ...]:
+    """Return the levels a scenario has cells at on a lane: engine, probe, both or none."""
+    found = [Level.ENGINE] if lane in scenario.lanes else []
+    if scenario.probe is not None and lane in scenario.probe.lanes:
+        found.append(Level.PROBE)
+    return tuple(found)
+
+
+def cell_id(lane: Lane, parts: Sequence[str], level: Level) -> str:
+    """Return the canonical id ``lane/image/gpu/model/flagset/scenario/variant[@probe]``."""
+    suffix = "@probe" if level is Level.PROBE else ""
+    return "/".join((lane.value, *parts)) + suffix
+
+
+def merge_flags(*layers: Mapping[str, object]) -> Flags:
+    """Merge flag layers, later layers winning (flag set, include, scenario launch, variant)."""
+    merged: dict[str, object] = {}
+    for layer in layers:
+        merged.update(layer)
+    return frozen_flags(merged)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _Template:
+    """Everything about a cell except its image: computed once, shared by every image."""
+
+    flags: Flags
+    triggered: bool
+    interrupt_after_s: float | None
+
+
+@dataclass(frozen=True)
+class _Point:
+    """One image/GPU/model/flag set combination of a lane, with the rules still in play."""
+
+    image: Image
+    gpu: Gpu
+    model: Model
+    flagset: FlagSet
+    listed: bool  # False: the image is only there because an include adds it
+    exclude: tuple[Rule, ...]
+    adds: tuple[Rule, ...]
+    extends: tuple[Rule, ...]
+
+    def parts(self, scenario: Scenario, variant: Variant) -> tuple[str, ...]:
+        """Return the id parts after the lane."""
+        names = (self.image.tag, self.gpu.name, self.model.name, self.flagset.name)
+        return (*names, scenario.id, variant.name)
+
+    def kept(self, scenario: Scenario, variant: Variant, level: Level) -> bool:
+        """Return whether exclude/include leave this scenario variant at this level in the plan."""
+        names = {"scenario": scenario.id, "variant": variant.name, "level": level.value}
+        if self.listed and not _alive(self.exclude, names):
+            return True
+        return bool(_alive(self.adds, names))
+
+    def extensions(self, scenario: Scenario, variant: Variant, level: Level) -> tuple[Rule, ...]:
+        """Return the include rules that extend this scenario variant at this level."""
+        names = {"scenario": scenario.id, "variant": variant.name, "level": level.value}
+        return _alive(self.extends, names)
+
+
+def expand(
+    matrix: Matrix,
+    scenarios: Sequence[Scenario],
+    lane: Lane | None = None,
+    selector: Selector | None = None,
+) -> Iterator[Cell]:
+    """Yield the cells of the matrix in id order, filtered by lane and selector as they are made."""
+    chosen = selector or Selector()
+    for name, config in sorted(matrix.lanes.items()):
+        if lane in (None, name):
+            yield from _LaneWalk(matrix, config, scenarios, chosen).cells()
+
+
+class _LaneWalk:
+    """One lane's walk through its product, with the caches of that walk."""
+
+    def __init__(
+        self, matrix: Matrix, config: LaneConfig, scenarios: Sequence[Scenario], selector: Selector
+    ) -> None:
+        self.config = config
+        self.lane = config.lane
+        self.selector = selector
+        self.scenarios = [(s, levels(s, self.lane)) for s in scenarios if levels(s, self.lane)]
+        self.exclude = _for_lane(matrix.exclude, self.lane)
+        include = _for_lane(matrix.include, self.lane)
+        self.adds = tuple(rule for rule in include if self._is_add(rule))
+        self.extends = tuple(rule for rule in include if rule not in self.adds)
+        self.templates: dict[tuple[object, ...], _Template] = {}
+
+    def cells(self) -> Iterator[Cell]:
+        """Yield the lane's selected cells."""
+        for point in self._points():
+            for scenario, scenario_levels in self.scenarios:
+                for variant in scenario.variants:
+                    for level in scenario_levels:
+                        if self._applies(point, scenario, level) and point.kept(
+                            scenario, variant, level
+                        ):
+                            yield from self._cell(point, scenario, variant, level)
+
+    def _applies(self, point: _Point, scenario: Scenario, level: Level) -> bool:
+        """A scenario applies where its trigger variant's merged flags satisfy its trigger."""
+        return self._template(point, scenario, scenario.variants[0], level).triggered
+
+    def _points(self) -> Iterator[_Point]:
+        """Yield the core combinations the selector and the rules leave anything of."""
+        tags = list(self.config.names("image"))
+        tags += [tag for rule in self.adds if (tag := rule.single("image")) and tag not in tags]
+        for image in (self.config.image(tag) for tag in dict.fromkeys(tags)):
+            if not self.selector.could_select(f"{self.lane}/{image.tag}/"):
+                continue
+            listed = image in self.config.images
+            for gpu, model, flagset in self._core():
+                prefix = f"{self.lane}/{image.tag}/{gpu.name}/{model.name}/{flagset.name}/"
+                if not self.selector.could_select(prefix):
+                    continue
+                values = {"lane": self.lane.value, "image": image.tag, "gpu": gpu.name}
+                values |= {"model": model.name, "flagset": flagset.name}
+                adds = _alive(self.adds, values)
+                if listed or adds:
+                    exclude, extends = _alive(self.exclude, values), _alive(self.extends, values)
+                    yield _Point(image, gpu, model, flagset, listed, exclude, adds, extends)
+
+    def _core(self) -> Iterator[tuple[Gpu, Model, FlagSet]]:
+        for gpu in self.config.gpus:
+            for model in self.config.models:
+                for flagset in self.config.flagsets:
+                    yield gpu, model, flagset
+
+    def _cell(
+        self, point: _Point, scenario: Scenario, variant: Variant, level: Level
+    ) -> Iterator[Cell]:
+        """Yield the one cell of this combination if the selector keeps it."""
+        identifier = cell_id(self.lane, point.parts(scenario, variant), level)
+        if not self.selector.matches(identifier):
+            return
+        template = self._template(point, scenario, variant, level)
+        rules = point.extensions(scenario, variant, level)
+        deadlines = [self.config.runtime.deadline_s, scenario.launch.startup_timeout_s]
+        deadlines += [rule.deadline_s for rule in rules if rule.deadline_s is not None]
+        yield Cell(
+            id=identifier,
+            lane=self.lane,
+            level=level,
+            image=point.image,
+            gpu=point.gpu,
+            model=point.model,
+            flagset=point.flagset,
+            scenario=scenario,
+            variant=variant,
+            expected=expected_outcome(scenario, point.image.version, template.triggered),
+            flags=template.flags,
+            env=scenario.launch.env,
+            deadline_s=max(deadlines),
+            interrupt_after_s=template.interrupt_after_s,
+        )
+
+    def _template(
+        self, point: _Point, scenario: Scenario, variant: Variant, level: Level
+    ) -> _Template:
+        """Merged flags and trigger result; they do not depend on the image, so are cached."""
+        rules = point.extensions(scenario, variant, level)
+        key: tuple[object, ...] = (point.gpu.name, point.model.name, point.flagset.name)
+        key += (scenario.id, variant.name, *map(id, rules))
+        cached = self.templates.get(key)
+        if cached is None:
+            extra = merge_flags(*(rule.flags for rule in rules))
+            flags = merge_flags(point.flagset.flags, extra, scenario.launch.flags, variant.flags)
+            interrupt = scenario.launch.interrupt_after_s if variant.interrupt else None
+            facts = Facts(point.model, point.gpu, flags, scenario.launch, interrupt)
+            cached = _Template(flags, holds(scenario.trigger, facts), interrupt)
+            self.templates[key] = cached
+        return cached
+
+    def _is_add(self, rule: Rule) -> bool:
+        """An include adds when it names one value per core axis and matches no surviving combo."""
+        core = {axis: value for axis in CORE if (value := rule.single(axis)) is not None}
+        if len(core) < len(CORE):
+            return False
+        if core["image"] not in self.config.names("image"):
+            return True
+        exclude = _alive(self.exclude, {"lane": self.lane.value, **core})
+        for scenario, scenario_levels in self.scenarios:
+            for variant in scenario.variants:
+                for level in scenario_levels:
+                    names = {"scenario": scenario.id, "variant": variant.name, "level": level.value}
+                    if _alive([rule], names) and not _alive(exclude, names):
+                        return False
+        return True
+
+
+def _for_lane(rules: Sequence[Rule], lane: Lane) -> tuple[Rule, ...]:
+    return tuple(rule for rule in rules if rule.accepts("lane", lane.value))
+
+
+def _alive(rules: Sequence[Rule], values: Mapping[str, str]) -> tuple[Rule, ...]:
+    """Return the rules compatible with the given axis values (absent axes match anything)."""
+    return tuple(r for r in rules if all(r.accepts(a, v) for a, v in values.items()))
+
+
+def plan(
+    matrix: Matrix,
+    scenarios: Sequence[Scenario],
+    lane: Lane | None = None,
+    selector: Selector | None = None,
+) -> tuple[Cell, ...]:
+    """Return the selected cells; raise ``UsageError`` when the selection matches nothing."""
+    check_references(matrix, scenarios)
+    if lane is not None and lane not in matrix.lanes:
+        raise UsageError(f"{matrix.file} defines no `{lane}` lane")
+    cells = tuple(expand(matrix, scenarios, lane, selector))
+    if cells:
+        return cells
+    everything = [cell.id for cell in expand(matrix, scenarios, lane)]
+    raise UsageError(_empty_selection(selector or Selector(), everything))
+
+
+def _empty_selection(selector: Selector, everything: Sequence[str]) -> str:
+    if not everything:
+        return "the matrix has no cells: no scenario's trigger holds for any of its combinations"
+    lines = [f"the selection matches none of the {len(everything)} cells of the plan"]
+    for glob in selector.unmatched_only(everything):
+        lines.append(f"  --only {glob!r} matches nothing.{_hint(glob, everything)}")
+    if not selector.unmatched_only(everything) and selector.skip:
+        lines.append(f"  --skip {' '.join(map(repr, selector.skip))} removes every cell left")
+    return "\n".join(lines)
+
+
+def _hint(glob: str, everything: Sequence[str]) -> str:
+    """Point at the first literal part of the glob that no cell id has at that position."""
+    parts = glob.removesuffix("@probe").split("/")
+    if len(parts) != len(ID_PARTS):
+        return ""
+    for index, part in enumerate(parts):
+        if any(char in part for char in "*?[{"):
+            continue
+        known = {cell.removesuffix("@probe").split("/")[index] for cell in everything}
+        if part not in known:
+            return f" No {ID_PARTS[index]} is called `{part}`.{suggest(part, known)}"
+    return ""

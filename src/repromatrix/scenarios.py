@@ -1,0 +1,387 @@
+"""The scenario catalogue: one YAML file per documented crash, read and validated.
+
+``load_scenarios`` reads every ``*.yaml`` file of a folder and reports the
+problems of all files at once. A scenario's first variant is always the
+``trigger`` (the launch as documented); the file lists the workarounds and
+controls that follow it, each a flag change on that launch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from types import MappingProxyType
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from repromatrix.conditions import subject_problem
+from repromatrix.errors import ConfigError, Problem, suggest
+from repromatrix.model import (
+    Condition,
+    FlagValue,
+    Lane,
+    Launch,
+    LaunchMode,
+    Op,
+    Probe,
+    Scenario,
+    Signature,
+    Source,
+    Variant,
+    frozen_flags,
+)
+from repromatrix.yamlsrc import (
+    Reader,
+    Where,
+    YEntry,
+    YMap,
+    YNode,
+    YScalar,
+    YSeq,
+    describe,
+    load_yaml,
+)
+
+SCENARIO_KEYS = (
+    "id",
+    "title",
+    "source",
+    "lanes",
+    "trigger",
+    "launch",
+    "signatures",
+    "affected",
+    "fixed",
+    "variants",
+    "avoided",
+    "probe",
+    "baseline",
+)
+REQUIRED = ("id", "title", "lanes", "launch", "avoided")
+CRASH_REQUIRED = ("trigger", "signatures", "affected")  # every scenario but a baseline
+LAUNCH_KEYS = ("mode", "flags", "env", "lora_adapter", "interrupt_after_s", "startup_timeout_s")
+VARIANT_KINDS = ("workaround", "control")
+PROGRAM_PATTERN = re.compile(r"[a-z][a-z0-9_]*\.py")
+# `affected: all`: every version, pre-releases included (contains() is called with prereleases).
+ALL_VERSIONS = SpecifierSet(">=0")
+NO_VERSION = SpecifierSet("<0")
+
+
+def load_scenarios(directory: Path) -> tuple[Scenario, ...]:
+    """Read every scenario file in ``directory``; raise ``ConfigError`` listing all problems."""
+    if not directory.is_dir():
+        raise ConfigError([Problem(str(directory), 0, 0, "no such scenario folder")])
+    paths = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
+    if not paths:
+        raise ConfigError([Problem(str(directory), 0, 0, "no scenario files (*.yaml) here")])
+    problems: list[Problem] = []
+    scenarios: list[Scenario] = []
+    for path in paths:
+        try:
+            scenarios.append(load_scenario(path))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    problems.extend(_duplicates(scenarios))
+    if problems:
+        raise ConfigError(problems)
+    return tuple(sorted(scenarios, key=lambda s: s.id))
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read one scenario file; raise ``ConfigError`` listing every problem in it."""
+    reader = Reader()
+    root = load_yaml(path)
+    scenario = read_scenario(root, str(path), reader)
+    if scenario is not None and scenario.id != path.stem:
+        reader.error(_id_where(root), f"id `{scenario.id}` must match the file name `{path.stem}`")
+    reader.check()
+    assert scenario is not None  # a None scenario always comes with problems
+    return scenario
+
+
+def _id_where(root: YNode) -> Where:
+    node = root.get("id") if isinstance(root, YMap) else None
+    return (node or root).where
+
+
+def _duplicates(scenarios: Sequence[Scenario]) -> list[Problem]:
+    seen: dict[str, Scenario] = {}
+    problems = []
+    for scenario in scenarios:
+        if scenario.id in seen:
+            first = seen[scenario.id].file
+            problems.append(
+                Problem(
+                    scenario.file, 0, 0, f"duplicate scenario id `{scenario.id}` (also in {first})"
+                )
+            )
+        seen.setdefault(scenario.id, scenario)
+    return problems
+
+
+def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
+    """Build a ``Scenario`` from parsed YAML, recording problems in ``reader``."""
+    body = reader.mapping(root, "a scenario")
+    if body is None:
+        return None
+    baseline = _flag(body, "baseline", reader)
+    required = REQUIRED if baseline else (*REQUIRED, *CRASH_REQUIRED)
+    reader.keys(body, SCENARIO_KEYS, "a scenario", required=required)
+    if baseline:
+        for key in ("trigger", "signatures", "affected", "fixed"):
+            if (node := body.get(key)) is not None:
+                reader.error(node.where, f"a baseline expects no crash: remove `{key}`")
+    id_node = body.get("id")
+    scenario_id = reader.name(id_node, "scenario id") if id_node is not None else None
+    probe = _probe(body.get("probe"), reader)
+    scenario = Scenario(
+        id=scenario_id or "",
+        title=_text(body, "title", reader) or "",
+        lanes=_lanes(body.get("lanes"), "`lanes`", reader, allow_empty=probe is not None),
+        trigger=_trigger(body.get("trigger"), reader),
+        launch=_launch(body.get("launch"), reader),
+        signatures=_signatures(body.get("signatures"), reader),
+        affected=_specifiers(body.get("affected"), "`affected`", reader) or NO_VERSION,
+        fixed=_specifiers(body.get("fixed"), "`fixed`", reader),
+        variants=_variants(body.get("variants"), reader),
+        avoided=_text(body, "avoided", reader) or "",
+        source=_source(body.get("source"), reader),
+        probe=probe,
+        baseline=baseline,
+        file=file,
+    )
+    return scenario if scenario_id else None
+
+
+def _text(body: YMap, key: str, reader: Reader) -> str | None:
+    node = body.get(key)
+    return reader.text(node, f"`{key}`") if node is not None else None
+
+
+def _flag(body: YMap, key: str, reader: Reader) -> bool:
+    node = body.get(key)
+    return bool(reader.boolean(node, f"`{key}`")) if node is not None else False
+
+
+def _number(body: YMap, key: str, reader: Reader) -> float | None:
+    node = body.get(key)
+    if node is None or (isinstance(node, YScalar) and node.value is None):
+        return None
+    return reader.number(node, f"`{key}`", positive=True)
+
+
+def _lanes(
+    node: YNode | None, what: str, reader: Reader, allow_empty: bool = False
+) -> tuple[Lane, ...]:
+    if node is None:
+        return ()
+    if isinstance(node, YSeq) and not node.items and allow_empty:
+        return ()
+    lanes: list[Lane] = []
+    for item in reader.sequence(node, what) or ():
+        value = item.value if isinstance(item, YScalar) else None
+        if isinstance(value, str) and value in set(Lane) and Lane(value) not in lanes:
+            lanes.append(Lane(value))
+        else:
+            reader.error(item.where, f"{what} must list `cpu` and/or `gpu` once each")
+    if not lanes and not allow_empty:
+        reader.error(node.where, f"{what} must name at least one lane")
+    return tuple(lanes)
+
+
+def _trigger(node: YNode | None, reader: Reader) -> tuple[Condition, ...]:
+    if node is None:
+        return ()
+    body = reader.mapping(node, "`trigger`")
+    if body is None:
+        return ()
+    conditions: list[Condition] = []
+    for entry in body:
+        problem = subject_problem(entry.key)
+        if problem:
+            reader.error(entry.where, problem)
+            continue
+        conditions.extend(_conditions(entry, reader))
+    return tuple(conditions)
+
+
+def _conditions(entry: YEntry, reader: Reader) -> list[Condition]:
+    """``subject: value`` means ``eq``, ``subject: [a, b]`` means ``in``, or ``{gt: 128}``."""
+    value = entry.value
+    if isinstance(value, YSeq):
+        return [Condition(entry.key, Op.IN, _values(value, reader))]
+    if isinstance(value, YScalar):
+        return [Condition(entry.key, Op.EQ, value.value)]
+    if not value.entries:
+        reader.error(value.where, f"`{entry.key}` needs a comparison, e.g. {{gt: 128}}")
+    conditions = []
+    for test in value:
+        if test.key not in set(Op):
+            hint = suggest(test.key, [op.value for op in Op])
+            reader.error(test.where, f"unknown comparison `{test.key}`: use {', '.join(Op)}.{hint}")
+        elif test.key == Op.IN:
+            if isinstance(test.value, YSeq):
+                conditions.append(Condition(entry.key, Op.IN, _values(test.value, reader)))
+            else:
+                reader.error(test.value.where, f"`in` needs a list, not {describe(test.value)}")
+        else:
+            ok, scalar = reader.scalar(test.value, f"`{test.key}`")
+            if ok:
+                conditions.append(Condition(entry.key, Op(test.key), scalar))
+    return conditions
+
+
+def _values(node: YSeq, reader: Reader) -> tuple[FlagValue, ...]:
+    values: list[FlagValue] = []
+    for item in node.items:
+        ok, value = reader.scalar(item, "a value")
+        if ok:
+            values.append(value)
+    return tuple(values)
+
+
+def _launch(node: YNode | None, reader: Reader) -> Launch:
+    body = reader.mapping(node, "`launch`") if node is not None else None
+    if body is None:
+        return Launch()
+    reader.keys(body, LAUNCH_KEYS, "`launch`")
+    mode = LaunchMode.SERVER
+    if (value := body.get("mode")) is not None:
+        text = value.value if isinstance(value, YScalar) else None
+        if isinstance(text, str) and text in set(LaunchMode):
+            mode = LaunchMode(text)
+        else:
+            reader.error(
+                value.where, f"`mode` must be `server` or `offline`, not {describe(value)}"
+            )
+    flags_node, env_node = body.get("flags"), body.get("env")
+    flags = reader.flags(flags_node, "`flags`") if flags_node is not None else None
+    env = reader.strings(env_node, "`env`") if env_node is not None else None
+    return Launch(
+        mode=mode,
+        flags=frozen_flags(flags),
+        env=MappingProxyType(dict(env or {})),
+        lora_adapter=_text(body, "lora_adapter", reader),
+        interrupt_after_s=_number(body, "interrupt_after_s", reader),
+        startup_timeout_s=_number(body, "startup_timeout_s", reader) or Launch.startup_timeout_s,
+    )
+
+
+def _signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]:
+    if node is None:
+        return ()
+    signatures = []
+    for item in reader.sequence(node, "`signatures`") or ():
+        body = reader.mapping(item, "a signature")
+        if body is None:
+            continue
+        reader.keys(body, ("pattern", "process"), "a signature", required=("pattern",))
+        pattern = _text(body, "pattern", reader)
+        if pattern is None:
+            continue
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            where = body.get("pattern") or body
+            reader.error(where.where, f"`pattern` is not a valid regular expression: {exc}")
+            continue
+        signatures.append(Signature(pattern, _text(body, "process", reader)))
+    if not signatures and isinstance(node, YSeq) and not node.items:
+        reader.error(node.where, "`signatures` must list at least one pattern")
+    return tuple(signatures)
+
+
+def _specifiers(node: YNode | None, what: str, reader: Reader) -> SpecifierSet | None:
+    """A PEP 440 specifier set (``>=0.31.0,<0.31.1rc0``), ``all``, or null for none."""
+    if node is None or (isinstance(node, YScalar) and node.value is None):
+        return None
+    text = reader.text(node, what)
+    if text is None:
+        return None
+    if text.strip() == "all":
+        return ALL_VERSIONS
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        reader.error(
+            node.where,
+            f"{what} `{text}` is not a version specifier set (e.g. `>=0.31.0,<0.31.1rc0` or `all`)",
+        )
+        return None
+
+
+def _variants(node: YNode | None, reader: Reader) -> tuple[Variant, ...]:
+    variants = [Variant("trigger", "trigger", description="the launch as documented")]
+    if node is None:
+        return tuple(variants)
+    for item in reader.sequence(node, "`variants`") or ():
+        variant = _variant(item, reader)
+        if variant is None:
+            continue
+        if any(v.name == variant.name for v in variants):
+            reader.error(item.where, f"duplicate variant `{variant.name}` (`trigger` is reserved)")
+            continue
+        variants.append(variant)
+    return tuple(variants)
+
+
+def _variant(node: YNode, reader: Reader) -> Variant | None:
+    body = reader.mapping(node, "a variant")
+    if body is None:
+        return None
+    keys = ("name", "kind", "flags", "interrupt", "description")
+    reader.keys(body, keys, "a variant", required=("name", "kind"))
+    name_node, kind = body.get("name"), _text(body, "kind", reader)
+    name = reader.name(name_node, "variant name") if name_node is not None else None
+    if kind is not None and kind not in VARIANT_KINDS:
+        where = (body.get("kind") or body).where
+        reader.error(where, f"`kind` must be `workaround` or `control`, not `{kind}`")
+    flags_node = body.get("flags")
+    flags = reader.flags(flags_node, "`flags`") if flags_node is not None else None
+    interrupt_node = body.get("interrupt")
+    interrupt = reader.boolean(interrupt_node, "`interrupt`") if interrupt_node else True
+    if not flags and interrupt is not False:
+        reader.error(body.where, "a variant must change something: `flags` or `interrupt: false`")
+    if name is None or kind not in VARIANT_KINDS:
+        return None
+    description = _text(body, "description", reader) or ""
+    return Variant(name, kind, frozen_flags(flags), description, interrupt is not False)
+
+
+def _source(node: YNode | None, reader: Reader) -> Source:
+    body = reader.mapping(node, "`source`") if node is not None else None
+    if body is None:
+        return Source()
+    reader.keys(body, ("seed", "issues", "prs"), "`source`")
+    return Source(
+        seed=_text(body, "seed", reader),
+        issues=_numbers(body.get("issues"), "`issues`", reader),
+        prs=_numbers(body.get("prs"), "`prs`", reader),
+    )
+
+
+def _numbers(node: YNode | None, what: str, reader: Reader) -> tuple[int, ...]:
+    items = reader.sequence(node, what) if node is not None else ()
+    numbers = (reader.integer(item, f"{what} entry", minimum=1) for item in items or ())
+    return tuple(n for n in numbers if n is not None)
+
+
+def _probe(node: YNode | None, reader: Reader) -> Probe | None:
+    body = reader.mapping(node, "`probe`") if node is not None else None
+    if body is None:
+        return None
+    keys = ("program", "params", "lanes", "note")
+    reader.keys(body, keys, "`probe`", required=("program", "lanes"))
+    program = _text(body, "program", reader)
+    if program is not None and not PROGRAM_PATTERN.fullmatch(program):
+        where = (body.get("program") or body).where
+        reader.error(where, "`program` must be a file name under probes/, like moe_lora_rank.py")
+        program = None
+    params_node = body.get("params")
+    params = reader.flags(params_node, "`params`") if params_node is not None else None
+    lanes = _lanes(body.get("lanes"), "probe `lanes`", reader)
+    if program is None:
+        return None
+    note = _text(body, "note", reader) or ""
+    return Probe(program, MappingProxyType(dict(params or {})), lanes, note)
