@@ -1,0 +1,91 @@
+"""``repromatrix plan``: print the cells of the matrix and what each is expected to show."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from repromatrix import plan as output
+from repromatrix.config import Matrix, load_matrix
+from repromatrix.errors import ConfigError, Problem
+from repromatrix.expand import expand, plan
+from repromatrix.model import Lane, Scenario
+from repromatrix.scenarios import load_scenarios
+from repromatrix.selector import Selector
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``plan`` and its options."""
+    parser = subparsers.add_parser(
+        "plan",
+        help="print the cells of the matrix and their expected outcomes",
+        description=(
+            "Expand matrix.yaml and the scenario files into cells and print them with the "
+            "outcome each scenario's documentation predicts (hit, avoided, unknown)."
+        ),
+    )
+    add_selection_arguments(parser)
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument(
+        "--format",
+        choices=("table", "json", "github"),
+        default="table",
+        help="table (default), json (a list of cells), github (an Actions job matrix)",
+    )
+    form.add_argument(
+        "--json", dest="format", action="store_const", const="json", help="same as --format json"
+    )
+    parser.set_defaults(handler=run)
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --matrix, --scenarios, --lane, --only and --skip (shared with other commands)."""
+    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
+    parser.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="DIR")
+    parser.add_argument("--lane", choices=[lane.value for lane in Lane], help="one lane only")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="GLOB", help="keep cells whose id matches"
+    )
+    parser.add_argument(
+        "--skip", action="append", default=[], metavar="GLOB", help="drop cells whose id matches"
+    )
+
+
+def load_inputs(matrix_path: Path, scenarios_dir: Path) -> tuple[Matrix, tuple[Scenario, ...]]:
+    """Load the matrix and the catalogue, reporting the problems of both at once."""
+    problems: list[Problem] = []
+    matrix = scenarios = None
+    try:
+        matrix = load_matrix(matrix_path)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    try:
+        scenarios = load_scenarios(scenarios_dir)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    if problems or matrix is None or scenarios is None:
+        raise ConfigError(problems)
+    return matrix, scenarios
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the plan in the chosen format; bad input raises (the CLI prints it, exit 2)."""
+    matrix, scenarios = load_inputs(args.matrix, args.scenarios)
+    lane = Lane(args.lane) if args.lane else None
+    selector = Selector(args.only, args.skip)
+    cells = plan(matrix, scenarios, lane, selector)
+    if args.format == "json":
+        text = output.render_json(cells)
+    elif args.format == "github":
+        everything = (
+            {cell.id for cell in cells}
+            if selector.selects_all
+            else {cell.id for cell in expand(matrix, scenarios, lane)}
+        )
+        text = output.render_github(cells, everything)
+    else:
+        text = output.render_table(cells)
+    sys.stdout.write(text)
+    return 0

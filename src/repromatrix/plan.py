@@ -1,0 +1,199 @@
+"""What ``repromatrix plan`` prints: a table, JSON, or a GitHub Actions job matrix.
+
+The GitHub form groups cells by runner label and, within a runner, by image
+and GPU, one job per group; each job says which cells it runs as ``--only``
+globs, so a workflow step is just ``repromatrix run ${{ matrix.args }}``.
+A group the selection kept whole is one glob (``gpu/v0.31.0/h100/*``); a
+partial group lists its ids, factored into one brace glob. Above the job
+limit, groups of the same runner are merged, never groups of two runners.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from repromatrix.errors import UsageError
+from repromatrix.model import Cell
+
+GITHUB_MAX_JOBS = 256  # GitHub Actions' limit on jobs per matrix
+TABLE_COLUMNS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant", "level")
+
+
+def cell_json(cell: Cell) -> dict[str, Any]:
+    """Return one cell as the JSON object ``plan --json`` prints."""
+    return {
+        "id": cell.id,
+        "lane": cell.lane.value,
+        "level": cell.level.value,
+        "image": cell.image.ref,
+        "image_tag": cell.image.tag,
+        "version": str(cell.image.version) if cell.image.version is not None else None,
+        "gpu": cell.gpu.name,
+        "runner": cell.gpu.runner_label,
+        "model": cell.model.name,
+        "model_source": cell.model.source,
+        "flagset": cell.flagset.name,
+        "scenario": cell.scenario.id,
+        "variant": cell.variant.name,
+        "variant_kind": cell.variant.kind,
+        "expected": cell.expected.value,
+        "flags": dict(cell.flags),
+        "env": dict(cell.env),
+        "deadline_s": cell.deadline_s,
+        "interrupt_after_s": cell.interrupt_after_s,
+    }
+
+
+def render_json(cells: Iterable[Cell]) -> str:
+    """Return the cells as a JSON list."""
+    return json.dumps([cell_json(cell) for cell in cells], indent=2) + "\n"
+
+
+def _row(cell: Cell) -> tuple[str, ...]:
+    parts = cell.id.removesuffix("@probe").split("/")
+    return (*parts, cell.level.value, cell.expected.value)
+
+
+def render_table(cells: Sequence[Cell]) -> str:
+    """Return an aligned text table of the cells and a one-line summary."""
+    header = (*TABLE_COLUMNS, "expected")
+    rows = [header, *(_row(cell) for cell in cells)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    return "\n".join([*lines, "", summary(cells)]) + "\n"
+
+
+def summary(cells: Sequence[Cell]) -> str:
+    """Return e.g. ``273 cells: 60 hit, 190 avoided, 23 unknown (gpu 249, cpu 24)``."""
+    expected = Counter(cell.expected.value for cell in cells)
+    lanes = Counter(cell.lane.value for cell in cells)
+    counts = ", ".join(f"{expected[name]} {name}" for name in ("hit", "avoided", "unknown"))
+    per_lane = ", ".join(f"{lane} {n}" for lane, n in sorted(lanes.items()))
+    noun = "cell" if len(cells) == 1 else "cells"
+    return f"{len(cells)} {noun}: {counts} ({per_lane})"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One GitHub Actions job: a runner label and the globs of the cells it runs."""
+
+    runner: str
+    lane: str
+    name: str
+    only: tuple[str, ...]
+    cells: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the matrix entry (``args`` is ready for ``repromatrix run``)."""
+        args = " ".join(f"--only {shlex.quote(glob)}" for glob in self.only)
+        return {
+            "runner": self.runner,
+            "lane": self.lane,
+            "name": self.name,
+            "cells": self.cells,
+            "only": list(self.only),
+            "args": args,
+        }
+
+
+def github_matrix(
+    cells: Sequence[Cell], everything: Collection[str], max_jobs: int = GITHUB_MAX_JOBS
+) -> dict[str, list[dict[str, Any]]]:
+    """Return ``{"include": [job, ...]}`` covering exactly ``cells``, in at most ``max_jobs`` jobs.
+
+    ``everything`` is the ids of the unselected plan, to tell whole groups from partial ones.
+    """
+    groups: dict[tuple[str, str, str], list[Cell]] = {}
+    for cell in cells:
+        key = (cell.gpu.runner_label, cell.lane.value, "/".join(cell.id.split("/")[:3]))
+        groups.setdefault(key, []).append(cell)
+    jobs = [_group_job(key, members, everything) for key, members in groups.items()]
+    jobs = _fit(jobs, max_jobs)
+    return {"include": [job.to_json() for job in jobs]}
+
+
+def _group_job(
+    key: tuple[str, str, str], members: Sequence[Cell], everything: Collection[str]
+) -> Job:
+    runner, lane, prefix = key
+    ids = sorted(cell.id for cell in members)
+    whole = sorted(i for i in everything if i.startswith(prefix + "/"))
+    glob = f"{prefix}/*" if ids == whole else brace_glob(ids)
+    name = f"{runner} {prefix.split('/', 1)[1].replace('/', ' ')}"
+    return Job(runner, lane, name, (glob,), len(ids))
+
+
+def brace_glob(ids: Sequence[str]) -> str:
+    """Return one glob matching exactly ``ids``: their common folder prefix and a brace list."""
+    if len(ids) == 1:
+        return ids[0]
+    first, last = min(ids), max(ids)
+    common = 0
+    while common < min(len(first), len(last)) and first[common] == last[common]:
+        common += 1
+    cut = first.rfind("/", 0, common) + 1
+    return first[:cut] + "{" + ",".join(i[cut:] for i in ids) + "}"
+
+
+def _fit(jobs: Sequence[Job], max_jobs: int) -> list[Job]:
+    """Merge jobs of the same runner until at most ``max_jobs`` remain."""
+    by_runner: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_runner.setdefault(job.runner, []).append(job)
+    if len(by_runner) > max_jobs:
+        raise UsageError(
+            f"the plan needs {len(by_runner)} runner labels, above the {max_jobs}-job limit"
+        )
+    if len(jobs) <= max_jobs:
+        return list(jobs)
+    quotas = _quotas({runner: len(group) for runner, group in by_runner.items()}, max_jobs)
+    merged: list[Job] = []
+    for runner, group in by_runner.items():
+        merged.extend(_merge(group, quotas[runner]))
+    return merged
+
+
+def _quotas(sizes: Mapping[str, int], total: int) -> dict[str, int]:
+    """Share ``total`` jobs among runners in proportion to their groups (at least one each)."""
+    quotas = dict.fromkeys(sizes, 1)
+    spare = total - len(sizes)
+    weight = sum(sizes.values())
+    for runner, size in sorted(sizes.items(), key=lambda item: -item[1]):
+        extra = min(size - 1, spare * size // weight)
+        quotas[runner] += extra
+    return quotas
+
+
+def _merge(group: Sequence[Job], count: int) -> list[Job]:
+    """Split one runner's jobs into ``count`` contiguous chunks, each one job."""
+    count = max(1, min(count, len(group)))
+    size, rest = divmod(len(group), count)
+    chunks, start = [], 0
+    for index in range(count):
+        end = start + size + (1 if index < rest else 0)
+        chunks.append(group[start:end])
+        start = end
+    return [_join(chunk) for chunk in chunks]
+
+
+def _join(chunk: Sequence[Job]) -> Job:
+    if len(chunk) == 1:
+        return chunk[0]
+    first = chunk[0]
+    name = f"{first.runner} ({len(chunk)} groups from {first.name.split(' ', 1)[1]})"
+    only = tuple(glob for job in chunk for glob in job.only)
+    return Job(first.runner, first.lane, name, only, sum(job.cells for job in chunk))
+
+
+def render_github(
+    cells: Sequence[Cell], everything: Collection[str], max_jobs: int = GITHUB_MAX_JOBS
+) -> str:
+    """Return the GitHub matrix as compact JSON (for ``$GITHUB_OUTPUT``)."""
+    return json.dumps(github_matrix(cells, everything, max_jobs), separators=(",", ":")) + "\n"
