@@ -128,7 +128,10 @@ def _probe(cell: Cell) -> dict[str, Any]:
         raise _problem(cell, ["the cell is a probe cell but its scenario has no probe"])
     if not PROBE_PROGRAM.match(probe.program):
         _raise(cell, [f"probe program {probe.program!r} is not a file name like name.py"])
-    return {"program": probe.program, "params": dict(sorted(probe.params.items()))}
+    # The cell's flags (the launch's, with the variant's overrides) win over the probe's own
+    # params, so a control or workaround variant reaches the probe.
+    params = {**probe.params, **cell.flags}
+    return {"program": probe.program, "params": dict(sorted(params.items()))}
 
 
 def _adapter(cell: Cell, adapter_path: str | None) -> dict[str, str] | None:
