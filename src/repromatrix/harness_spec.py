@@ -52,7 +52,7 @@ def build_spec(
         "model": model_path,
         "env": spec_env(cell),
         "startup_timeout_s": min(cell.scenario.launch.startup_timeout_s, cell.deadline_s),
-        "interrupt_after_s": cell.scenario.launch.interrupt_after_s,
+        "interrupt_after_s": cell.interrupt_after_s,
         "port": port,
     }
     if spec["mode"] == "probe":

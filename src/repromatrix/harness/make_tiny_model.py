@@ -43,7 +43,15 @@ def complete(folder: str) -> bool:
 
 
 def publish(partial: str, folder: str) -> None:
-    """Move ``partial`` into place and mark it complete."""
+    """Make ``partial`` readable by all, move it into place and mark it complete."""
+    # Cells mount the model read-only and may run as another user than the generator;
+    # safetensors writes its files owner-only.
+    for root, dirs, files in os.walk(partial):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    os.chmod(partial, 0o755)
     if os.path.isdir(folder):
         shutil.rmtree(folder)
     os.rename(partial, folder)
