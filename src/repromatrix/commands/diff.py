@@ -1,0 +1,45 @@
+"""``repromatrix diff RESULTS --baseline TAG --candidate TAG``: is the upgrade safe for us?"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from repromatrix.commands.report import require_run_dir
+from repromatrix.errors import EXIT_FAILURE, EXIT_OK
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``diff`` command."""
+    parser = subparsers.add_parser(
+        "diff",
+        help="what an upgrade from one image tag to another fixes and breaks",
+        description=(
+            "Compare the cells of two image tags in one run: crashes fixed, still hit, newly "
+            "failing, unknown. Exits 1 when the candidate is worse than the baseline."
+        ),
+    )
+    parser.add_argument("results", type=Path, metavar="RESULTS", help="a run folder, results/<run>")
+    parser.add_argument("--baseline", required=True, metavar="TAG", help="the image tag in use")
+    parser.add_argument("--candidate", required=True, metavar="TAG", help="the tag to move to")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the answer; the exit status says whether the candidate is worse."""
+    from repromatrix import diff  # noqa: PLC0415  (keeps `--help` fast)
+    from repromatrix.reports import load_run  # noqa: PLC0415
+
+    loaded = load_run(require_run_dir(args.results))
+    for problem in loaded.problems:
+        print(f"problem: {problem}", file=sys.stderr)
+    upgrade = diff.diff(loaded.results, args.baseline, args.candidate)
+    if args.json:
+        print(json.dumps(diff.to_json(upgrade), indent=2))
+    else:
+        print(diff.render_text(upgrade), end="")
+    return EXIT_FAILURE if upgrade.worse else EXIT_OK

@@ -1,0 +1,169 @@
+"""``compat.html``: the compatibility table as one self-contained page.
+
+No external assets: styles and the few lines of filter script are inline, so
+the file works offline, attached to a CI run or mailed around. Every value
+goes through jinja2's autoescaping (log lines contain ``<``). This module
+turns the table into plain values for the template; the template lays them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import jinja2
+
+from repromatrix.compat import Agreement, Entry, Section, Table, log_path
+from repromatrix.verdicts import SEVERITY, Judged, RunProblem, Verdict
+
+TEMPLATE = "compat.html.j2"
+LABELS = {v: v.value.replace("_", " ") for v in Verdict}
+
+
+@dataclass(frozen=True)
+class LevelView:
+    """One level's result inside a table cell."""
+
+    id: str
+    level: str
+    verdict: str
+    verdict_label: str
+    cause: str
+    expected: str
+    observed: str
+    explanation: str
+    version: str
+    image: str
+    digest: str
+    root_cause_line: str
+    process: str
+    log: str
+    excerpt: str | None
+
+
+@dataclass(frozen=True)
+class CellView:
+    """One table cell: its levels, the worst verdict (for colour) and the level agreement."""
+
+    scenario: str
+    verdict: str
+    levels: tuple[LevelView, ...]
+    agreement: str | None
+
+
+@dataclass(frozen=True)
+class RowView:
+    """One image tag's row in a section."""
+
+    label: str
+    cells: tuple[CellView | None, ...]
+
+
+@dataclass(frozen=True)
+class SectionView:
+    """A setup's table."""
+
+    title: str
+    lane: str
+    gpu: str
+    model: str
+    flagset: str
+    columns: tuple[tuple[str, str], ...]
+    rows: tuple[RowView, ...]
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("repromatrix", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_html(
+    table: Table,
+    problems: Sequence[RunProblem],
+    run: str,
+    excerpts: Mapping[str, str],
+) -> str:
+    """Return ``compat.html``; ``excerpts`` maps cell ids to their log excerpts."""
+    sections = tuple(_section_view(s, excerpts) for s in table.sections)
+    return (
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            run=run,
+            cells=table.cells,
+            counts=[(v.value, LABELS[v], n) for v, n in table.counts.items()],
+            problems=problems,
+            sections=sections,
+            gpus=sorted({s.gpu for s in sections}),
+            models=sorted({s.model for s in sections}),
+            scenarios=sorted({c[0] for s in sections for c in s.columns}),
+        )
+    )
+
+
+def _section_view(section: Section, excerpts: Mapping[str, str]) -> SectionView:
+    setup = section.setup
+    rows = tuple(
+        RowView(
+            section.row_label(tag),
+            tuple(_cell_view(section.entry(tag, c), excerpts) for c in section.columns),
+        )
+        for tag in section.tags
+    )
+    return SectionView(
+        setup.title,
+        setup.lane,
+        setup.gpu,
+        setup.model,
+        setup.flagset,
+        tuple((c.scenario, c.variant) for c in section.columns),
+        rows,
+    )
+
+
+def _cell_view(entry: Entry | None, excerpts: Mapping[str, str]) -> CellView | None:
+    if entry is None:
+        return None
+    levels = entry.levels
+    worst = min((j.verdict for j in levels), key=SEVERITY.index)
+    agreement = entry.agreement
+    return CellView(
+        scenario=levels[0].result.scenario,
+        verdict=worst.value,
+        levels=tuple(_level_view(j, excerpts.get(j.result.id)) for j in levels),
+        agreement=None if agreement is None else _AGREEMENT_TEXT[agreement],
+    )
+
+
+_AGREEMENT_TEXT = {
+    Agreement.AGREE: "levels agree",
+    Agreement.DISAGREE: "levels disagree",
+    Agreement.UNDECIDED: "levels not comparable",
+}
+
+
+def _level_view(judged: Judged, excerpt: str | None) -> LevelView:
+    r = judged.result
+    cause = r.root_cause
+    return LevelView(
+        id=r.id,
+        level=judged.level.value,
+        verdict=judged.verdict.value,
+        verdict_label=LABELS[judged.verdict],
+        cause=judged.cause,
+        expected=r.expected.value,
+        observed=r.outcome.value.replace("_", " "),
+        explanation=judged.explanation,
+        version=r.version or "unknown",
+        image=r.image,
+        digest=r.image_digest or "",
+        root_cause_line=cause.line.strip() if cause else "",
+        process=(cause.process or "") if cause else "",
+        log=log_path(r.id),
+        excerpt=excerpt,
+    )

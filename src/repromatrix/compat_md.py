@@ -1,0 +1,183 @@
+"""``compat.md``: the compatibility table as GitHub-flavoured Markdown, for job summaries.
+
+GitHub refuses a job summary over 1 MiB, so the Markdown degrades in steps
+until it fits: every entry with its short root cause, then symbols only, then
+a summary (verdict counts per image tag and the cells that need attention).
+The HTML and JSON reports always hold everything.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+
+from repromatrix.compat import Agreement, Entry, Table, tag_key
+from repromatrix.model import Level, Outcome
+from repromatrix.verdicts import FAILING, SEVERITY, Judged, RunProblem, Verdict, one_line
+
+MD_LIMIT = 1000 * 1024  # GitHub's job-summary limit is 1 MiB; keep a margin
+CAUSE_CHARS = 70
+MAX_PROBLEMS = 50
+MAX_ATTENTION = 1000  # past this a list stops being read; compat.html has the rest
+
+SYMBOLS: Mapping[Outcome, str] = MappingProxyType(
+    {
+        Outcome.HIT: "💥",
+        Outcome.AVOIDED: "✅",
+        Outcome.OTHER_FAILURE: "❌",
+        Outcome.TIMEOUT: "⏱️",
+        Outcome.INFRA_ERROR: "⚠️",
+        Outcome.SKIPPED: "⏭️",
+        Outcome.UNREACHABLE: "🚫",
+    }
+)
+PROBE_MARK = "🔬"
+VERDICT_MARKS: Mapping[Verdict, str] = MappingProxyType(
+    {
+        Verdict.REGRESSION: " **REGRESSION**",
+        Verdict.UNEXPECTED_FIX: " **UNEXPECTED FIX**",
+        Verdict.UNKNOWN: " ❔",
+    }
+)
+LEGEND = (
+    "💥 crash hit · ✅ avoided · ❌ other failure · ⏱️ timeout · ⚠️ infrastructure error · "
+    "⏭️ skipped · 🚫 probe could not reach the code path · 🔬 probe level (vLLM's own code "
+    "run on the CPU) · ❔ no documented expectation · **REGRESSION** hit where the documents "
+    "say fixed · **UNEXPECTED FIX** avoided where the documents say affected"
+)
+
+
+class Detail(enum.IntEnum):
+    """How much each table entry says, from most to least."""
+
+    FULL = 0  # symbol, verdict mark and short root cause
+    SYMBOLS = 1  # symbol and verdict mark
+    SUMMARY = 2  # no per-cell table at all
+
+
+def escape(text: str) -> str:
+    """Make ``text`` inert in a GFM table cell: HTML, emphasis, links, pipes, line breaks."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for char in "\\`*_[]|~#":
+        text = text.replace(char, "\\" + char)
+    return " ".join(text.split())
+
+
+def render_markdown(
+    table: Table,
+    judged: Sequence[Judged],
+    problems: Sequence[RunProblem],
+    run: str,
+    limit: int = MD_LIMIT,
+) -> str:
+    """Return ``compat.md``, as detailed as fits in ``limit`` bytes of UTF-8."""
+    head = _head(table, problems, run)
+    for detail in (Detail.FULL, Detail.SYMBOLS):
+        text = head + "".join(_sections(table, detail))
+        if len(text.encode("utf-8")) <= limit:
+            return text
+    return _summary(table, judged, head, limit)
+
+
+def _head(table: Table, problems: Sequence[RunProblem], run: str) -> str:
+    counts = " · ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in table.counts.items())
+    lines = [f"# vLLM compatibility: {escape(run)}", "", f"{table.cells} cells: {counts or '-'}"]
+    if problems:
+        lines += ["", f"**{len(problems)} problem(s) with this run's files:**", ""]
+        lines += [
+            f"- {p.kind.value}: {escape(one_line(str(p), 400))}" for p in problems[:MAX_PROBLEMS]
+        ]
+        if len(problems) > MAX_PROBLEMS:
+            lines.append(f"- … and {len(problems) - MAX_PROBLEMS} more (see compat.json)")
+    lines += ["", LEGEND, ""]
+    return "\n".join(lines) + "\n"
+
+
+def _sections(table: Table, detail: Detail) -> Iterator[str]:
+    for section in table.sections:
+        yield f"## {escape(section.setup.title)}\n\n"
+        header = [
+            "image",
+            *(escape(c.scenario) + "<br>" + escape(c.variant) for c in section.columns),
+        ]
+        yield "| " + " | ".join(header) + " |\n"
+        yield "|" + "---|" * len(header) + "\n"
+        for tag in section.tags:
+            row = [escape(section.row_label(tag))]
+            row += [_entry_text(section.entry(tag, c), detail) for c in section.columns]
+            yield "| " + " | ".join(row) + " |\n"
+        yield "\n"
+
+
+def _entry_text(entry: Entry | None, detail: Detail) -> str:
+    if entry is None:
+        return ""
+    parts = [_level_text(j, detail) for j in entry.levels]
+    if entry.agreement is Agreement.AGREE:
+        parts.append("levels agree")
+    elif entry.agreement is Agreement.DISAGREE:
+        parts.append("**levels disagree**")
+    return "<br>".join(parts)
+
+
+def _level_text(judged: Judged, detail: Detail) -> str:
+    mark = PROBE_MARK if judged.level is Level.PROBE else ""
+    text = mark + SYMBOLS[judged.result.outcome] + VERDICT_MARKS.get(judged.verdict, "")
+    if detail is Detail.FULL and judged.cause:
+        text += " " + escape(one_line(judged.cause, CAUSE_CHARS))
+    return text
+
+
+def _summary(table: Table, judged: Sequence[Judged], head: str, limit: int) -> str:
+    lines = [
+        f"The full table of {table.cells} cells does not fit in a job summary: counts per "
+        "image tag below, every cell in compat.html and compat.json.",
+        "",
+        *_count_table(table),
+        "",
+        "## Cells that need attention",
+        "",
+    ]
+    text = head + "\n".join(lines) + "\n"
+    attention = sorted(
+        (j for j in judged if j.verdict in FAILING or j.verdict is Verdict.ERROR),
+        key=lambda j: (SEVERITY.index(j.verdict), j.result.id),
+    )
+    return text + _bounded_list(attention, limit - len(text.encode("utf-8")))
+
+
+def _count_table(table: Table) -> list[str]:
+    counts: dict[tuple[str, str], Counter[Verdict]] = {}
+    for section in table.sections:
+        for (tag, _), entry in section.entries.items():
+            key = (section.setup.lane, tag)
+            counts.setdefault(key, Counter()).update(j.verdict for j in entry.levels)
+    verdicts = [v for v in SEVERITY if v in table.counts]
+    lines = [
+        "| lane | image | " + " | ".join(v.value.replace("_", " ") for v in verdicts) + " |",
+        "|" + "---|" * (len(verdicts) + 2),
+    ]
+    for lane, tag in sorted(counts, key=lambda k: (k[0], tag_key(k[1]))):
+        row = [str(counts[lane, tag][v] or "") for v in verdicts]
+        lines.append(f"| {escape(lane)} | {escape(tag)} | " + " | ".join(row) + " |")
+    return lines
+
+
+def _bounded_list(attention: Sequence[Judged], budget: int) -> str:
+    out: list[str] = []
+    used = 0
+    for number, item in enumerate(attention):
+        line = (
+            f"- {SYMBOLS[item.result.outcome]} {item.verdict.value}: "
+            f"{escape(item.result.id)}: {escape(one_line(item.cause, CAUSE_CHARS))}\n"
+        )
+        more = f"- … and {len(attention) - number} more (see compat.html)\n"
+        too_long = number >= MAX_ATTENTION
+        if too_long or used + len(line.encode("utf-8")) + len(more.encode("utf-8")) > budget:
+            out.append(more)
+            break
+        out.append(line)
+        used += len(line.encode("utf-8"))
+    return "".join(out) if attention else "None.\n"

@@ -1,0 +1,203 @@
+"""The upgrade question: what changes for us if we move from one image tag to another?
+
+Pure: saved results in, a ``UpgradeDiff`` out. Cells of the two tags are
+paired when everything but the tag is the same (lane, GPU, model, flag set,
+scenario, variant, level), and each pair says what the upgrade does:
+
+- ``fixed``: a crash or failure on the baseline is avoided on the candidate;
+- ``still_hit``: it fails on both (the failure may have changed kind);
+- ``newly_failing``: the baseline avoided it, the candidate hits it or fails;
+- ``still_avoided``: fine on both;
+- ``unknown``: one side did not decide (infrastructure error, skip,
+  unreachable probe) or has no such cell.
+
+The candidate is worse when any pair is newly failing: ``repromatrix diff``
+then exits 1, so CI can gate an upgrade on it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from repromatrix.errors import UsageError, suggest
+from repromatrix.model import Outcome
+from repromatrix.results import CellResult
+from repromatrix.verdicts import cause_line, one_line
+
+DIFF_SCHEMA_VERSION = 1
+_BROKEN = frozenset({Outcome.HIT, Outcome.OTHER_FAILURE, Outcome.TIMEOUT})
+
+
+class Change(enum.StrEnum):
+    """What the upgrade does to one cell."""
+
+    NEWLY_FAILING = "newly_failing"
+    FIXED = "fixed"
+    STILL_HIT = "still_hit"
+    UNKNOWN = "unknown"
+    STILL_AVOIDED = "still_avoided"
+
+
+TITLES = {
+    Change.NEWLY_FAILING: "newly failing",
+    Change.FIXED: "crashes fixed",
+    Change.STILL_HIT: "still hit",
+    Change.UNKNOWN: "unknown",
+    Change.STILL_AVOIDED: "still avoided",
+}
+
+
+@dataclass(frozen=True, order=True)
+class PairKey:
+    """What a baseline cell and its candidate twin share: everything but the image tag."""
+
+    lane: str
+    gpu: str
+    model: str
+    flagset: str
+    scenario: str
+    variant: str
+    level: str
+
+    @classmethod
+    def of(cls, r: CellResult) -> PairKey:
+        """The key of one result."""
+        return cls(r.lane, r.gpu, r.model, r.flagset, r.scenario, r.variant, r.level)
+
+    @property
+    def label(self) -> str:
+        """``scenario/variant [level] lane/gpu/model/flagset``."""
+        where = f"{self.lane}/{self.gpu}/{self.model}/{self.flagset}"
+        return f"{self.scenario}/{self.variant} [{self.level}] {where}"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One cell on both sides of the upgrade, and what the upgrade does to it."""
+
+    key: PairKey
+    baseline: CellResult | None
+    candidate: CellResult | None
+    change: Change
+
+
+@dataclass(frozen=True)
+class UpgradeDiff:
+    """Every pair of an upgrade from ``baseline`` to ``candidate``."""
+
+    baseline: str
+    candidate: str
+    pairs: tuple[Pair, ...]
+
+    @property
+    def worse(self) -> bool:
+        """Whether anything that worked on the baseline fails on the candidate."""
+        return any(p.change is Change.NEWLY_FAILING for p in self.pairs)
+
+    def of(self, change: Change) -> tuple[Pair, ...]:
+        """The pairs with one kind of change."""
+        return tuple(p for p in self.pairs if p.change is change)
+
+
+def classify(baseline: CellResult | None, candidate: CellResult | None) -> Change:
+    """What the upgrade does to one pair."""
+    before = baseline.outcome if baseline else None
+    after = candidate.outcome if candidate else None
+    decided = {Outcome.AVOIDED, *_BROKEN}
+    if before not in decided or after not in decided:
+        return Change.UNKNOWN
+    if before is Outcome.AVOIDED:
+        return Change.STILL_AVOIDED if after is Outcome.AVOIDED else Change.NEWLY_FAILING
+    return Change.FIXED if after is Outcome.AVOIDED else Change.STILL_HIT
+
+
+def diff(results: Iterable[CellResult], baseline: str, candidate: str) -> UpgradeDiff:
+    """Pair the cells of two image tags and classify each pair; unknown tags are usage errors."""
+    everything = tuple(results)
+    tags = {r.image_tag for r in everything}
+    for option, tag in (("--baseline", baseline), ("--candidate", candidate)):
+        if tag not in tags:
+            known = ", ".join(sorted(tags)) or "none"
+            hint = suggest(tag, tags)
+            raise UsageError(
+                f"{option} {tag}: no results for this image tag (tags: {known}).{hint}"
+            )
+    before = _by_key(r for r in everything if r.image_tag == baseline)
+    after = _by_key(r for r in everything if r.image_tag == candidate)
+    if not before.keys() & after.keys():
+        raise UsageError(
+            f"{baseline} and {candidate} have no cell in common (same lane, GPU, model, flag "
+            "set, scenario, variant and level): there is nothing to compare"
+        )
+    pairs = tuple(
+        Pair(key, before.get(key), after.get(key), classify(before.get(key), after.get(key)))
+        for key in sorted(before.keys() | after.keys())
+    )
+    return UpgradeDiff(baseline, candidate, pairs)
+
+
+def _by_key(results: Iterable[CellResult]) -> dict[PairKey, CellResult]:
+    keyed: dict[PairKey, CellResult] = {}
+    for result in results:
+        keyed.setdefault(PairKey.of(result), result)
+    return keyed
+
+
+def _side(result: CellResult | None) -> str:
+    return result.outcome.value if result else "no cell"
+
+
+def render_text(upgrade: UpgradeDiff) -> str:
+    """The answer for a person: the verdict first, then each kind of change with its cells."""
+    verdict = "WORSE" if upgrade.worse else "not worse"
+    lines = [f"upgrade {upgrade.baseline} -> {upgrade.candidate}: the candidate is {verdict}"]
+    for change in Change:
+        pairs = upgrade.of(change)
+        lines += ["", f"{TITLES[change]} ({len(pairs)})"]
+        if change is Change.STILL_AVOIDED:
+            continue  # the count is enough; nobody needs the list of what keeps working
+        lines += [f"  {_pair_line(p)}" for p in pairs]
+    return "\n".join(lines) + "\n"
+
+
+def _pair_line(pair: Pair) -> str:
+    line = f"{pair.key.label}: {_side(pair.baseline)} -> {_side(pair.candidate)}"
+    shown = pair.candidate if pair.change is not Change.FIXED else pair.baseline
+    cause = cause_line(shown) if shown else ""
+    return line + (f" ({one_line(cause, 120)})" if cause else "")
+
+
+def to_json(upgrade: UpgradeDiff) -> dict[str, Any]:
+    """The machine form of the answer, for ``--json``."""
+    return {
+        "schema_version": DIFF_SCHEMA_VERSION,
+        "baseline": upgrade.baseline,
+        "candidate": upgrade.candidate,
+        "worse": upgrade.worse,
+        "counts": {c.value: len(upgrade.of(c)) for c in Change},
+        "pairs": [_pair_json(p) for p in upgrade.pairs],
+    }
+
+
+def _pair_json(pair: Pair) -> dict[str, Any]:
+    return {
+        **{name: getattr(pair.key, name) for name in pair.key.__dataclass_fields__},
+        "change": pair.change.value,
+        "baseline": _side_json(pair.baseline),
+        "candidate": _side_json(pair.candidate),
+    }
+
+
+def _side_json(result: CellResult | None) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    return {
+        "id": result.id,
+        "observed": result.outcome.value,
+        "expected": result.expected.value,
+        "version": result.version,
+        "cause": cause_line(result),
+    }
