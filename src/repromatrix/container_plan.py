@@ -12,8 +12,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from repromatrix.lanes import BaseImage
 from repromatrix.model import Cell, Lane
 
 RUN_LABEL = "repromatrix.run"
@@ -25,18 +26,6 @@ HARNESS_ENTRYPOINT = ("python3", "/opt/repromatrix/harness/harness.py")
 HF_CACHE_TARGET = "/root/.cache/huggingface"
 
 
-class BaseSource(Protocol):
-    """What the adapter needs of ``config.BaseImage``: where the CPU base image comes from."""
-
-    @property
-    def source(self) -> str:
-        """``debootstrap`` (built locally and imported) or ``image`` (pulled)."""
-
-    @property
-    def ref(self) -> str:
-        """The base image's local tag, e.g. ``repromatrix/base:bookworm``."""
-
-
 @dataclass(frozen=True)
 class ImageBuild:
     """How one matrix image is made: an optional pull or base, then a build of its render."""
@@ -45,7 +34,7 @@ class ImageBuild:
     tag: str  # the content-hash tag of the render: an existing tag means nothing to do
     context: Path  # the rendered folder with its Dockerfile
     pull: str | None = None  # GPU lane: the vllm/vllm-openai image the render starts FROM
-    base: BaseSource | None = None  # CPU lane: the base image the render starts FROM
+    base: BaseImage | None = None  # CPU lane: the base image the render starts FROM
 
     def describe(self) -> dict[str, Any]:
         """The engine calls that make this image, for a dry run."""
@@ -108,6 +97,7 @@ class ContainerPlan:
     mem_limit: str | None = None
     network_mode: str = "none"  # the harness talks to vLLM on the container's own loopback
     environment: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None  # None: the image's own (non-root) user
 
     def secrets(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The secret variables the host has set, read at run time only."""
@@ -129,6 +119,8 @@ class ContainerPlan:
             kwargs["shm_size"] = self.shm_size
         if self.ipc_mode:
             kwargs["ipc_mode"] = self.ipc_mode
+        if self.user is not None:
+            kwargs["user"] = self.user
         if self.mem_limit:
             kwargs["mem_limit"] = self.mem_limit
             kwargs["memswap_limit"] = self.mem_limit
@@ -177,7 +169,7 @@ def plan_container(
 def tool_plan(
     image: str, argv: Sequence[str], mounts: Sequence[Mount], run_id: str, name: str
 ) -> ContainerPlan:
-    """A one-off container running ``argv`` in ``image`` (e.g. the tiny model generator)."""
+    """A one-off container running ``argv`` in ``image`` as root (it writes to a host folder)."""
     return ContainerPlan(
         image=image,
         entrypoint=tuple(argv),
@@ -186,6 +178,7 @@ def tool_plan(
         mounts=tuple(mounts),
         secret_env=(),
         environment={"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+        user="0",
     )
 
 

@@ -28,7 +28,6 @@ from requests.exceptions import RequestException
 from repromatrix.backend import Execution, Prepared, Watcher
 from repromatrix.container_plan import (
     RUN_LABEL,
-    BaseSource,
     ContainerPlan,
     ContainerSettings,
     ImageBuild,
@@ -38,6 +37,7 @@ from repromatrix.container_plan import (
     tool_plan,
 )
 from repromatrix.errors import InfraError
+from repromatrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane
 
 # Errors that mean "the engine or the host failed", never "vLLM failed".
@@ -78,7 +78,7 @@ def docker_kwargs(plan: ContainerPlan, environ: Mapping[str, str]) -> dict[str, 
     return kwargs
 
 
-def debootstrap_stream(base: BaseSource) -> Iterable[bytes]:
+def debootstrap_stream(base: BaseImage) -> Iterable[bytes]:
     """The base root file system as a tar stream, made with debootstrap (cached on the host)."""
     from repromatrix import images  # noqa: PLC0415  (host tooling, only needed here)
 
@@ -138,7 +138,7 @@ class DockerBackend:
         client: docker.DockerClient | None = None,
         environ: Mapping[str, str] | None = None,
         log: Callable[[str], None] = lambda _line: None,
-        base_stream: Callable[[BaseSource], Iterable[bytes]] | None = None,
+        base_stream: Callable[[BaseImage], Iterable[bytes]] | None = None,
     ) -> None:
         self.run_id = run_id
         self.settings = dict(settings)
@@ -221,7 +221,7 @@ class DockerBackend:
             raise _ImageFailed(f"build of {build.tag} finished without an image")
         return image_id
 
-    def _ensure_base(self, base: BaseSource) -> str | None:
+    def _ensure_base(self, base: BaseImage) -> str | None:
         """Make the base image when missing: pull it, or import a debootstrap root file system."""
         try:
             if self._image_id(base.ref) is not None:
@@ -249,10 +249,11 @@ class DockerBackend:
         return self.run_plan(plan, cell.deadline_s, watch)
 
     def run_tool(
-        self, image: str, argv: Sequence[str], mounts: Sequence[Mount], deadline_s: float
+        self, image: str, argv: Sequence[str], mounts: Sequence[Mount], deadline_s: float = 900.0
     ) -> Execution:
         """Run a one-off program in ``image`` (the tiny model generator) as a labelled container."""
-        plan = tool_plan(image, argv, mounts, self.run_id, name=f"tool:{Path(argv[-1]).name}")
+        program = Path(argv[1] if len(argv) > 1 else argv[0]).name
+        plan = tool_plan(image, argv, mounts, self.run_id, name=f"tool:{program}")
         return self.run_plan(plan, deadline_s, lambda _chunk: False)
 
     def run_plan(self, plan: ContainerPlan, deadline_s: float, watch: Watcher) -> Execution:

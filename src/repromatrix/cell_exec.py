@@ -1,0 +1,132 @@
+"""Running one cell: its harness spec, a live triage watcher, the outcome and the saved result.
+
+``run_cell`` is the one place where anything that goes wrong in a cell (a
+spec that cannot be built, an engine failure, a bug of ours) becomes that
+cell's outcome, so the run always goes on to the next cell; only an interrupt
+escapes.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from repromatrix import outcome
+from repromatrix.backend import Backend, Execution, Prepared
+from repromatrix.errors import RepromatrixError
+from repromatrix.harness_spec import build_spec
+from repromatrix.model import Cell
+from repromatrix.outcome import Decision, DiagnosisLike
+from repromatrix.results import CellResult, Timings
+
+
+@dataclass(frozen=True)
+class CellContext:
+    """What one cell needs beyond itself: its prepared image and the path of its model."""
+
+    prepared: Prepared | None
+    model_path: str
+    adapter_path: str | None = None
+    skip_reason: str | None = None  # set when this host or backend cannot run the cell
+
+
+def make_watcher(cell: Cell) -> tuple[Callable[[bytes], bool], Callable[[], DiagnosisLike]]:
+    """A watcher that feeds a live ``Triager`` (stop once terminal) and a way to diagnose.
+
+    Triage is given the cell's own scenario only, so ``signature_seen`` means
+    *this* cell's documented crash, never another scenario's.
+    """
+    from repromatrix.triage import Triager  # noqa: PLC0415  (TODO: top level once triage lands)
+
+    triager = Triager([cell.scenario])
+
+    def watch(chunk: bytes) -> bool:
+        triager.feed(chunk)
+        return bool(triager.terminal)
+
+    return watch, triager.diagnose
+
+
+def execute_cell(backend: Backend, cell: Cell, context: CellContext) -> tuple[Decision, Execution]:
+    """Run one cell on ``backend`` and decide its outcome from the facts."""
+    assert context.prepared is not None
+    spec = build_spec(cell, context.model_path, adapter_path=context.adapter_path)
+    watch, diagnose = make_watcher(cell)
+    execution = backend.execute(cell, spec, context.prepared, watch)
+    status = outcome.parse_status(execution.log)
+    return outcome.decide(cell, execution, status, diagnose()), execution
+
+
+def run_cell(backend: Backend, cell: Cell, context: CellContext) -> tuple[Decision, Execution]:
+    """One cell, every failure mapped to an outcome here; only an interrupt escapes."""
+    if context.skip_reason is not None:
+        return outcome.skipped(context.skip_reason), Execution(exit_code=None, log=b"")
+    if context.prepared is None or context.prepared.error is not None:
+        why = context.prepared.error if context.prepared else "image was not prepared"
+        return outcome.infra_error(f"image not available: {why}"), Execution(None, b"")
+    try:
+        return execute_cell(backend, cell, context)
+    except RepromatrixError as exc:
+        return outcome.infra_error(str(exc)), Execution(None, b"")
+    except Exception as exc:
+        # A bug of ours must not cost the rest of the run; the traceback goes in the log.
+        trace = traceback.format_exc().encode()
+        return outcome.infra_error(f"internal error: {exc!r}"), Execution(None, trace)
+
+
+def cell_result(
+    cell: Cell,
+    decision: Decision,
+    execution: Execution,
+    *,
+    context: CellContext,
+    run_id: str,
+    started_at: str,
+) -> CellResult:
+    """The saved form of one cell's outcome."""
+    status = outcome.parse_status(execution.log)
+    prepared = context.prepared
+    return CellResult(
+        id=cell.id,
+        outcome=decision.outcome,
+        expected=cell.expected,
+        lane=cell.lane.value,
+        level=cell.level.value,
+        image=cell.image.ref,
+        image_tag=cell.image.tag,
+        gpu=cell.gpu.name,
+        model=cell.model.name,
+        flagset=cell.flagset.name,
+        scenario=cell.scenario.id,
+        variant=cell.variant.name,
+        flags=dict(cell.flags),
+        version=status.vllm_version if status else None,
+        image_digest=prepared.digest if prepared else None,
+        root_cause=decision.root_cause,
+        reason=decision.reason,
+        ready=bool(status and status.ready),
+        answered=bool(status and status.answered),
+        exit_code=execution.exit_code,
+        oom_killed=execution.oom_killed,
+        timings=Timings(
+            build_s=prepared.build_s if prepared else 0.0,
+            start_s=execution.start_s,
+            ready_s=status.ready_s if status else 0.0,
+            request_s=status.request_s if status else 0.0,
+            total_s=execution.total_s,
+        ),
+        run_id=run_id,
+        started_at=started_at,
+    )
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601, to the second."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def with_skip(context: CellContext, reason: str | None) -> CellContext:
+    """``context`` with a skip reason (when there is one)."""
+    return context if reason is None else replace(context, skip_reason=reason)

@@ -1,0 +1,45 @@
+"""``repromatrix render``: write the build context of every image of the plan to dockerfiles/."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, cast
+
+from repromatrix.commands.plan import add_selection_arguments, load_inputs
+from repromatrix.errors import EXIT_OK
+from repromatrix.expand import plan
+from repromatrix.model import Lane
+from repromatrix.render import RuntimeSpec, render_all
+from repromatrix.selector import Selector
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``render`` and its options."""
+    parser = subparsers.add_parser(
+        "render",
+        help="write dockerfiles/<image-key>/ for every image of the plan",
+        description=(
+            "Render each distinct image of the selected cells into OUT/<image-key>/ "
+            "(Dockerfile, harness, probes) and print each image's content-hash tag. "
+            "Same input, same bytes: the tag changes only when the render does."
+        ),
+    )
+    add_selection_arguments(parser)
+    parser.add_argument("--out", type=Path, default=Path("dockerfiles"), metavar="DIR")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Render the plan's images and print one line per image: key, tag, folder."""
+    matrix, scenarios = load_inputs(args.matrix, args.scenarios)
+    lane = Lane(args.lane) if args.lane else None
+    cells = plan(matrix, scenarios, lane, Selector(args.only, args.skip))
+    for name, config in sorted(matrix.lanes.items()):
+        chosen = [cell for cell in cells if cell.lane is name]
+        if not chosen:
+            continue
+        # GPU runtimes have no base image; rendering never reads it for GPU images.
+        for image in render_all(chosen, cast("RuntimeSpec", config.runtime), args.out):
+            print(f"{image.key}\t{image.tag}\t{image.context}")
+    return EXIT_OK
