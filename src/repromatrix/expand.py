@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from repromatrix.conditions import Facts, holds
-from repromatrix.config import ID_PARTS, LaneConfig, Matrix, Rule, check_references
+from repromatrix.config import LaneConfig, Matrix, Rule, check_references
 from repromatrix.errors import UsageError, suggest
 from repromatrix.model import (
     Cell,
@@ -293,14 +293,9 @@ def _empty_selection(selector: Selector, everything: Sequence[str]) -> str:
 
 
 def _hint(glob: str, everything: Sequence[str]) -> str:
-    """Point at the first literal part of the glob that no cell id has at that position."""
-    parts = glob.removesuffix("@probe").split("/")
-    if len(parts) != len(ID_PARTS):
-        return ""
-    for index, part in enumerate(parts):
-        if any(char in part for char in "*?[{"):
-            continue
-        known = {cell.removesuffix("@probe").split("/")[index] for cell in everything}
-        if part not in known:
-            return f" No {ID_PARTS[index]} is called `{part}`.{suggest(part, known)}"
+    """Point at the first literal part of the glob that is no part of any cell id."""
+    known = {part for cell in everything for part in cell.removesuffix("@probe").split("/")}
+    for part in glob.removesuffix("@probe").split("/"):
+        if part and not any(char in part for char in "*?[{") and part not in known:
+            return f" No cell id has a part `{part}`.{suggest(part, known)}"
     return ""

@@ -265,8 +265,13 @@ def _read_named(
         return ()
     if not body.entries:
         reader.error(body.where, f"{what} is empty")
-    values = (build(entry) for entry in body if reader.key_name(entry, "name") is not None)
-    return tuple(value for value in values if value is not None)
+    values = []
+    for entry in body:
+        named = reader.key_name(entry, "name") is not None
+        value = build(entry)  # checked even under a bad name, so every problem shows
+        if named and value is not None:
+            values.append(value)
+    return tuple(values)
 
 
 def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:

@@ -68,6 +68,7 @@ class YEntry:
     key: str
     where: Where
     value: YNode
+    explicit: bool = True  # False: it came from a `<<:` merge key
 
 
 @dataclass(frozen=True)
@@ -199,14 +200,15 @@ class _Converter:
         return YScalar(here, None)
 
     def _mapping(self, node: yaml.MappingNode, here: Where, depth: int) -> YMap:
+        explicit = sum(1 for key, _ in node.value if key.tag != f"{_TAG}merge")
         try:
             self.constructor.flatten_mapping(node)  # resolves `<<: *defaults` merge keys
         except yaml.YAMLError as exc:
             self.problems.append(here.problem(f"bad merge key (<<): {exc}"))
             return YMap(here, ())
-        entries: list[YEntry] = []
-        seen: dict[str, Where] = {}
-        for key_node, value_node in node.value:
+        merged = len(node.value) - explicit  # merged entries come first; the file's own win
+        entries: dict[str, YEntry] = {}
+        for index, (key_node, value_node) in enumerate(node.value):
             key_where = self.where(key_node)
             if not isinstance(key_node, yaml.ScalarNode):
                 self.problems.append(
@@ -215,15 +217,14 @@ class _Converter:
                 continue
             key = str(key_node.value)
             value = self.convert(value_node, depth + 1)
-            if key in seen:
-                first = seen[key]
-                self.problems.append(
-                    key_where.problem(f"duplicate key `{key}` (first at line {first.line})")
-                )
+            first = entries.get(key)
+            if index >= merged and first is not None and first.explicit:
+                message = f"duplicate key `{key}` (first at line {first.where.line})"
+                self.problems.append(key_where.problem(message))
                 continue
-            seen[key] = key_where
-            entries.append(YEntry(key, key_where, value))
-        return YMap(here, tuple(entries))
+            entries.pop(key, None)
+            entries[key] = YEntry(key, key_where, value, explicit=index >= merged)
+        return YMap(here, tuple(entries.values()))
 
     def _scalar(self, node: yaml.Node, here: Where) -> YScalar:
         if node.tag in _TEXT_TAGS:
