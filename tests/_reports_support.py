@@ -39,6 +39,7 @@ MOE_CAUSE = RootCause(
     scenario="moe-lora-rank-over-128",
     layer="engine_startup",
 )
+ENGINE_PREFIX = "(EngineCore pid=19651) ERROR 11-29 18:28:58 [core.py:1510]"
 ENGINE_FAILED = (
     "RuntimeError: Engine core initialization failed. See root cause above. "
     "Failed core proc(s): {'EngineCore': 1}"
@@ -122,18 +123,21 @@ def log_for(cell: CellResult) -> bytes:
     lines = [
         "\x1b[32mINFO\x1b[0m 11-29 18:28:37 [api_server.py:1] vLLM API server version "
         f"{cell.version}",
-        *(f"(APIServer pid=19584) INFO 11-29 18:28:4{i % 10} [core.py:{i}] step {i} <ok>" for i in range(60)),
+        *(
+            f"(APIServer pid=19584) INFO 11-29 18:28:4{i % 10} [core.py:{i}] step {i} <ok>"
+            for i in range(60)
+        ),
     ]
     if cell.root_cause is not None:
         lines += [
-            "(EngineCore pid=19651) ERROR 11-29 18:28:58 [core.py:1510] Traceback (most recent call last):",
-            "(EngineCore pid=19651) ERROR 11-29 18:28:58 [core.py:1510]     raise ValueError(",
+            f"{ENGINE_PREFIX} Traceback (most recent call last):",
+            f"{ENGINE_PREFIX}     raise ValueError(",
             cell.root_cause.line,
             *(f"(EngineCore pid=19651) INFO shutdown step {i}" for i in range(40)),
             ENGINE_FAILED,
         ]
     else:
-        lines += ["(APIServer pid=19584) INFO:     127.0.0.1 - \"POST /v1/completions\" 200 OK"]
+        lines += ['(APIServer pid=19584) INFO:     127.0.0.1 - "POST /v1/completions" 200 OK']
     lines.append('@@repromatrix-status {"ready": true, "answered": true}')
     return ("\n".join(lines) + "\n").encode()
 
@@ -148,7 +152,7 @@ def write_run(run_dir: Path, cells: Iterable[CellResult]) -> list[CellResult]:
 
 
 def cpu_lane() -> list[CellResult]:
-    """A small real-shaped CPU lane: two versions, the KV-cache crash, its workaround, a baseline."""
+    """A real-shaped CPU lane: two versions, the KV-cache crash, its workaround, a baseline."""
     cells = []
     for tag in ("0.31.0", "0.32.0"):
         cells += [
@@ -175,7 +179,9 @@ def seed_000_probes() -> list[CellResult]:
     common: dict[str, Any] = {"scenario": "moe-lora-rank-over-128", "probe": True}
     return [
         result(tag="0.27.1", outcome=Outcome.UNREACHABLE, expected=Expected.AVOIDED, **common),
-        result(tag="0.31.0", outcome=Outcome.HIT, expected=Expected.HIT, root_cause=MOE_CAUSE, **common),
+        result(
+            tag="0.31.0", outcome=Outcome.HIT, expected=Expected.HIT, root_cause=MOE_CAUSE, **common
+        ),
         result(tag="0.32.0", outcome=Outcome.AVOIDED, expected=Expected.AVOIDED, **common),
     ]
 
@@ -190,7 +196,9 @@ def mixed_run() -> list[CellResult]:
         result(tag="v0.31.0", root_cause=MOE_CAUSE, **moe),
         result(tag="v0.31.0", probe=True, root_cause=MOE_CAUSE, **moe),
         result(tag="v0.32.0", expected=Expected.AVOIDED, root_cause=MOE_CAUSE, **moe),
-        result(tag="v0.32.0", probe=True, outcome=Outcome.AVOIDED, expected=Expected.AVOIDED, **moe),
+        result(
+            tag="v0.32.0", probe=True, outcome=Outcome.AVOIDED, expected=Expected.AVOIDED, **moe
+        ),
         result(tag="v0.31.1rc0", outcome=Outcome.AVOIDED, expected=Expected.HIT, **moe),
         result(tag="nightly", outcome=Outcome.AVOIDED, expected=Expected.UNKNOWN, **moe),
         result(tag="v0.17.0", outcome=Outcome.INFRA_ERROR, expected=Expected.AVOIDED, **moe),

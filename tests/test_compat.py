@@ -1,4 +1,4 @@
-"""The compatibility table: its shape, compat.md (escaping, levels, the 1 MiB bound), compat.json."""
+"""The compatibility table: its shape, compat.md (escaping, levels, 1 MiB bound), compat.json."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from _reports_support import MOE_CAUSE, mixed_run, result, write_run
 
+from _reports_support import MOE_CAUSE, mixed_run, result, write_run
 from repromatrix.compat import Agreement, Column, Entry, build_table, tag_key
 from repromatrix.compat_md import MD_LIMIT, escape, render_markdown
 from repromatrix.model import Expected, Outcome

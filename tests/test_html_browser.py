@@ -1,0 +1,117 @@
+"""compat.html: self-contained, escaped, and working in a real headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _reports_support import mixed_run, result, write_run
+from repromatrix.model import Expected
+from repromatrix.reports import write_reports
+from repromatrix.results import RootCause, cell_dir
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PAYLOAD = '<img src="http://127.0.0.1:9/x.png" onerror="window.pwned = 1">'
+
+
+@pytest.fixture(scope="module")
+def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("html") / "20260101-000000"
+    hostile = result(
+        tag="0.30.0",
+        expected=Expected.AVOIDED,
+        root_cause=RootCause(line=PAYLOAD, exception="ValueError", message=PAYLOAD),
+    )
+    write_run(run_dir, [*mixed_run(), hostile])
+    log = cell_dir(run_dir, hostile.id) / "log.txt"
+    log.write_text(f"start\n{PAYLOAD}\n<script>window.pwned = 2</script>\nend\n")
+    write_reports(run_dir)
+    return run_dir / "compat.html"
+
+
+def test_the_page_needs_nothing_from_outside(page_file: Path) -> None:
+    html = page_file.read_text()
+    assert not re.search(r"<(link|img|iframe)\b|<script\s+src|@import|url\(", html)
+    assert "&lt;img src=" in html
+    assert "<img" not in html
+    assert html.count("<script>") == 1  # ours, inline
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM)
+        yield launched
+        launched.close()
+
+
+@pytest.mark.browser
+def test_table_filters_and_screenshot(browser: Any, page_file: Path, tmp_path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(page_file.as_uri())
+
+    assert requested == [page_file.as_uri()]  # no other file, no network: works offline
+    assert page.title() == "vLLM compatibility: 20260101-000000"
+    sections = page.locator("section.setup")
+    assert sections.count() == 2
+    gpu = sections.nth(1)
+    assert gpu.locator("h2").inner_text() == "gpu lane · h100 · qwen3-30b-a3b · default"
+    rows = gpu.locator("tbody tr")
+    assert [rows.nth(i).locator("th").inner_text() for i in range(rows.count())] == [
+        "v0.17.0",
+        "v0.22.1",
+        "v0.27.1",
+        "v0.31.0",
+        "v0.31.1rc0",
+        "v0.32.0",
+        "nightly (0.33.0.dev7+g1234abc)",
+    ]
+    regression = rows.nth(5).locator("td")
+    assert "v-regression" in (regression.get_attribute("class") or "")
+    assert "expected avoided · observed hit" in regression.inner_text()
+    assert "levels disagree" in regression.inner_text()
+
+    # The log excerpt is there on demand, as text.
+    cell = "gpu/v0.32.0/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger"
+    details = page.locator(f'details[data-cell="{cell}"]')
+    excerpt = details.locator("pre")
+    assert not excerpt.is_visible()
+    details.locator("summary").click()
+    assert excerpt.is_visible()
+    assert "AssertionError: fused_moe_lora_one_shot supports max_lora_rank<=128" in (
+        excerpt.inner_text()
+    )
+    hostile = page.locator('details[data-cell^="cpu/0.30.0/"]')
+    hostile.locator("summary").click()
+    assert PAYLOAD in hostile.locator("pre").inner_text()
+    assert page.evaluate("window.pwned") is None
+
+    # Filters: by GPU, then by scenario.
+    page.select_option('select[data-filter="gpu"]', "h100")
+    assert not sections.nth(0).is_visible()
+    assert gpu.is_visible()
+    page.select_option('select[data-filter="gpu"]', "")
+    page.select_option('select[data-filter="scenario"]', "healthy-cpu")
+    assert sections.nth(0).is_visible()
+    assert not gpu.is_visible()
+    visible = sections.nth(0).locator("thead th:visible")
+    assert [visible.nth(i).inner_text() for i in range(visible.count())] == [
+        "image",
+        "healthy-cpu\ntrigger",
+    ]
+    page.select_option('select[data-filter="scenario"]', "")
+
+    shot = page.screenshot(path=str(tmp_path / "compat.png"), full_page=True)
+    assert shot.startswith(b"\x89PNG\r\n\x1a\n")
+    assert (tmp_path / "compat.png").stat().st_size > 10_000
+    page.close()
