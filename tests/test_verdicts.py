@@ -136,3 +136,24 @@ def test_problems_round_trip_and_repeat_once() -> None:
         RunProblem.from_json({"kind": "conflict"})
     with pytest.raises(ValueError):
         RunProblem.from_json({"kind": "nonsense", "where": "x", "message": "y"})
+
+
+def test_a_probe_that_contradicts_the_documents_shows_its_evidence() -> None:
+    evidence = "rank 320 took the tiled path (_fused_moe_lora_kernel)"
+    probe = result(probe=True, outcome=Outcome.AVOIDED, expected=Expected.HIT, reason=evidence)
+    [judged] = judge_all([probe])
+    assert judged.verdict is Verdict.UNEXPECTED_FIX
+    assert judged.cause == evidence
+    assert judged.explanation.endswith("may be wrong for this version")  # no repeat
+    hit = result(
+        probe=True,
+        expected=Expected.AVOIDED,
+        root_cause=RootCause(line="AssertionError: fused_moe_lora_one_shot supports rank<=128"),
+        reason="the one-shot dispatch asserted: AssertionError: fused_moe_lora_one_shot ...",
+    )
+    [judged] = judge_all([hit])
+    assert judged.explanation == (
+        "expected avoided, observed hit: AssertionError: fused_moe_lora_one_shot supports "
+        "rank<=128 (evidence: the one-shot dispatch asserted: AssertionError: "
+        "fused_moe_lora_one_shot ...)"
+    )

@@ -133,11 +133,12 @@ def explain(judged: Judged) -> str:
         case Verdict.PASS:
             return f"expected {expected}, observed {observed}"
         case Verdict.REGRESSION:
-            return f"expected avoided, observed hit: {judged.cause or result.reason}"
+            cause = judged.cause or result.reason
+            return f"expected avoided, observed hit: {cause}{_evidence(judged)}"
         case Verdict.UNEXPECTED_FIX:
             return (
                 "expected hit, observed avoided: the scenario's documented version range "
-                "may be wrong for this version"
+                "may be wrong for this version" + _evidence(judged)
             )
         case Verdict.UNKNOWN:
             return f"observed {observed}; the documents give no expectation for this version"
@@ -145,6 +146,12 @@ def explain(judged: Judged) -> str:
             return f"the probe could not reach the decisive code path: {result.reason}"
         case _:
             return f"expected {expected}, observed {observed}: {judged.cause or result.reason}"
+
+
+def _evidence(judged: Judged) -> str:
+    """The recorded reason, when it says more than the cause (a probe's evidence, say)."""
+    reason = one_line(judged.result.reason, _CAUSE_LIMIT)
+    return f" (evidence: {reason})" if reason and reason not in judged.cause else ""
 
 
 def tally(judged: Iterable[Judged]) -> dict[Verdict, int]:
