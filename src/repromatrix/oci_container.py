@@ -36,7 +36,7 @@ from repromatrix.container_plan import (
     redact,
     tool_plan,
 )
-from repromatrix.errors import InfraError
+from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane
 
@@ -168,20 +168,27 @@ class DockerBackend:
         return prepared
 
     def _prepare_one(self, build: ImageBuild) -> Prepared:
-        existing = self._image_id(build.tag)
-        pulled: str | None = None
         started = time.monotonic()
         try:
-            if build.pull is not None:
-                pulled = self._pull(build.pull)
+            existing = self._image_id(build.tag)
             if existing is not None:
-                return Prepared(build.key, build.tag, digest=pulled or existing, built=False)
+                digest = self._repo_digest(build.pull) if build.pull else None
+                return Prepared(build.key, build.tag, digest=digest or existing, built=False)
+            pulled = self._pull(build.pull) if build.pull else None
             built = self._build(build)
         except (_ImageFailed, *ENGINE_ERRORS) as exc:
             error = str(exc) if isinstance(exc, _ImageFailed) else _one_line(exc)
             return Prepared(build.key, build.tag, error=error, build_s=time.monotonic() - started)
         elapsed = time.monotonic() - started
         return Prepared(build.key, build.tag, digest=pulled or built, build_s=elapsed, built=True)
+
+    def _repo_digest(self, ref: str) -> str | None:
+        """The registry digest of a local copy of ``ref``, when there is one."""
+        try:
+            digests = self.client.images.get(ref).attrs.get("RepoDigests") or []
+        except ImageNotFound:
+            return None
+        return str(digests[0]) if digests else None
 
     def _image_id(self, ref: str) -> str | None:
         try:
@@ -190,7 +197,7 @@ class DockerBackend:
             return None
 
     def _pull(self, ref: str) -> str:
-        """Pull ``ref`` (an existing local copy is reused) and return its repository digest."""
+        """Pull ``ref`` unless a local copy exists; return its registry digest (or image id)."""
         try:
             image = self.client.images.get(ref)
         except ImageNotFound:
@@ -237,7 +244,7 @@ class DockerBackend:
                 return f"import of base image {base.ref} left no image"
         except _ImageFailed as exc:
             return str(exc)
-        except (*ENGINE_ERRORS, subprocess.CalledProcessError) as exc:
+        except (*ENGINE_ERRORS, subprocess.CalledProcessError, RepromatrixError) as exc:
             return f"base image {base.ref} could not be made: {_one_line(exc)}"
         return None
 

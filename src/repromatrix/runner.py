@@ -53,6 +53,7 @@ class RunOptions:
     run_id: str | None = None
     resume: bool = False
     dry_run: bool = False
+    prepare_only: bool = False  # build images and models, run no cell (warms CI caches)
     dockerfiles: Path = Path("dockerfiles")
     cache: Path = Path(".cache")
 
@@ -168,7 +169,8 @@ def stage_prepare(state: RunState) -> RunState:
 
 def stage_models(state: RunState) -> RunState:
     """Make each tiny model once, then give every cell its model path and skip reason."""
-    return replace(state, contexts=run_setup.cell_contexts(state))
+    contexts = run_setup.cell_contexts(state)
+    return replace(state, contexts=contexts, done=state.options.prepare_only)
 
 
 def stage_cells(state: RunState) -> RunState:
@@ -193,7 +195,8 @@ def stage_cells(state: RunState) -> RunState:
 
 def stage_reports(state: RunState) -> RunState:
     """Write the reports when the reports module is installed (it reads saved results only)."""
-    if state.options.dry_run or importlib.util.find_spec("repromatrix.reports") is None:
+    skip = state.options.dry_run or state.options.prepare_only
+    if skip or importlib.util.find_spec("repromatrix.reports") is None:
         return state
     from repromatrix import reports  # noqa: PLC0415
 

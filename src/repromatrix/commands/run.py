@@ -47,6 +47,11 @@ def add_parser(subparsers: Any) -> None:
         help="print every docker call the run would make (secrets redacted), start nothing",
     )
     parser.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="build or pull the images and make the models, then stop (warms a CI cache)",
+    )
+    parser.add_argument(
         "--dockerfiles",
         type=Path,
         default=Path("dockerfiles"),
@@ -69,6 +74,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         run_id=args.run_id,
         resume=args.resume,
         dry_run=args.dry_run,
+        prepare_only=args.prepare_only,
         dockerfiles=args.dockerfiles,
         cache=CACHE_ROOT,
     )

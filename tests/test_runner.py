@@ -1,0 +1,240 @@
+"""The runner: run ids, resume, backend choice, skips, and faults surviving in real containers."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import socketserver
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import docker
+import pytest
+
+from _runner_support import cell, fake_image
+from repromatrix import results
+from repromatrix.backend import Prepared
+from repromatrix.cell_exec import CellContext
+from repromatrix.config import load_matrix
+from repromatrix.container_plan import RUN_LABEL, ContainerSettings
+from repromatrix.errors import UsageError
+from repromatrix.model import Lane, Outcome
+from repromatrix.oci_container import DockerBackend, engine_available
+from repromatrix.progress import Progress
+from repromatrix.run_setup import choose_backend, container_settings, skip_reason
+from repromatrix.runner import RunOptions, RunState, pending, resolve_run_dir, stage_cells
+from repromatrix.scenarios import load_scenarios
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_docker = pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
+
+
+def test_run_id_defaults_to_the_time_and_resume_takes_the_latest(tmp_path: Path):
+    run_id, run_dir = resolve_run_dir(RunOptions(results=tmp_path))
+    assert len(run_id) == 15 and run_dir == tmp_path / run_id
+    for name in ("20250101-000000", "20250301-000000", "not a run"):
+        (tmp_path / name).mkdir()
+    assert resolve_run_dir(RunOptions(results=tmp_path, resume=True))[0] == "20250301-000000"
+    assert resolve_run_dir(RunOptions(results=tmp_path, run_id="x1", resume=True))[0] == "x1"
+
+
+def test_bad_run_ids_and_resume_without_runs_are_usage_errors(tmp_path: Path):
+    with pytest.raises(UsageError, match="run id"):
+        resolve_run_dir(RunOptions(results=tmp_path, run_id="../escape"))
+    with pytest.raises(UsageError, match="no earlier run"):
+        resolve_run_dir(RunOptions(results=tmp_path / "none", resume=True))
+
+
+def test_resume_leaves_out_cells_with_a_result(tmp_path: Path):
+    done, todo = cell(variant="trigger"), cell(variant="max-model-len-64")
+    result = results.CellResult(
+        id=done.id, outcome=Outcome.HIT, expected=done.expected, lane="cpu", level="engine",
+        image="x", image_tag="0.32.0", gpu="cpu", model="m", flagset="default",
+        scenario=done.scenario.id, variant="trigger",
+    )  # fmt: skip
+    results.write_result(tmp_path, result, b"log")
+    assert pending((done, todo), tmp_path, resume=True) == (todo,)
+    assert pending((done, todo), tmp_path, resume=False) == (done, todo)
+
+
+def test_backend_choice():
+    assert choose_backend("auto", docker_answers=True) == "docker"
+    assert choose_backend("auto", docker_answers=False) == "local"
+    assert choose_backend("local", docker_answers=True) == "local"
+    with pytest.raises(UsageError, match="--backend"):
+        choose_backend("podman", docker_answers=True)
+
+
+def test_gpu_cells_are_skipped_with_a_reason_where_they_cannot_run():
+    gpu = cell(Lane.GPU, gpus=4)
+    assert skip_reason(cell(), "local", 0) is None
+    assert "local backend" in (skip_reason(gpu, "local", 8) or "")
+    assert skip_reason(gpu, "docker", 0) == (
+        "GPU cell needs 4 GPU(s) (h200x4); this host has no GPU"
+    )
+    assert "has 2 GPU(s)" in (skip_reason(gpu, "docker", 2) or "")
+    assert skip_reason(gpu, "docker", 4) is None
+
+
+def test_container_settings_follow_the_matrix_runtimes(tmp_path: Path):
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    settings = container_settings(matrix, tmp_path)
+    assert settings[Lane.CPU].shm_size == matrix.lanes[Lane.CPU].runtime.shm_size
+    assert [m.target for m in settings[Lane.CPU].mounts] == [str(tmp_path)]
+    assert all(m.read_only for m in settings[Lane.CPU].mounts)
+    hf = settings[Lane.GPU].hf_cache
+    assert hf is not None and not hf.startswith("~")  # expanded before docker sees it
+    assert "HF_TOKEN" in settings[Lane.GPU].secret_env
+
+
+# -- faults, in real containers -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def image() -> Iterator[str]:
+    if not engine_available():
+        pytest.skip("no Docker engine answers")
+    client = docker.from_env()
+    yield fake_image(client)
+    client.close()
+
+
+def run_state(tmp_path: Path, backend: DockerBackend, cells, image: str, out: io.StringIO):
+    contexts = {
+        c.id: CellContext(Prepared(c.image.key, image, digest="sha256:x"), "/m") for c in cells
+    }
+    return RunState(
+        options=RunOptions(results=tmp_path),
+        progress=Progress(len(cells), out=out),
+        run_id=backend.run_id,
+        run_dir=tmp_path / backend.run_id,
+        todo=tuple(cells),
+        backend=backend,
+        contexts=contexts,
+    )
+
+
+def fake_settings(**kw: object) -> dict[Lane, ContainerSettings]:
+    settings = ContainerSettings(entrypoint=("/bin/sh", "/harness"), shm_size="64m")
+    return {Lane.CPU: replace(settings, **kw)}  # type: ignore[arg-type]
+
+
+def saved(run_dir: Path) -> dict[str, results.CellResult]:
+    found, problems = results.read_results(run_dir)
+    assert problems == []
+    return {r.variant: r for r in found}
+
+
+@needs_docker
+def test_every_fault_becomes_its_cells_outcome_and_the_run_goes_on(tmp_path: Path, image: str):
+    kv = next(s for s in load_scenarios(ROOT / "scenarios") if s.id == "cpu-kv-cache-too-small")
+    cells = [
+        cell(real=kv, variant="oom-case"),
+        cell(real=kv, variant="sleep-case", deadline_s=3),
+        cell(real=kv, variant="kv-case"),
+        cell(real=kv, variant="fine"),
+    ]
+    backend = DockerBackend("test-runner-faults", fake_settings(mem_limit="32m"))
+    out = io.StringIO()
+    try:
+        state = stage_cells(run_state(tmp_path, backend, cells, image, out))
+    finally:
+        backend.close()
+    by_variant = saved(state.run_dir)
+    assert by_variant["oom-case"].outcome is Outcome.OTHER_FAILURE
+    assert by_variant["oom-case"].oom_killed and "memory" in by_variant["oom-case"].reason
+    assert by_variant["sleep-case"].outcome is Outcome.TIMEOUT
+    assert "3 s" in by_variant["sleep-case"].reason
+    hit = by_variant["kv-case"]
+    assert hit.outcome is Outcome.HIT
+    assert hit.root_cause is not None and "To serve at least one request" in hit.root_cause.line
+    assert by_variant["fine"].outcome is Outcome.AVOIDED
+    assert by_variant["fine"].image_digest == "sha256:x"
+    log = (results.cell_dir(state.run_dir, cells[2].id) / results.LOG_FILE).read_bytes()
+    assert b"Engine core initialization failed" in log
+    assert state.outcomes == {"other_failure": 1, "timeout": 1, "hit": 1, "avoided": 1}
+    assert out.getvalue().count(" start ") == 4
+
+
+class _Proxy(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """A unix socket that forwards to the real engine until it is shut: an engine that dies."""
+
+    daemon_threads = True
+    target = "/var/run/docker.sock"
+
+
+class _Pipe(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        upstream = socket.socket(socket.AF_UNIX)
+        upstream.connect(_Proxy.target)
+        self.server.open.append((self.request, upstream))  # type: ignore[attr-defined]
+
+        def pump(a: socket.socket, b: socket.socket) -> None:
+            try:
+                while data := a.recv(65536):
+                    b.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (a, b):
+                    s.close()
+
+        threading.Thread(target=pump, args=(upstream, self.request), daemon=True).start()
+        pump(self.request, upstream)
+
+
+@needs_docker
+def test_an_engine_that_disappears_mid_run_fails_the_cells_not_the_run(tmp_path: Path, image):
+    sock = tmp_path / "engine.sock"
+    proxy = _Proxy(str(sock), _Pipe)
+    proxy.open = []  # type: ignore[attr-defined]
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    client = docker.DockerClient(base_url=f"unix://{sock}", version="1.41")
+    run_id = "test-runner-engine-gone"
+    backend = DockerBackend(run_id, fake_settings(), client=client)
+    first = cell(variant="fine")
+    second = cell(variant="sleep-case", deadline_s=120)
+    third = cell(variant="after")
+
+    def kill_engine_when_second_starts() -> None:
+        real = docker.from_env()
+        try:
+            for _ in range(200):
+                if real.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
+                    break
+                threading.Event().wait(0.1)
+        finally:
+            real.close()
+        proxy.shutdown()
+        proxy.server_close()
+        for pair in proxy.open:  # type: ignore[attr-defined]
+            for s in pair:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)  # wakes the threads blocked reading it
+                s.close()
+
+    out = io.StringIO()
+    killer = threading.Thread(target=kill_engine_when_second_starts)
+    state = run_state(tmp_path, backend, [first, second, third], image, out)
+    try:
+        # The first cell runs before the watcher thread looks: start it after.
+        state_one = stage_cells(replace(state, todo=(first,)))
+        killer.start()
+        stage_cells(replace(state_one, todo=(second, third)))
+    finally:
+        killer.join()
+        backend.close()  # cannot reach the engine: leaves the container for the sweep
+    by_variant = saved(state.run_dir)
+    assert by_variant["fine"].outcome is Outcome.AVOIDED
+    assert by_variant["sleep-case"].outcome is Outcome.INFRA_ERROR
+    assert "engine" in by_variant["sleep-case"].reason.lower()
+    assert by_variant["after"].outcome is Outcome.INFRA_ERROR
+    # When the engine is back, the run's leftovers are swept by label.
+    again = DockerBackend(run_id, fake_settings())
+    again.close()
+    real = docker.from_env()
+    assert real.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}) == []
+    real.close()
