@@ -102,39 +102,15 @@ class Shape:
 
 def arguments(torch: Any, shape: Shape) -> dict[str, Any]:
     """``_fused_moe_lora``'s arguments for ``shape``, by name, as the punica wrapper passes them."""
-    dtype = getattr(torch, shape.dtype)
-    i32 = torch.int32
-    loras, experts = shape.max_loras, shape.num_experts
-    n_slice = shape.moe_intermediate_size // shape.tp_size
-    blocks = -(-shape.padded_tokens // shape.block_size_m)
-    lora_a = [
-        torch.empty((loras, experts, shape.lora_rank, shape.hidden_size), dtype=dtype)
-        for _ in range(W13_SLICES)
-    ]
-    lora_b = [
-        torch.empty((loras, experts, n_slice, shape.max_lora_rank), dtype=dtype)
-        for _ in range(W13_SLICES)
-    ]
     tuning = {
         f"{stage}_{key}": value for stage in ("shrink", "expand") for key, value in BLOCKS.items()
     }
     return {
-        "output": torch.zeros((shape.num_tokens, shape.top_k, W13_SLICES * n_slice), dtype=dtype),
-        "qcurr_hidden_states": torch.empty((shape.num_tokens, shape.hidden_size), dtype=dtype),
-        "lora_a_stacked": lora_a,
-        "lora_b_stacked": lora_b,
-        "topk_weights": torch.full((shape.num_tokens, shape.top_k), 1.0 / shape.top_k),
-        "sorted_token_ids": torch.zeros((loras, shape.padded_tokens), dtype=i32),
-        "expert_ids": torch.zeros((loras, blocks), dtype=i32),
-        "num_tokens_post_padded": torch.full((loras,), shape.padded_tokens, dtype=i32),
-        "token_lora_mapping": torch.zeros((shape.num_tokens,), dtype=i32),
+        **_tensors(torch, shape, probekit.device(torch)),
         "max_lora_rank": shape.lora_rank,  # add_lora_w13 passes lora_a_stacked[0].shape[-2]
         "top_k_num": shape.top_k,
-        # LoRAKernelMeta's active ids (every slot used, then the no-LoRA -1) and its
-        # unspecialised active count, max_loras + 1.
-        "lora_ids": torch.cat([torch.arange(loras, dtype=i32), torch.tensor([-1], dtype=i32)]),
-        "num_active_loras": torch.tensor([loras + 1], dtype=i32),
-        "adapter_enabled": torch.ones((loras + 1,), dtype=i32),
+        # LoRAKernelMeta's unspecialised active count (max_loras + 1), kept on the CPU.
+        "num_active_loras": torch.tensor([shape.max_loras + 1], dtype=torch.int32),
         "shrink_block_size_m": shape.block_size_m,
         "expand_block_size_m": shape.block_size_m,
         "shrink_num_stages": STAGES,
@@ -145,6 +121,30 @@ def arguments(torch: Any, shape: Shape) -> dict[str, Any]:
         "mul_routed_weight": False,
         "fully_sharded": shape.fully_sharded,
         "offset": 0,
+    }
+
+
+def _tensors(torch: Any, shape: Shape, on: Any) -> dict[str, Any]:
+    """The layer's w13 LoRA weights and the batch's routing, shaped as vLLM allocates them."""
+    dtype, i32 = getattr(torch, shape.dtype), torch.int32
+    loras, experts, tokens = shape.max_loras, shape.num_experts, shape.num_tokens
+    n_slice = shape.moe_intermediate_size // shape.tp_size
+    blocks = -(-shape.padded_tokens // shape.block_size_m)
+    a_shape = (loras, experts, shape.lora_rank, shape.hidden_size)
+    b_shape = (loras, experts, n_slice, shape.max_lora_rank)
+    return {
+        "output": torch.zeros((tokens, shape.top_k, W13_SLICES * n_slice), dtype=dtype, device=on),
+        "qcurr_hidden_states": torch.empty((tokens, shape.hidden_size), dtype=dtype, device=on),
+        "lora_a_stacked": [torch.empty(a_shape, dtype=dtype, device=on) for _ in range(W13_SLICES)],
+        "lora_b_stacked": [torch.empty(b_shape, dtype=dtype, device=on) for _ in range(W13_SLICES)],
+        "topk_weights": torch.full((tokens, shape.top_k), 1.0 / shape.top_k, device=on),
+        "sorted_token_ids": torch.zeros((loras, shape.padded_tokens), dtype=i32, device=on),
+        "expert_ids": torch.zeros((loras, blocks), dtype=i32, device=on),
+        "num_tokens_post_padded": torch.full((loras,), shape.padded_tokens, dtype=i32, device=on),
+        "token_lora_mapping": torch.zeros((tokens,), dtype=i32, device=on),
+        # LoRAKernelMeta's active ids: every adapter slot, then the no-LoRA -1.
+        "lora_ids": torch.tensor([*range(loras), -1], dtype=i32, device=on),
+        "adapter_enabled": torch.ones((loras + 1,), dtype=i32, device=on),
     }
 
 

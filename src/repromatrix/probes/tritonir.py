@@ -30,6 +30,7 @@ except ImportError:  # run as a program inside an image: only this folder is on 
 _SSA = re.compile(r"%[A-Za-z0-9_.$-]+")
 _ASSIGN = re.compile(r"^\s*(%[A-Za-z0-9_.$-]+)(?::\d+)?\s*=\s*([A-Za-z_][\w.]*)(.*)$")
 _STORE = re.compile(r"^\s*tt\.store\s+(.*)$")
+_ITER_ARGS = re.compile(r"iter_args\(([^)]*)\)")
 _ALIAS = re.compile(r"(%[A-Za-z0-9_.$-]+)\s*=\s*(%[A-Za-z0-9_.$-]+)")
 _LOC_REF = re.compile(r"loc\((#loc\d*)\)\s*$")
 _LOC_DEF = re.compile(r"^(#loc\d*)\s*=\s*loc\((.*)\)\s*$")
@@ -79,7 +80,8 @@ def _ops_of(line: str) -> Iterator[Op]:
         operands, _, type_text = rest.rpartition(" : ") if " : " in rest else (rest, "", "")
         yield Op(result, name, _names(operands), type_text.strip(), ref)
         # Loop-carried values (``iter_args(%a = %b)``) are new names for their initial values.
-        for alias, value in _ALIAS.findall(rest):
+        carried = _ITER_ARGS.search(rest)
+        for alias, value in _ALIAS.findall(carried.group(1) if carried else ""):
             yield Op(alias, "alias", (_base(value),), "", ref)
     elif store := _STORE.match(body):
         operands, _, type_text = store.group(1).rpartition(" : ")
