@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -184,9 +185,9 @@ def mangled(draw: st.DrawFn, text: str) -> str:
     return text
 
 
-def assert_clean(load: object, path: Path) -> None:
+def assert_clean(load: Callable[[Path], object], path: Path) -> None:
     try:
-        load(path)  # type: ignore[operator]
+        load(path)
     except ConfigError as exc:
         assert exc.problems
         for problem in exc.problems:

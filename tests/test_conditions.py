@@ -16,7 +16,7 @@ from repromatrix.conditions import (
     num_tokens,
     subject_problem,
 )
-from repromatrix.model import Condition, Gpu, Lane, Launch, Model, Op
+from repromatrix.model import Condition, FlagValue, Gpu, Lane, Launch, Model, Op
 
 GEMMA = Model(
     "gemma-4-e2b-it",
@@ -97,8 +97,8 @@ def test_kv_cache_for_the_tiny_llama() -> None:
         (6, Op.LT, 5, False),
     ],
 )
-def test_compare(actual: object, op: Op, expected: object, result: bool) -> None:
-    assert compare(actual, op, expected) is result  # type: ignore[arg-type]
+def test_compare(actual: FlagValue, op: Op, expected: FlagValue, result: bool) -> None:
+    assert compare(actual, op, expected) is result
 
 
 def test_compute_capability_orders_as_a_number() -> None:

@@ -46,7 +46,7 @@ def test_scalars_are_typed_but_keys_stay_text() -> None:
 
 def test_merge_keys_are_resolved() -> None:
     root = parse_yaml("base: &b {a: 1, b: 2}\nderived:\n  <<: *b\n  b: 3\n", "f")
-    assert to_plain(root)["derived"] == {"a": 1, "b": 3}  # type: ignore[index]
+    assert to_plain(root) == {"base": {"a": 1, "b": 2}, "derived": {"a": 1, "b": 3}}
     assert problems("b: &b {a: 1}\nd:\n  <<: *b\n  a: 2\n  a: 3\n") == [
         "f.yaml:5:3: duplicate key `a` (first at line 4)"
     ]

@@ -104,7 +104,7 @@ class _Point:
     listed: bool  # False: the image is only there because an include adds it
     exclude: tuple[Rule, ...]
     adds: tuple[Rule, ...]
-    extends: tuple[Rule, ...]
+    include: tuple[Rule, ...]
 
     def parts(self, scenario: Scenario, variant: Variant) -> tuple[str, ...]:
         """Return the id parts after the lane."""
@@ -121,7 +121,7 @@ class _Point:
     def extensions(self, scenario: Scenario, variant: Variant, level: Level) -> tuple[Rule, ...]:
         """Return the include rules that extend this scenario variant at this level."""
         names = {"scenario": scenario.id, "variant": variant.name, "level": level.value}
-        return _alive(self.extends, names)
+        return _alive(self.include, names)
 
 
 def expand(
@@ -150,7 +150,9 @@ class _LaneWalk:
         self.exclude = _for_lane(matrix.exclude, self.lane)
         include = _for_lane(matrix.include, self.lane)
         self.adds = tuple(rule for rule in include if self._is_add(rule))
-        self.extends = tuple(rule for rule in include if rule not in self.adds)
+        # An added combination carries its rule's flags too: every include extends what it
+        # matches, and an adding rule matches only what it adds.
+        self.include = include
         self.templates: dict[tuple[object, ...], _Template] = {}
 
     def cells(self) -> Iterator[Cell]:
@@ -184,8 +186,8 @@ class _LaneWalk:
                 values |= {"model": model.name, "flagset": flagset.name}
                 adds = _alive(self.adds, values)
                 if listed or adds:
-                    exclude, extends = _alive(self.exclude, values), _alive(self.extends, values)
-                    yield _Point(image, gpu, model, flagset, listed, exclude, adds, extends)
+                    exclude, include = _alive(self.exclude, values), _alive(self.include, values)
+                    yield _Point(image, gpu, model, flagset, listed, exclude, adds, include)
 
     def _core(self) -> Iterator[tuple[Gpu, Model, FlagSet]]:
         for gpu in self.config.gpus:
