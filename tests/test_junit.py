@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+from io import BytesIO
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from junitparser import Error, Failure, Skipped
 from junitparser.xunit2 import JUnitXml, TestCase
 
 from _reports_support import KV_CAUSE_LINE, MOE_CAUSE, mixed_run, result, write_run
+from repromatrix.junit import build_junit, xml_text
 from repromatrix.model import Expected, Outcome
 from repromatrix.reports import write_reports
 from repromatrix.results import RootCause
-from repromatrix.verdicts import ProblemKind
+from repromatrix.verdicts import ProblemKind, judge_all
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +202,20 @@ def test_every_outcome_maps_to_one_result_element(tmp_path: Path) -> None:
         "skipped": ["Skipped"],
         "unreachable": ["Skipped"],
     }
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    text=st.text(max_size=200),
+    excerpt=st.text(max_size=500),
+    outcome=st.sampled_from(list(Outcome)),
+)
+def test_any_text_gives_xml_that_parses_back(text: str, excerpt: str, outcome: Outcome) -> None:
+    cause = RootCause(line=text, exception="ValueError", message=text)
+    cell = result(outcome=outcome, expected=Expected.AVOIDED, root_cause=cause, reason=text)
+    [judged] = judge_all([cell])
+    buffer = BytesIO()
+    build_junit([judged], [], {cell.id: excerpt}).write(buffer)
+    [case] = [c for s in JUnitXml.fromstring(buffer.getvalue()) for c in s]
+    assert {p.name: p.value for p in case.properties()}["cell_id"] == cell.id
+    assert xml_text(excerpt).replace("\r", "\n") in case.system_out.replace("\r", "\n")
