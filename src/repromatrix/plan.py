@@ -112,20 +112,23 @@ def github_matrix(
     """
     groups: dict[tuple[str, str, str], list[Cell]] = {}
     for cell in cells:
-        key = (cell.gpu.runner_label, cell.lane.value, "/".join(cell.id.split("/")[:3]))
+        key = (cell.gpu.runner_label, cell.lane.value, _group_prefix(cell.id))
         groups.setdefault(key, []).append(cell)
-    jobs = [_group_job(key, members, everything) for key, members in groups.items()]
-    jobs = _fit(jobs, max_jobs)
-    return {"include": [job.to_json() for job in jobs]}
+    sizes = Counter(_group_prefix(cell_id) for cell_id in everything)
+    jobs = [_group_job(key, members, sizes[key[2]]) for key, members in groups.items()]
+    return {"include": [job.to_json() for job in _fit(jobs, max_jobs)]}
 
 
-def _group_job(
-    key: tuple[str, str, str], members: Sequence[Cell], everything: Collection[str]
-) -> Job:
+def _group_prefix(cell_id: str) -> str:
+    """``lane/image/gpu``: the cells one job runs unless the job limit merges groups."""
+    return "/".join(cell_id.split("/")[:3])
+
+
+def _group_job(key: tuple[str, str, str], members: Sequence[Cell], whole: int) -> Job:
+    """One job for a group: one glob if the selection kept the group whole, else its ids."""
     runner, lane, prefix = key
     ids = sorted(cell.id for cell in members)
-    whole = sorted(i for i in everything if i.startswith(prefix + "/"))
-    glob = f"{prefix}/*" if ids == whole else brace_glob(ids)
+    glob = f"{prefix}/*" if len(ids) == whole else brace_glob(ids)
     name = f"{runner} {prefix.split('/', 1)[1].replace('/', ' ')}"
     return Job(runner, lane, name, (glob,), len(ids))
 
