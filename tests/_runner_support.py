@@ -100,7 +100,7 @@ def cell(
 # A few host binaries and their libraries are enough for a real container that sleeps,
 # prints, exits with a code or eats memory; importing them takes a second and needs no
 # registry or debootstrap.
-TOOLS = ("sh", "sleep", "cat", "tail", "head", "echo", "true", "env")
+TOOLS = ("sh", "sleep", "cat", "tail", "head", "echo", "true", "env", "date")
 
 
 def tool_rootfs_tar(tools: Iterable[str] = TOOLS, extra: dict[str, bytes] | None = None) -> bytes:
@@ -155,7 +155,7 @@ case "$2" in
   *'"act": "oom"'*|*/oom-case*) echo eating; exec tail /dev/zero ;;
   *'"act": "crash"'*) echo '(EngineCore pid=7) ValueError: the root cause'; exec sleep 600 ;;
   *'"act": "env"'*) env; exit 3 ;;
-  */kv-case*) cat /kv.log; exec sleep 600 ;;
+  */kv-case*) echo "@@t $(date +%s.%N)"; cat /kv.log; exec sleep 600 ;;
   *) echo hello; echo '@@repromatrix-status {"ready": true, "answered": true, "exit_code": 0}' ;;
 esac
 """

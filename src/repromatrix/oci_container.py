@@ -139,6 +139,7 @@ class DockerBackend:
         environ: Mapping[str, str] | None = None,
         log: Callable[[str], None] = lambda _line: None,
         base_stream: Callable[[BaseImage], Iterable[bytes]] | None = None,
+        build_logs: Path | None = None,
     ) -> None:
         self.run_id = run_id
         self.settings = dict(settings)
@@ -147,6 +148,7 @@ class DockerBackend:
         self.environ = dict(os.environ if environ is None else environ)
         self.log = log
         self.base_stream = base_stream or debootstrap_stream
+        self.build_logs = build_logs  # each build's whole output goes to <key>.log here
         self._closed = False
 
     def prepare(self, images: Sequence[Image]) -> Mapping[str, Prepared]:
@@ -180,6 +182,7 @@ class DockerBackend:
             error = str(exc) if isinstance(exc, _ImageFailed) else _one_line(exc)
             return Prepared(build.key, build.tag, error=error, build_s=time.monotonic() - started)
         elapsed = time.monotonic() - started
+        self.log(f"built {build.tag} in {elapsed:.0f} s")
         return Prepared(build.key, build.tag, digest=pulled or built, build_s=elapsed, built=True)
 
     def _repo_digest(self, ref: str) -> str | None:
@@ -210,23 +213,32 @@ class DockerBackend:
         return str(digests[0]) if digests else str(image.id)
 
     def _build(self, build: ImageBuild) -> str:
-        """Build ``build.context`` with the legacy builder, streaming its output to ``log``."""
-        tail: list[str] = []
+        """Build ``build.context`` with the legacy builder; steps go to ``log``, all to a file."""
+        lines: list[str] = []
         stream = self.client.api.build(
             path=str(build.context), tag=build.tag, rm=True, forcerm=True, decode=True
         )
-        for event in stream:
-            text = str(event.get("stream") or event.get("status") or "").rstrip()
-            if text:
-                tail = [*tail[-(BUILD_TAIL - 1) :], text]
-                self.log(f"[build {build.key}] {text}")
-            if "error" in event:
-                lines = "\n".join(tail[-BUILD_TAIL:])
-                raise _ImageFailed(f"build of {build.tag} failed: {event['error']}\n{lines}")
+        try:
+            for event in stream:
+                text = str(event.get("stream") or event.get("status") or "").rstrip()
+                if text:
+                    lines.append(text)
+                    if text.startswith("Step "):
+                        self.log(f"[build {build.key}] {text}")
+                if "error" in event:
+                    tail = "\n".join(lines[-BUILD_TAIL:])
+                    raise _ImageFailed(f"build of {build.tag} failed: {event['error']}\n{tail}")
+        finally:
+            self._keep_build_log(build.key, lines)
         image_id = self._image_id(build.tag)
         if image_id is None:
             raise _ImageFailed(f"build of {build.tag} finished without an image")
         return image_id
+
+    def _keep_build_log(self, key: str, lines: list[str]) -> None:
+        if self.build_logs is not None:
+            self.build_logs.mkdir(parents=True, exist_ok=True)
+            (self.build_logs / f"{key}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def _ensure_base(self, base: BaseImage) -> str | None:
         """Make the base image when missing: pull it, or import a debootstrap root file system."""
@@ -244,7 +256,9 @@ class DockerBackend:
                 return f"import of base image {base.ref} left no image"
         except _ImageFailed as exc:
             return str(exc)
-        except (*ENGINE_ERRORS, subprocess.CalledProcessError, RepromatrixError) as exc:
+        except RepromatrixError as exc:
+            return f"base image {base.ref} could not be made: {exc}"
+        except (*ENGINE_ERRORS, subprocess.CalledProcessError) as exc:
             return f"base image {base.ref} could not be made: {_one_line(exc)}"
         return None
 

@@ -139,6 +139,7 @@ def open_and_prepare(state: RunState) -> tuple[Backend, dict[str, Prepared]]:
         container_settings(state.matrix, state.models_root),
         image_builds(rendered, state.matrix),
         log=state.progress.note,
+        build_logs=state.run_dir / "images",
     )
     prepared = dict(backend.prepare([image for image in wanted if image.key not in errors]))
     prepared.update({key: Prepared(key, "", error=error) for key, error in errors.items()})

