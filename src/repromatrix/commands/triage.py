@@ -1,0 +1,72 @@
+"""``repromatrix triage FILE|- [--json] [--scenarios DIR]``: name the root cause in a vLLM log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+from repromatrix.errors import EXIT_OK, UsageError
+from repromatrix.model import Scenario
+from repromatrix.triage import Diagnosis, triage_path, triage_stream
+from repromatrix.triage.render import render_text
+
+DEFAULT_SCENARIOS = Path("scenarios")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``triage`` subcommand."""
+    parser = subparsers.add_parser(
+        "triage",
+        help="name the root cause in a vLLM log",
+        description=(
+            "Read a whole vLLM log (every process's output) and name the line that states "
+            "the root cause, what it means and how to fix it. Plain, gzip-compressed or "
+            "UTF-16 logs are read; `-` reads standard input."
+        ),
+    )
+    parser.add_argument("log", metavar="FILE|-", help="the log file, or - for standard input")
+    parser.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    parser.add_argument(
+        "--scenarios",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="documented scenarios to match (default: ./scenarios when it exists)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Diagnose the log and print the answer."""
+    scenarios = _scenarios(args.scenarios)
+    diagnosis = _diagnose(args.log, scenarios)
+    if args.json:
+        print(json.dumps(diagnosis.to_json(), indent=2, ensure_ascii=False))
+    else:
+        sys.stdout.write(render_text(diagnosis))
+    return EXIT_OK
+
+
+def _scenarios(directory: Path | None) -> tuple[Scenario, ...]:
+    if directory is None:
+        if not DEFAULT_SCENARIOS.is_dir():
+            return ()  # the built-in catalogue alone
+        directory = DEFAULT_SCENARIOS
+    from repromatrix.scenarios import load_scenarios  # noqa: PLC0415
+
+    return load_scenarios(directory)
+
+
+def _diagnose(source: str, scenarios: tuple[Scenario, ...]) -> Diagnosis:
+    try:
+        if source == "-":
+            return triage_stream(sys.stdin.buffer, scenarios)
+        return triage_path(Path(source), scenarios)
+    except OSError as exc:
+        raise UsageError(f"cannot read {source}: {exc.strerror or exc}") from exc
+    except (EOFError, zlib.error) as exc:
+        raise UsageError(f"cannot read {source}: damaged gzip data ({exc})") from exc

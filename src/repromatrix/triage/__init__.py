@@ -1,0 +1,24 @@
+"""Triage: name the real root cause in a whole vLLM log.
+
+``Triager`` reads a log as it streams (the runner feeds it a container's
+output); ``triage_stream`` and ``triage_path`` read a whole log with bounded
+memory. Both return a ``Diagnosis``: the verbatim line that states the root
+cause, the process that printed it, its category in the catalogue of causes
+(``causes.yaml``), the documented scenario it matches, and what to do.
+"""
+
+from repromatrix.triage.catalogue import Catalogue, Cause, Role, builtin_catalogue, load_catalogue
+from repromatrix.triage.diagnosis import Diagnosis
+from repromatrix.triage.triager import Triager, triage_path, triage_stream
+
+__all__ = [
+    "Catalogue",
+    "Cause",
+    "Diagnosis",
+    "Role",
+    "Triager",
+    "builtin_catalogue",
+    "load_catalogue",
+    "triage_path",
+    "triage_stream",
+]

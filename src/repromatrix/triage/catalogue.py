@@ -1,0 +1,197 @@
+"""The catalogue of causes: what a log line means and what to do about it, as data.
+
+``causes.yaml`` lists entries in order; the first entry that matches a text
+names it. Each entry has a role: a ``cause`` (GPU out of memory, KV cache too
+small...), a ``consequence`` (vLLM's generic re-raises such as ``Engine core
+initialization failed``, never a root cause) or ``weak`` evidence (interrupts,
+timeouts, masking messages: a root cause only when nothing else is found).
+Consequences come before causes in the file, so a re-raise that quotes its
+cause (``Worker failed with error 'CUDA out of memory'``) is not mistaken for it.
+
+Patterns are written in the subset of regular expressions that Python and
+``grep -E`` read alike (no ``\\d``, no ``(?:``), so the benchmark can run grep
+with exactly the same patterns.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repromatrix.errors import ConfigError, Problem
+
+LAYERS = ("image_pull", "container_start", "engine_startup", "first_request", "hang")
+_REQUIRED = ("category", "title", "role", "explanation", "fix")
+_OPTIONAL = ("patterns", "frames", "exceptions", "layer", "fatal", "as_warning")
+
+
+class Role(enum.StrEnum):
+    """What a matching line is to the reasoning."""
+
+    CAUSE = "cause"
+    WEAK = "weak"
+    CONSEQUENCE = "consequence"
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One entry of the catalogue."""
+
+    category: str
+    title: str
+    role: Role
+    explanation: str
+    fix: str
+    patterns: tuple[str, ...] = ()  # searched in the message (exception type and text)
+    frames: tuple[str, ...] = ()  # searched in the traceback's frames and source lines
+    exceptions: tuple[str, ...] = ()  # when set, the exception's class name must be one of these
+    layer: str | None = None  # fixed layer; None: from where in the log it happened
+    fatal: bool = False  # a consequence that means the engine start is over
+    as_warning: bool = False  # a cause even when vLLM logs it only as a WARNING
+    regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    frame_regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+
+    def matches(self, text: str, exception: str | None, frames: Sequence[str]) -> bool:
+        """Whether this entry names a failure with this message, exception and frames."""
+        if self.exceptions and (exception or "").rsplit(".", 1)[-1] not in self.exceptions:
+            return False
+        if self.regex is not None and self.regex.search(text) is None:
+            return False
+        if self.frame_regex is not None:
+            return any(self.frame_regex.search(f) for f in frames)
+        return self.regex is not None
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """The ordered entries; the first match wins."""
+
+    causes: tuple[Cause, ...]
+
+    def match(
+        self,
+        text: str,
+        exception: str | None = None,
+        frames: Sequence[str] = (),
+        *,
+        warning: bool = False,
+    ) -> Cause | None:
+        """The first entry naming ``text``; for a WARNING line only causes marked ``as_warning``."""
+        for cause in self.causes:
+            if warning and cause.role is Role.CAUSE and not cause.as_warning:
+                continue
+            if cause.matches(text, exception, frames):
+                return cause
+        return None
+
+    def patterns(self) -> tuple[str, ...]:
+        """Every message pattern, in order (what the benchmark gives grep)."""
+        return tuple(p for cause in self.causes for p in cause.patterns)
+
+    def category(self, name: str) -> Cause | None:
+        """The entry of a category, or None."""
+        return next((c for c in self.causes if c.category == name), None)
+
+
+@functools.cache
+def builtin_catalogue() -> Catalogue:
+    """The catalogue shipped with repromatrix (``triage/causes.yaml``)."""
+    source = resources.files("repromatrix.triage").joinpath("causes.yaml")
+    return parse_catalogue(source.read_text(encoding="utf-8"), "causes.yaml")
+
+
+def load_catalogue(path: Path) -> Catalogue:
+    """Read a catalogue file; every problem in it is reported at once as a ``ConfigError``."""
+    try:
+        body = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([Problem(str(path), 0, 0, f"cannot read: {exc}")]) from exc
+    return parse_catalogue(body, str(path))
+
+
+def parse_catalogue(body: str, file: str) -> Catalogue:
+    """Build a catalogue from YAML text; ``file`` names it in error messages."""
+    try:
+        data = yaml.safe_load(body)
+    except yaml.YAMLError as exc:
+        raise ConfigError([Problem(file, 0, 0, f"not valid YAML: {exc}")]) from exc
+    entries = data.get("causes") if isinstance(data, Mapping) else None
+    if not isinstance(entries, list):
+        raise ConfigError([Problem(file, 0, 0, "expected a mapping with a `causes:` list")])
+    problems: list[Problem] = []
+    causes = [_entry(item, f"{file}: causes[{i}]", problems) for i, item in enumerate(entries)]
+    if problems:
+        raise ConfigError(problems)
+    return Catalogue(tuple(c for c in causes if c is not None))
+
+
+def _entry(item: Any, where: str, problems: list[Problem]) -> Cause | None:
+    if not isinstance(item, Mapping):
+        problems.append(Problem(where, 0, 0, "expected a mapping"))
+        return None
+    found = len(problems)
+    for key in _REQUIRED:
+        if not isinstance(item.get(key), str) or not item[key].strip():
+            problems.append(Problem(where, 0, 0, f"`{key}` must be a non-empty string"))
+    for key in set(item) - set(_REQUIRED) - set(_OPTIONAL):
+        problems.append(Problem(where, 0, 0, f"unknown key `{key}`"))
+    lists = {k: _strings(item.get(k), f"{where}.{k}", problems) for k in _OPTIONAL[:3]}
+    if not lists["patterns"] and not lists["frames"]:
+        problems.append(Problem(where, 0, 0, "needs `patterns` or `frames`"))
+    if item.get("role") not in tuple(Role):
+        problems.append(Problem(where, 0, 0, f"`role` must be one of {', '.join(Role)}"))
+    if item.get("layer") not in (None, *LAYERS):
+        problems.append(Problem(where, 0, 0, f"`layer` must be one of {', '.join(LAYERS)}"))
+    for key in ("fatal", "as_warning"):
+        if not isinstance(item.get(key, False), bool):
+            problems.append(Problem(where, 0, 0, f"`{key}` must be true or false"))
+    regex = _compile(lists["patterns"], where, problems)
+    frame_regex = _compile(lists["frames"], where, problems)
+    if len(problems) > found:
+        return None
+    return Cause(
+        category=item["category"],
+        title=item["title"],
+        role=Role(item["role"]),
+        explanation=" ".join(item["explanation"].split()),
+        fix=" ".join(item["fix"].split()),
+        patterns=lists["patterns"],
+        frames=lists["frames"],
+        exceptions=lists["exceptions"],
+        layer=item.get("layer"),
+        fatal=item.get("fatal", False),
+        as_warning=item.get("as_warning", False),
+        regex=regex,
+        frame_regex=frame_regex,
+    )
+
+
+def _strings(value: Any, where: str, problems: list[Problem]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        problems.append(Problem(where, 0, 0, "expected a list of non-empty strings"))
+        return ()
+    return tuple(value)
+
+
+def _compile(
+    patterns: tuple[str, ...], where: str, problems: list[Problem]
+) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            problems.append(Problem(where, 0, 0, f"bad pattern {pattern!r}: {exc}"))
+            return None
+    return re.compile("|".join(f"({p})" for p in patterns))

@@ -1,0 +1,219 @@
+"""Lines of a vLLM log: cutting a byte stream into lines, and what each line says.
+
+A pasted or streamed log carries more than vLLM printed: docker compose and
+``docker logs --timestamps`` wrappers, CI time stamps, ANSI colours, carriage
+return progress bars. ``parse_line`` peels those off and then reads vLLM's own
+structure: the process prefix (``(EngineCore_DP0 pid=7)``, ``(RayWorkerWrapper
+pid=7, ip=10.0.0.2)``, ``[rank0]:``...), the logger header (``ERROR 11-29
+18:28:58 [core.py:1510]``, the older ``core.py:632]``, glog, NCCL, uvicorn) and
+the message. The verbatim line is kept beside the cleaned one: a root cause is
+reported exactly as it appeared.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_LINE_BYTES = 256 * 1024  # longer lines are cut: a gigantic line must not fill memory
+MAX_LINE_CHARS = MAX_LINE_BYTES
+
+# Lines at these levels never state a cause; they are only searched for scenario
+# signatures and readiness markers.
+QUIET_LEVELS = frozenset({"INFO", "DEBUG"})
+
+# The cheap test the fast path runs on every line before any other work: a vLLM,
+# uvicorn, glog or NCCL line at INFO or DEBUG, under any process prefix or wrapper.
+_QUIET = re.compile(
+    r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z? )?"
+    r"(?:[A-Za-z0-9][\w.-]*\s*\|\s?)?"
+    r"(?:\([^()]*\) |\[rank\d+\]:)*"
+    r"(?:(?:INFO|DEBUG) (?:\d{4}-)?\d\d-\d\d \d"
+    r"|INFO:\s"
+    r"|I\d{4} \d\d:"
+    r"|[\w.-]+:\d+:\d+ \[\d+\] NCCL INFO )"
+)
+
+_ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
+    r"|\x1b[@-Z\\-_]"
+    r"|\^\[\[[0-9;]*[A-Za-z]"  # pasted with the escape shown as ^[
+    r"|\[[0-9]{1,3}(?:;[0-9]{1,3})*m"  # pasted with the escape lost
+)
+_WRAPPER = re.compile(
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"  # docker, CI
+    r"|\[\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-][\d:]+)?\]\s*"
+    r"|[A-Za-z0-9][\w.-]*\s*\|(?: |$)"  # docker compose: "vllm-1  | "
+    r"|\[pod/[^\]]+\] "  # kubectl logs --prefix
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+(?:\[\d+\])?: "  # syslog, journald
+)
+_PROCESS = re.compile(r"\(([^()]{1,120})\) ?")
+_RANK = re.compile(r"\[rank(\d+)\]: ?")
+_VLLM_HEADER = re.compile(
+    r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) "
+    r"(?:(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? )?"
+    r"(?:\[([^\]\s]+)\]|([\w.-]+:\d+)\]) ?"
+)
+_LOGGING_HEADER = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:([\w.]+):|\s+)")
+_GLOG_HEADER = re.compile(
+    r"\[?([IWEF])(?:\d{3,4} \d\d:\d\d:\d\d\.\d+ +(?:\d+ )?| )([\w.-]+:\d+)\] ?"
+)
+_NCCL_HEADER = re.compile(r"[\w.-]+:\d+:\d+ \[\d+\] (?=NCCL (INFO|WARN|ERROR) )")
+_PY_WARNING = re.compile(r"\S+\.pyx?:\d+: \w*Warning: ")
+_GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
+_NCCL_LEVELS = {"INFO": "INFO", "WARN": "WARNING", "ERROR": "ERROR"}
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One line of a log, verbatim and as vLLM meant it."""
+
+    number: int  # 1-based
+    raw: str  # decoded, line terminator stripped, nothing else changed
+    text: str  # the message: wrappers, process prefix and logger header removed
+    stream: str | None  # who printed it: the pid, or the prefix text; None when unprefixed
+    process: str | None  # the process name as printed: "EngineCore_DP0", "Worker_TP0"
+    level: str | None  # DEBUG | INFO | WARNING | ERROR | CRITICAL; None without a header
+    origin: str | None  # the logger location ("core.py:632"); lines of one record share it
+
+    @property
+    def record(self) -> tuple[str | None, str | None, str | None]:
+        """The key shared by the lines of one multi-line log record (a logged traceback)."""
+        return (self.stream, self.level, self.origin)
+
+
+def is_quiet(raw: str) -> bool:
+    """Whether ``raw`` is an INFO or DEBUG line (the fast path skips those)."""
+    return _QUIET.match(raw) is not None
+
+
+def parse_line(number: int, raw: str) -> Line:
+    """Read one verbatim line (terminator already stripped) into a ``Line``."""
+    raw = raw[:MAX_LINE_CHARS]
+    text = visible_text(raw)
+    text = _strip_wrappers(text)
+    text, stream, process = _strip_processes(text)
+    level, origin, text = _strip_header(text)
+    return Line(number, raw, text, stream, process, level, origin)
+
+
+def visible_text(raw: str) -> str:
+    """What a terminal shows: the last carriage-return segment, without ANSI escapes."""
+    text = raw.rstrip("\r")
+    if "\r" in text:
+        segments = [s for s in text.split("\r") if s.strip()]
+        text = segments[-1] if segments else ""
+    if "\x1b" in text or "[" in text:
+        text = _ANSI.sub("", text)
+    return text
+
+
+def _strip_wrappers(text: str) -> str:
+    # Wrappers stack (a CI time stamp around a compose prefix), so peel a few.
+    for _ in range(3):
+        match = _WRAPPER.match(text)
+        if match is None or match.end() == 0:
+            break
+        text = text[match.end() :]
+    return text
+
+
+def _strip_processes(text: str) -> tuple[str, str | None, str | None]:
+    stream = process = None
+    # Prefixes nest ("(Worker pid=613) (Worker_TP3 pid=613) ERROR ..."); the innermost names.
+    while True:
+        match = _PROCESS.match(text)
+        if match is not None and _is_process(match.group(1)):
+            stream, process = _process_identity(match.group(1))
+        else:
+            match = _RANK.match(text)
+            if match is None:
+                return text, stream, process
+            stream = process = f"rank{match.group(1)}"
+        text = text[match.end() :]
+
+
+def _is_process(inner: str) -> bool:
+    return "pid=" in inner or "ip=" in inner or inner in ("raylet", "gcs_server")
+
+
+def _process_identity(inner: str) -> tuple[str, str]:
+    name = re.split(r",? *(?:pid|ip)=", inner, maxsplit=1)[0].strip(" ,")
+    pid = re.search(r"pid=(\d+)", inner)
+    stream = f"pid={pid.group(1)}" if pid else inner
+    return stream, name or stream
+
+
+def _strip_header(text: str) -> tuple[str | None, str | None, str]:
+    match = _VLLM_HEADER.match(text)
+    if match is not None:
+        level = "WARNING" if match.group(1) == "WARN" else match.group(1)
+        return level, match.group(2) or match.group(3), text[match.end() :]
+    match = _GLOG_HEADER.match(text)
+    if match is not None:
+        return _GLOG_LEVELS[match.group(1)], match.group(2), text[match.end() :]
+    match = _NCCL_HEADER.match(text)
+    if match is not None:
+        return _NCCL_LEVELS[match.group(1)], "nccl", text[match.end() :]
+    match = _LOGGING_HEADER.match(text)
+    if match is not None:
+        return match.group(1), match.group(2), text[match.end() :]
+    if _PY_WARNING.match(text):
+        return "WARNING", None, text
+    return None, None, text
+
+
+class LineSplitter:
+    """Cuts a byte stream, in chunks of any size, into decoded lines.
+
+    A partial last line waits for the next chunk. A line longer than
+    ``max_line`` bytes keeps its first ``max_line`` bytes; the rest is dropped
+    as it arrives, so memory stays bounded however long the line is.
+    """
+
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self._max = max_line
+        self._pending = b""
+        self._overflow = False
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes held for the unfinished last line (never more than ``max_line``)."""
+        return len(self._pending)
+
+    def split(self, data: bytes) -> tuple[str | None, str]:
+        """Feed ``data``; return the line it completes (if any) and a block of further lines.
+
+        The block is the decoded text of whole lines joined by ``\\n`` without the
+        final terminator (empty when there are none); the caller splits it.
+        """
+        first_end = data.find(b"\n")
+        if first_end < 0:
+            self._hold(data)
+            return None, ""
+        head = self._take(data[:first_end])
+        last_end = data.rfind(b"\n")
+        block = data[first_end + 1 : last_end] if last_end > first_end else b""
+        self._hold(data[last_end + 1 :])
+        text = block.decode("utf-8", "replace") if last_end > first_end else ""
+        return head, text
+
+    def flush(self) -> str | None:
+        """End of input: return the unfinished last line, if there is one."""
+        if not self._pending and not self._overflow:
+            return None
+        return self._take(b"")
+
+    def _hold(self, data: bytes) -> None:
+        if self._overflow:
+            return
+        self._pending += data
+        if len(self._pending) > self._max:
+            self._pending = self._pending[: self._max]
+            self._overflow = True
+
+    def _take(self, tail: bytes) -> str:
+        line = self._pending + tail if not self._overflow else self._pending
+        self._pending, self._overflow = b"", False
+        return line[: self._max].decode("utf-8", "replace")

@@ -1,0 +1,256 @@
+"""Root cause versus consequences: which finding started the cascade.
+
+vLLM's last words are almost never the cause. A worker raises, the EngineCore
+logs ``EngineCore failed to start`` and re-raises, the API server reports
+``Engine core initialization failed. See root cause above``, workers are sent
+SIGTERM and print ``KeyboardInterrupt``. The rules, in order:
+
+1. Consequences (re-raises, "see root cause above", shutdown noise) are never
+   the root cause, nor is an ERROR line that only introduces its traceback.
+2. Findings are ranked in tiers (``Tier``): exceptions and catalogued causes,
+   then other ERROR lines, then exceptions logged as warnings, then weak
+   evidence (interrupts, timeouts, masking messages). The best tier present wins.
+3. Within a tier the earliest finding wins: the log is in time order, and a
+   chained exception prints its direct cause first, so the first exception of
+   the causal chain in the earliest failing process comes first.
+4. A lookup error (``KeyError``...) caught and replaced "during handling" by
+   another exception is control flow; the replacement states the cause.
+5. A bare ``AssertionError`` is reported at its ``assert ...`` source line (the
+   traceback reader does that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from repromatrix.model import Scenario
+from repromatrix.results import RootCause
+from repromatrix.triage.catalogue import Catalogue, Cause, Role
+from repromatrix.triage.diagnosis import Diagnosis
+from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
+from repromatrix.triage.signatures import ScenarioSignatures
+
+MAX_EXCERPT = 16
+MAX_EXCERPT_LINE = 2000
+_LOOKUP_ERRORS = frozenset(
+    {"KeyError", "AttributeError", "IndexError", "StopIteration", "ModuleNotFoundError"}
+)
+_TIER_OF_ROLE = {Role.CONSEQUENCE: Tier.CONSEQUENCE, Role.WEAK: Tier.WEAK, Role.CAUSE: Tier.STRONG}
+_NO_CAUSE = (
+    "No line in this log states a cause. vLLM's generic errors (Engine core initialization "
+    "failed, EngineDeadError, a worker that died) say only that another process failed, and "
+    "that process's own output is not in this log."
+)
+_NO_CAUSE_FIX = (
+    "Capture the complete output of every process (stdout and stderr of the server, "
+    "including the EngineCore and worker lines) and run triage on it; the cause is the first "
+    "error those processes print."
+)
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """What the reader learnt about the log besides its findings."""
+
+    lines_read: int = 0
+    ready_line: int | None = None  # first line showing the server ready (uvicorn started...)
+    final_error: str | None = None  # the last consequence line vLLM printed
+    last_errors: tuple[str, ...] = ()
+    signature_seen: bool = False
+    scenarios_seen: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def rank(finding: Finding, catalogue: Catalogue) -> Tier:
+    """The tier of one finding: how strongly it can be a root cause.
+
+    The headline decides whether it is a consequence or weak evidence; the
+    continuation lines may only add a cause (they often quote boilerplate).
+    """
+    warning = finding.line.level == "WARNING"
+    frames = frame_texts(finding)
+    cause = catalogue.match(finding.headline(), finding.exception, frames, warning=warning)
+    if cause is None and finding.detail:
+        cause = catalogue.match(finding.statement(), finding.exception, frames, warning=warning)
+        cause = cause if cause is not None and cause.role is Role.CAUSE else None
+    if cause is not None:
+        return _TIER_OF_ROLE[cause.role]
+    if finding.signature:
+        return Tier.STRONG
+    if finding.kind is Kind.ERROR:
+        return Tier.ERROR
+    if finding.kind is Kind.MATCH:
+        return Tier.STRONG  # recognised by a scenario signature
+    return Tier.SOFT if warning else Tier.STRONG
+
+
+def choose(findings: Sequence[Finding], catalogue: Catalogue) -> Finding | None:
+    """The root cause among ``findings`` (in discovery order), or None."""
+    ranked = [(rank(f, catalogue), f) for f in findings if not f.header]
+    live = [(tier, f) for tier, f in ranked if tier < Tier.CONSEQUENCE]
+    if not live:
+        return None
+    best = min(tier for tier, _ in live)
+    contenders = sorted((f for tier, f in live if tier == best), key=lambda f: f.seq)
+    return _past_lookups(contenders[0], [f for tier, f in live if tier <= best])
+
+
+def _past_lookups(first: Finding, live: Sequence[Finding]) -> Finding:
+    current = first
+    while (current.exception or "").rsplit(".", 1)[-1] in _LOOKUP_ERRORS:
+        successor = next(
+            (f for f in live if f.chain == current.chain and f.seq > current.seq), None
+        )
+        if successor is None or successor.relation is not Relation.CONTEXT:
+            break
+        current = successor
+    return current
+
+
+def diagnose(
+    findings: Sequence[Finding],
+    facts: LogFacts,
+    catalogue: Catalogue,
+    signatures: ScenarioSignatures,
+) -> Diagnosis:
+    """Name the root cause of the log described by ``findings`` and ``facts``."""
+    root = choose(findings, catalogue)
+    if root is None:
+        return _without_cause(facts)
+    cause = _category(root, catalogue)
+    scenario = signatures.scenario_of(root.evidence(), root.process)
+    layer = cause.layer if cause and cause.layer else _phase(root, facts)
+    root_cause = RootCause(
+        line=root.line.raw,
+        process=root.process,
+        exception=root.exception,
+        message=root.message,
+        category=cause.category if cause else None,
+        scenario=scenario.id if scenario else None,
+        layer=layer,
+    )
+    explanation, fix = _advice(root, cause, scenario)
+    return Diagnosis(
+        root_cause=root_cause,
+        explanation=explanation,
+        fix=fix,
+        workarounds=_workarounds(scenario),
+        excerpt=excerpt(root),
+        last_errors=facts.last_errors,
+        signature_seen=facts.signature_seen,
+        title=cause.title if cause else None,
+        scenario_title=scenario.title if scenario else None,
+        line_number=root.line.number,
+        scenarios_seen=facts.scenarios_seen,
+        final_error=facts.final_error,
+        lines_read=facts.lines_read,
+        notes=facts.notes,
+    )
+
+
+def with_oom_kill(diagnosis: Diagnosis, catalogue: Catalogue) -> Diagnosis:
+    """Fold in the container's OOMKilled fact: it is the cause unless a strong one was found."""
+    if diagnosis.root_cause is not None and diagnosis.category not in (None, "killed_by_signal"):
+        return diagnosis
+    entry = catalogue.category("host_oom")
+    cause = RootCause(
+        line="container killed for memory (OOMKilled)",
+        exception="OOMKilled",
+        message="the kernel's OOM killer ended the container",
+        category="host_oom",
+        layer=diagnosis.layer or "engine_startup",
+    )
+    return Diagnosis(
+        root_cause=cause,
+        explanation=entry.explanation if entry else "",
+        fix=entry.fix if entry else "",
+        excerpt=diagnosis.excerpt,
+        last_errors=diagnosis.last_errors,
+        signature_seen=diagnosis.signature_seen,
+        title=entry.title if entry else None,
+        scenarios_seen=diagnosis.scenarios_seen,
+        final_error=diagnosis.final_error,
+        lines_read=diagnosis.lines_read,
+        notes=diagnosis.notes,
+    )
+
+
+def _category(finding: Finding, catalogue: Catalogue) -> Cause | None:
+    """The catalogue entry that explains a root cause (its full statement may refine it)."""
+    frames = frame_texts(finding)
+    cause = catalogue.match(finding.statement(), finding.exception, frames)
+    if cause is None or cause.role is Role.CONSEQUENCE:
+        cause = catalogue.match(finding.headline(), finding.exception, frames)
+    return cause if cause is not None and cause.role is not Role.CONSEQUENCE else None
+
+
+def frame_texts(finding: Finding) -> tuple[str, ...]:
+    """The finding's frames and source lines as printed."""
+    return tuple(text for frame in finding.frames for text in frame.lines())
+
+
+def excerpt(finding: Finding) -> tuple[str, ...]:
+    """The lines around a finding: what led to it, the line itself, what followed."""
+    own = () if finding.kind is Kind.ASSERT else (finding.line.raw,)
+    lines = [*finding.before, *own, *finding.after]
+    return tuple(_clip(line) for line in lines[-MAX_EXCERPT:])
+
+
+def _phase(finding: Finding, facts: LogFacts) -> str:
+    ready = facts.ready_line is not None and finding.line.number > facts.ready_line
+    return "first_request" if ready else "engine_startup"
+
+
+def _advice(finding: Finding, cause: Cause | None, scenario: Scenario | None) -> tuple[str, str]:
+    if cause is not None:
+        explanation, fix = cause.explanation, cause.fix
+    else:
+        what = finding.exception or "this error"
+        where = f" in {finding.process}" if finding.process else ""
+        explanation = (
+            f"{what}{where} is the first failure in the log; the errors after it are vLLM "
+            "reacting to it. The catalogue has no entry for this message."
+        )
+        fix = "Read the message and the excerpt; search it in vLLM's issue tracker."
+    if scenario is not None and scenario.fixed:
+        fix = f"{fix} Fixed in vLLM {scenario.fixed}."
+    return explanation, fix
+
+
+def _workarounds(scenario: Scenario | None) -> tuple[str, ...]:
+    if scenario is None:
+        return ()
+    found = []
+    for variant in scenario.variants:
+        if variant.kind != "workaround":
+            continue
+        flags = ", ".join(f"{k}={v}" for k, v in variant.flags.items())
+        found.append(f"{variant.name}: {variant.description or flags}")
+    return tuple(found)
+
+
+def _without_cause(facts: LogFacts) -> Diagnosis:
+    if facts.notes:
+        explanation = "This input does not look like a text log; it was not read."
+    elif facts.final_error:
+        explanation = _NO_CAUSE
+    elif facts.last_errors:
+        explanation = "The error lines below name no cause triage recognises."
+    else:
+        explanation = "No error was found in this log." if facts.lines_read else "The log is empty."
+    return Diagnosis(
+        root_cause=None,
+        explanation=explanation,
+        fix=_NO_CAUSE_FIX if facts.final_error or facts.last_errors else "",
+        last_errors=facts.last_errors,
+        signature_seen=facts.signature_seen,
+        scenarios_seen=facts.scenarios_seen,
+        final_error=facts.final_error,
+        lines_read=facts.lines_read,
+        notes=facts.notes,
+    )
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= MAX_EXCERPT_LINE else line[:MAX_EXCERPT_LINE] + " [...]"

@@ -1,0 +1,397 @@
+"""``Triager``: read a vLLM log as it streams and name its root cause.
+
+The runner feeds it a container's output chunk by chunk and stops the cell
+once ``terminal`` is true; ``repromatrix triage`` feeds it a file. Memory is
+bounded whatever the input: a partial line is capped, each process keeps a few
+recent lines, and only the first findings of each tier are kept.
+
+Speed comes from a fast path: INFO and DEBUG lines (most of any log) are
+recognised by one anchored regex and skipped before any other work. They can
+only matter through scenario signatures and readiness markers, and those are
+searched once per block of lines; a block with a hit is read line by line.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import zlib
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from repromatrix.model import Scenario
+from repromatrix.triage import reasoning
+from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue
+from repromatrix.triage.diagnosis import Diagnosis
+from repromatrix.triage.evidence import Finding, Kind, Tier
+from repromatrix.triage.logmodel import QUIET_LEVELS, Line, LineSplitter, is_quiet, parse_line
+from repromatrix.triage.signatures import ScenarioSignatures
+from repromatrix.triage.tracebacks import Raised, TracebackReader
+
+READ_CHUNK = 1 << 20
+SNIFF_BYTES = 8192
+MAX_PER_TIER = 32
+MAX_LAST_ERRORS = 12
+RECENT_LINES = 8
+# The server is up once one of these is printed; a failure after it happened on a request.
+READY_MARKERS = (
+    "Application startup complete",
+    "Uvicorn running on",
+    "Starting vLLM API server",
+    "init engine (profile, create kv cache, warmup model) took",
+)
+_OWN_PROTOCOL = "@@repromatrix-"
+
+
+@dataclass
+class _Stream:
+    """What one process printed lately."""
+
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
+    awaiting: list[Finding] = field(default_factory=list)  # findings still collecting lines
+    pending_error: Finding | None = None  # an ERROR line that may introduce a traceback
+
+
+class Triager:
+    """Reads a vLLM log in chunks of any size and diagnoses its root cause."""
+
+    def __init__(
+        self, scenarios: Sequence[Scenario] = (), catalogue: Catalogue | None = None
+    ) -> None:
+        self._catalogue = catalogue or builtin_catalogue()
+        self._signatures = ScenarioSignatures(scenarios)
+        self._splitter = LineSplitter()
+        self._reader = TracebackReader()
+        self._streams: dict[str | None, _Stream] = {}
+        self._findings: list[Finding] = []
+        self._kept: Counter[Tier] = Counter()
+        # The last message (a finding, or a consequence as a finding with seq -1) and the
+        # number of its last line: the next line of the same record may continue it.
+        self._message: Finding | None = None
+        self._message_end = 0
+        self._prev: Line | None = None  # the previous line read in full
+        self._adjacent = 0  # lines up to this one follow ``_prev`` directly (blanks between)
+        self._number = 0
+        self._bytes = 0
+        self._decoder: codecs.IncrementalDecoder | None = None
+        self._binary = False
+        self._ready_line: int | None = None
+        self._fatal_seen = False
+        self._cause_seen = False
+        self._final_error: str | None = None
+        self._last_errors: deque[str] = deque(maxlen=MAX_LAST_ERRORS)
+        self._scenarios_seen: dict[str, None] = {}
+
+    @property
+    def terminal(self) -> bool:
+        """A root cause has been seen, and a consequence saying the engine start is over."""
+        return self._fatal_seen and self._cause_seen
+
+    def feed(self, data: bytes) -> None:
+        """Read the next chunk of the log (a partial last line waits for the next chunk)."""
+        data = self._sniff(data)
+        if not data or self._binary:
+            return
+        head, block = self._splitter.split(data)
+        if head is not None:
+            self._lines([head], slow=True)
+        if block:
+            self._lines(block.split("\n"), slow=self._block_needs_lines(block))
+
+    def diagnose(self, *, oom_killed: bool = False) -> Diagnosis:
+        """The diagnosis of everything fed so far; a partial last line is read as complete.
+
+        ``oom_killed`` is the container's OOMKilled fact: the kernel ended it, so
+        the host running out of memory is the cause unless the log names another.
+        """
+        if self._decoder is not None:
+            self._feed_text(self._decoder.decode(b"", final=True))
+        tail = self._splitter.flush()
+        if tail is not None:
+            self._lines([tail], slow=True)
+        findings = [*self._findings, *self._truncated()]
+        diagnosis = reasoning.diagnose(findings, self._facts(), self._catalogue, self._signatures)
+        return reasoning.with_oom_kill(diagnosis, self._catalogue) if oom_killed else diagnosis
+
+    def _feed_text(self, text: str) -> None:
+        """Read text already decoded (a UTF-16 log, transcoded)."""
+        if text:
+            head, block = self._splitter.split(text.encode("utf-8"))
+            if head is not None:
+                self._lines([head], slow=True)
+            if block:
+                self._lines(block.split("\n"), slow=True)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def _sniff(self, data: bytes) -> bytes:
+        """Recognise UTF-16 and UTF-8 byte order marks and binary input at the start."""
+        start = self._bytes
+        self._bytes += len(data)
+        if start == 0:
+            if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+                self._decoder = codecs.getincrementaldecoder("utf-16")("replace")
+            elif data.startswith(codecs.BOM_UTF8):
+                data = data[len(codecs.BOM_UTF8) :]
+        if self._decoder is not None:
+            self._feed_text(self._decoder.decode(data))
+            return b""
+        if start < SNIFF_BYTES and b"\x00" in data[: SNIFF_BYTES - start]:
+            self._binary = True
+        return data
+
+    def _block_needs_lines(self, block: str) -> bool:
+        if self._ready_line is None and any(m in block for m in READY_MARKERS):
+            return True
+        return bool(self._signatures) and self._signatures.block_may_hit(block)
+
+    def _lines(self, lines: list[str], *, slow: bool) -> None:
+        number = self._number
+        for raw in lines:
+            number += 1
+            if is_quiet(raw):
+                if slow:
+                    self._quiet(number, raw)
+                continue
+            self._number = number
+            self._line(number, raw)
+        self._number = number
+
+    def _quiet(self, number: int, raw: str) -> None:
+        if self._ready_line is None and any(m in raw for m in READY_MARKERS):
+            self._ready_line = number
+        if self._signatures:
+            line = parse_line(number, raw)
+            self._saw_scenarios(self._signatures.line_hits(line, quiet=True))
+
+    def _line(self, number: int, raw: str) -> None:
+        line = parse_line(number, raw.rstrip("\r"))
+        if line.level in QUIET_LEVELS:
+            self._quiet(number, line.raw)
+            return
+        if line.raw.startswith(_OWN_PROTOCOL):
+            return
+        if self._ready_line is None and any(m in line.raw for m in READY_MARKERS):
+            self._ready_line = number
+        hits = self._signatures.line_hits(line, quiet=False) if self._signatures else ()
+        self._saw_scenarios(hits)
+        adjacent = number == self._adjacent + 1
+        if not line.text.strip():
+            # Blank lines (doubled in many pastes) neither end a message nor start one.
+            self._adjacent = number if adjacent else self._adjacent
+            return
+        stream = self._stream(line.stream)
+        stream.awaiting = [f for f in stream.awaiting if f.add_after(line.raw)]
+        step = self._reader.read(line)
+        if step.opened and stream.pending_error is not None:
+            stream.pending_error.header = True
+        elif stream.pending_error is not None:
+            self._cause_seen = True  # the ERROR line stood alone
+        stream.pending_error = None
+        for raised in step.raised:
+            self._raised(raised, line, stream)
+        if not step.consumed and not (adjacent and self._continues(line)):
+            if adjacent and self._is_fragment(line):
+                self._join_fragment(line)
+                return
+            self._plain(line, stream, bool(hits))
+        stream.recent.append(line.raw)
+        self._prev, self._adjacent = line, number
+
+    def _continues(self, line: Line) -> bool:
+        """A continuation line of the last message (same record, right after it)."""
+        head = self._message
+        if head is None or head.kind is Kind.ASSERT or self._message_end != self._prev_number():
+            return False
+        if head.line.record != line.record:
+            return False
+        if head.seq >= 0:
+            head.add_detail(line.text.strip())
+        self._message_end = line.number
+        return True
+
+    def _is_fragment(self, line: Line) -> bool:
+        """The rest of the previous line, hard-wrapped by a paste at a fixed width.
+
+        In a log whose lines carry process prefixes, a bare line right after a
+        long prefixed one that says nothing on its own is taken as its remainder.
+        """
+        prev = self._prev
+        if prev is None or prev.stream is None or len(prev.raw) < 60:
+            return False
+        if line.stream is not None or line.level is not None:
+            return False
+        return self._catalogue.match(line.text) is None
+
+    def _join_fragment(self, line: Line) -> None:
+        head = self._message
+        if head is not None and head.seq >= 0 and self._message_end == self._prev_number():
+            if head.detail:
+                head.detail[-1] += line.text
+            elif head.kind is not Kind.ASSERT:
+                head.message += line.text
+        self._adjacent = line.number
+
+    def _prev_number(self) -> int:
+        return self._prev.number if self._prev is not None else 0
+
+    def _plain(self, line: Line, stream: _Stream, signature_hit: bool) -> None:
+        """A line outside any traceback: an ERROR, a catalogued message, or nothing."""
+        level = line.level
+        cause = self._catalogue.match(line.text, warning=level == "WARNING")
+        erring = level in ("ERROR", "CRITICAL")
+        if cause is not None and cause.role is Role.CONSEQUENCE:
+            self._consequence(line, fatal=cause.fatal)
+            return
+        if cause is None and not signature_hit:
+            if erring and not line.text[:1].isspace():
+                stream.pending_error = self._store(self._finding(line, Kind.ERROR, stream))
+            return
+        kind = Kind.ERROR if erring else Kind.MATCH
+        finding = self._finding(line, kind, stream)
+        finding.signature = signature_hit
+        self._store(finding)
+        if kind is Kind.ERROR:
+            stream.pending_error = finding
+
+    def _raised(self, raised: Raised, line: Line, stream: _Stream) -> None:
+        finding = Finding(
+            seq=len(self._findings),
+            line=raised.line,
+            kind=raised.kind,
+            process=raised.process,
+            exception=raised.exception,
+            message=raised.message,
+            frames=raised.frames,
+            chain=raised.chain,
+            relation=raised.relation,
+            before=tuple(stream.recent),
+        )
+        if raised.line is not line:
+            finding.after.append(line.raw)
+        self._store(finding)
+        self._message, self._message_end = finding, line.number
+
+    def _finding(self, line: Line, kind: Kind, stream: _Stream) -> Finding:
+        return Finding(
+            seq=len(self._findings),
+            line=line,
+            kind=kind,
+            process=line.process,
+            message=line.text.strip(),
+            before=tuple(stream.recent),
+        )
+
+    def _store(self, finding: Finding) -> Finding:
+        tier = reasoning.rank(finding, self._catalogue)
+        if tier is Tier.CONSEQUENCE:
+            self._consequence(finding.line, fatal=self._is_fatal(finding))
+            return finding
+        self._last_errors.append(finding.line.raw)
+        if finding.kind is not Kind.ERROR:
+            self._cause_seen = True
+        if self._kept[tier] < MAX_PER_TIER:
+            self._kept[tier] += 1
+            self._findings.append(finding)
+            self._message, self._message_end = finding, finding.line.number
+            stream = self._stream(finding.line.stream)
+            stream.awaiting = [*stream.awaiting[-3:], finding]
+        return finding
+
+    def _is_fatal(self, finding: Finding) -> bool:
+        cause = self._catalogue.match(finding.statement(), finding.exception)
+        return cause is not None and cause.fatal
+
+    def _consequence(self, line: Line, *, fatal: bool) -> None:
+        self._message = Finding(seq=-1, line=line, kind=Kind.MATCH, process=line.process)
+        self._message_end = line.number
+        if fatal:
+            self._final_error, self._fatal_seen = line.raw, True
+        repeated = bool(self._last_errors) and self._last_errors[-1] == line.raw
+        if not line.text[:1].isspace() and not repeated:
+            self._last_errors.append(line.raw)
+
+    def _stream(self, key: str | None) -> _Stream:
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream()
+        return stream
+
+    def _saw_scenarios(self, ids: tuple[str, ...]) -> None:
+        for scenario_id in ids:
+            self._scenarios_seen[scenario_id] = None
+
+    def _truncated(self) -> list[Finding]:
+        """Asserts that end tracebacks the log cut off (read at the end, not kept)."""
+        found: list[Finding] = []
+        for raised in self._reader.pending():
+            stream = self._stream(raised.line.stream)
+            found.append(
+                Finding(
+                    seq=len(self._findings) + len(found),
+                    line=raised.line,
+                    kind=raised.kind,
+                    process=raised.process,
+                    exception=raised.exception,
+                    message=raised.message,
+                    frames=raised.frames,
+                    chain=raised.chain,
+                    before=tuple(stream.recent),
+                )
+            )
+        return found
+
+    def _facts(self) -> reasoning.LogFacts:
+        notes = ("the input is not text: it holds NUL bytes",) if self._binary else ()
+        return reasoning.LogFacts(
+            lines_read=self._number,
+            ready_line=self._ready_line,
+            final_error=self._final_error,
+            last_errors=tuple(self._last_errors),
+            signature_seen=bool(self._scenarios_seen),
+            scenarios_seen=tuple(self._scenarios_seen),
+            notes=notes,
+        )
+
+
+def triage_stream(stream: BinaryIO, scenarios: Sequence[Scenario] = ()) -> Diagnosis:
+    """Diagnose a whole log read from a binary stream (gzip-compressed or not)."""
+    triager = Triager(scenarios)
+    for chunk in _chunks(stream):
+        triager.feed(chunk)
+    return triager.diagnose()
+
+
+def triage_path(path: Path | str, scenarios: Sequence[Scenario] = ()) -> Diagnosis:
+    """Diagnose the log in a file; raises ``OSError`` when it cannot be read."""
+    with open(path, "rb") as handle:
+        return triage_stream(handle, scenarios)
+
+
+def _chunks(stream: BinaryIO) -> Iterator[bytes]:
+    first = stream.read(READ_CHUNK)
+    if first[:2] != b"\x1f\x8b":
+        yield first
+        yield from iter(lambda: stream.read(READ_CHUNK), b"")
+        return
+    yield from _gunzip(first, stream)
+
+
+def _gunzip(first: bytes, stream: BinaryIO) -> Iterator[bytes]:
+    """Decompress gzip members as they arrive, never more than a chunk at a time."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    data = first
+    while data:
+        while data:
+            yield inflater.decompress(data, READ_CHUNK)
+            data = inflater.unconsumed_tail
+            if inflater.eof:
+                data, inflater = inflater.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS)
+        data = stream.read(READ_CHUNK)
+    try:
+        yield inflater.flush()
+    except zlib.error as exc:
+        raise gzip.BadGzipFile(f"truncated gzip input: {exc}") from exc
