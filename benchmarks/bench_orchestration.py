@@ -84,11 +84,9 @@ def runner_cell(backend: DockerBackend, one: Cell, image: str, model: str) -> No
     """The runner's whole path for one cell, until its result is on disk."""
     context = CellContext(Prepared(one.image.key, image), model_path=model)
     started_at = now_iso()
-    decision, execution = run_cell(backend, one, context)
-    result = cell_result(
-        one, decision, execution, context=context, run_id="bench", started_at=started_at
-    )
-    write_result(OUT, result, execution.log)
+    run = run_cell(backend, one, context)
+    result = cell_result(one, run, context=context, run_id="bench", started_at=started_at)
+    write_result(OUT, result, run.execution.log)
 
 
 def overhead(
@@ -113,11 +111,11 @@ def verdict_latency(image: str, repeat: int) -> None:
     latencies = []
     for _ in range(repeat):
         context = CellContext(Prepared(one.image.key, image), model_path="/m")
-        decision, execution = run_cell(backend, one, context)
+        run = run_cell(backend, one, context)
         decided = time.time()
-        lines = execution.log.decode().splitlines()
+        lines = run.execution.log.decode().splitlines()
         printed = next(float(line[len(MARK) :]) for line in lines if line.startswith(MARK))
-        assert decision.outcome.value == "hit", decision
+        assert run.decision.outcome.value == "hit", run.decision
         latencies.append(decided - printed)
     backend.close()
     print(

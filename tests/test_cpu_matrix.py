@@ -147,6 +147,7 @@ def test_kv_cache_too_small_is_a_real_hit(cpu_run, version: str):
     assert result.root_cause.process == "EngineCore"
     assert "To serve at least one request with the model's max seq len" in result.root_cause.line
     assert not result.ready and not result.answered
+    assert result.version == version  # read inside the image: the cell was cut short
     log = (results.cell_dir(cpu_run.run_dir, result.id) / results.LOG_FILE).read_text()
     assert f"version {version}" in log  # vLLM's own banner: the image's real version ran
 

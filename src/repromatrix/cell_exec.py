@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from repromatrix import outcome
@@ -18,7 +18,7 @@ from repromatrix.backend import Backend, Execution, Prepared
 from repromatrix.errors import RepromatrixError
 from repromatrix.harness_spec import build_spec
 from repromatrix.model import Cell
-from repromatrix.outcome import Decision
+from repromatrix.outcome import Decision, HarnessStatus
 from repromatrix.results import CellResult, Timings
 from repromatrix.triage import Triager
 
@@ -31,6 +31,10 @@ class CellContext:
     model_path: str
     adapter_path: str | None = None
     skip_reason: str | None = None  # set when this host or backend cannot run the cell
+    image_version: str | None = None  # vLLM's version as read inside the image
+
+
+NOT_RUN = Execution(exit_code=None, log=b"")
 
 
 def make_watcher(cell: Cell) -> tuple[Callable[[bytes], bool], Triager]:
@@ -48,7 +52,16 @@ def make_watcher(cell: Cell) -> tuple[Callable[[bytes], bool], Triager]:
     return watch, triager
 
 
-def execute_cell(backend: Backend, cell: Cell, context: CellContext) -> tuple[Decision, Execution]:
+@dataclass(frozen=True)
+class CellRun:
+    """What running one cell gave: the decision, the backend's facts, the harness's status."""
+
+    decision: Decision
+    execution: Execution
+    status: HarnessStatus | None = None
+
+
+def execute_cell(backend: Backend, cell: Cell, context: CellContext) -> CellRun:
     """Run one cell on ``backend`` and decide its outcome from the facts."""
     assert context.prepared is not None
     spec = build_spec(cell, context.model_path, adapter_path=context.adapter_path)
@@ -56,41 +69,34 @@ def execute_cell(backend: Backend, cell: Cell, context: CellContext) -> tuple[De
     execution = backend.execute(cell, spec, context.prepared, watch)
     status = outcome.parse_status(execution.log)
     diagnosis = triager.diagnose(oom_killed=execution.oom_killed)
-    return outcome.decide(cell, execution, status, diagnosis), execution
+    return CellRun(outcome.decide(cell, execution, status, diagnosis), execution, status)
 
 
-def run_cell(backend: Backend, cell: Cell, context: CellContext) -> tuple[Decision, Execution]:
+def run_cell(backend: Backend, cell: Cell, context: CellContext) -> CellRun:
     """One cell, every failure mapped to an outcome here; only an interrupt escapes."""
     if context.skip_reason is not None:
-        return outcome.skipped(context.skip_reason), Execution(exit_code=None, log=b"")
+        return CellRun(outcome.skipped(context.skip_reason), NOT_RUN)
     if context.prepared is None or context.prepared.error is not None:
         why = context.prepared.error if context.prepared else "image was not prepared"
-        return outcome.infra_error(f"image not available: {why}"), Execution(None, b"")
+        return CellRun(outcome.infra_error(f"image not available: {why}"), NOT_RUN)
     try:
         return execute_cell(backend, cell, context)
     except RepromatrixError as exc:
-        return outcome.infra_error(str(exc)), Execution(None, b"")
+        return CellRun(outcome.infra_error(str(exc)), NOT_RUN)
     except Exception as exc:
         # A bug of ours must not cost the rest of the run; the traceback goes in the log.
         trace = traceback.format_exc().encode()
-        return outcome.infra_error(f"internal error: {exc!r}"), Execution(None, trace)
+        return CellRun(outcome.infra_error(f"internal error: {exc!r}"), Execution(None, trace))
 
 
 def cell_result(
-    cell: Cell,
-    decision: Decision,
-    execution: Execution,
-    *,
-    context: CellContext,
-    run_id: str,
-    started_at: str,
+    cell: Cell, run: CellRun, *, context: CellContext, run_id: str, started_at: str
 ) -> CellResult:
     """The saved form of one cell's outcome."""
-    status = outcome.parse_status(execution.log)
-    prepared = context.prepared
+    status, execution, prepared = run.status, run.execution, context.prepared
     return CellResult(
         id=cell.id,
-        outcome=decision.outcome,
+        outcome=run.decision.outcome,
         expected=cell.expected,
         lane=cell.lane.value,
         level=cell.level.value,
@@ -102,10 +108,10 @@ def cell_result(
         scenario=cell.scenario.id,
         variant=cell.variant.name,
         flags=dict(cell.flags),
-        version=status.vllm_version if status else None,
+        version=(status.vllm_version if status else None) or context.image_version,
         image_digest=prepared.digest if prepared else None,
-        root_cause=decision.root_cause,
-        reason=decision.reason,
+        root_cause=run.decision.root_cause,
+        reason=run.decision.reason,
         ready=bool(status and status.ready),
         answered=bool(status and status.answered),
         exit_code=execution.exit_code,
@@ -125,8 +131,3 @@ def cell_result(
 def now_iso() -> str:
     """The current UTC time, ISO 8601, to the second."""
     return datetime.now(UTC).replace(microsecond=0).isoformat()
-
-
-def with_skip(context: CellContext, reason: str | None) -> CellContext:
-    """``context`` with a skip reason (when there is one)."""
-    return context if reason is None else replace(context, skip_reason=reason)

