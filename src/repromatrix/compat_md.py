@@ -44,8 +44,9 @@ VERDICT_MARKS: Mapping[Verdict, str] = MappingProxyType(
 LEGEND = (
     "💥 crash hit · ✅ avoided · ❌ other failure · ⏱️ timeout · ⚠️ infrastructure error · "
     "⏭️ skipped · 🚫 probe could not reach the code path · 🔬 probe level (vLLM's own code "
-    "run on the CPU) · ❔ no documented expectation · **REGRESSION** hit where the documents "
-    "say fixed · **UNEXPECTED FIX** avoided where the documents say affected"
+    "called on the trigger's shapes, no engine start) · ❔ no documented expectation · "
+    "**REGRESSION** hit where the documents say fixed · **UNEXPECTED FIX** avoided where "
+    "the documents say affected"
 )
 
 
