@@ -120,7 +120,6 @@ class LocalBackend:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 env=self._env(token, Path(prepared.ref)),
-                cwd=self.workdir,
                 start_new_session=True,
             )
         except OSError as exc:
@@ -239,7 +238,11 @@ def create_venv(venv: Path, requirement: str, python: str = "python3") -> None:
         [pip, "uninstall", "--yes", *UNINSTALL],
     ]
     for argv in steps:
-        done = subprocess.run(argv, capture_output=True, check=False)
+        try:
+            done = subprocess.run(argv, capture_output=True, check=False)
+        except OSError as exc:
+            shutil.rmtree(venv, ignore_errors=True)
+            raise InfraError(f"creating {venv} failed: {exc}") from exc
         if done.returncode != 0:
             shutil.rmtree(venv, ignore_errors=True)
             tail = (done.stdout + done.stderr).decode(errors="replace")[-OUTPUT_TAIL:]
