@@ -111,8 +111,15 @@ class _Point:
         names = (self.image.tag, self.gpu.name, self.model.name, self.flagset.name)
         return (*names, scenario.id, variant.name)
 
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What merged flags and triggers depend on: everything but the image."""
+        return (self.gpu.name, self.model.name, self.flagset.name)
+
     def kept(self, scenario: Scenario, variant: Variant, level: Level) -> bool:
         """Return whether exclude/include leave this scenario variant at this level in the plan."""
+        if self.listed and not self.exclude:
+            return True  # the common case, without building the names
         names = {"scenario": scenario.id, "variant": variant.name, "level": level.value}
         if self.listed and not _alive(self.exclude, names):
             return True
@@ -120,6 +127,8 @@ class _Point:
 
     def extensions(self, scenario: Scenario, variant: Variant, level: Level) -> tuple[Rule, ...]:
         """Return the include rules that extend this scenario variant at this level."""
+        if not self.include:
+            return ()
         names = {"scenario": scenario.id, "variant": variant.name, "level": level.value}
         return _alive(self.include, names)
 
@@ -154,17 +163,18 @@ class _LaneWalk:
         # matches, and an adding rule matches only what it adds.
         self.include = include
         self.templates: dict[tuple[object, ...], _Template] = {}
+        self.expected: dict[tuple[str, str, bool], Expected] = {}
 
     def cells(self) -> Iterator[Cell]:
         """Yield the lane's selected cells."""
         for point in self._points():
             for scenario, scenario_levels in self.scenarios:
+                applies = [at for at in scenario_levels if self._applies(point, scenario, at)]
                 for variant in scenario.variants:
-                    for level in scenario_levels:
-                        if self._applies(point, scenario, level) and point.kept(
-                            scenario, variant, level
-                        ):
-                            yield from self._cell(point, scenario, variant, level)
+                    for level in applies:
+                        cell = self._cell(point, scenario, variant, level)
+                        if cell is not None:
+                            yield cell
 
     def _applies(self, point: _Point, scenario: Scenario, level: Level) -> bool:
         """A scenario applies where its trigger variant's merged flags satisfy its trigger."""
@@ -197,16 +207,18 @@ class _LaneWalk:
 
     def _cell(
         self, point: _Point, scenario: Scenario, variant: Variant, level: Level
-    ) -> Iterator[Cell]:
-        """Yield the one cell of this combination if the selector keeps it."""
+    ) -> Cell | None:
+        """Return the cell of this combination, or ``None`` if the rules or selector drop it."""
+        if not point.kept(scenario, variant, level):
+            return None
         identifier = cell_id(self.lane, point.parts(scenario, variant), level)
         if not self.selector.matches(identifier):
-            return
+            return None
         template = self._template(point, scenario, variant, level)
         rules = point.extensions(scenario, variant, level)
         deadlines = [self.config.runtime.deadline_s, scenario.launch.startup_timeout_s]
         deadlines += [rule.deadline_s for rule in rules if rule.deadline_s is not None]
-        yield Cell(
+        return Cell(
             id=identifier,
             lane=self.lane,
             level=level,
@@ -216,7 +228,7 @@ class _LaneWalk:
             flagset=point.flagset,
             scenario=scenario,
             variant=variant,
-            expected=expected_outcome(scenario, point.image.version, template.triggered),
+            expected=self._expected(scenario, point.image, template.triggered),
             flags=template.flags,
             env=scenario.launch.env,
             deadline_s=max(deadlines),
@@ -228,8 +240,7 @@ class _LaneWalk:
     ) -> _Template:
         """Merged flags and trigger result; they do not depend on the image, so are cached."""
         rules = point.extensions(scenario, variant, level)
-        key: tuple[object, ...] = (point.gpu.name, point.model.name, point.flagset.name)
-        key += (scenario.id, variant.name, *map(id, rules))
+        key = (point.key, scenario.id, variant.name, tuple(map(id, rules)) if rules else ())
         cached = self.templates.get(key)
         if cached is None:
             extra = merge_flags(*(rule.flags for rule in rules))
@@ -239,6 +250,14 @@ class _LaneWalk:
             cached = _Template(flags, holds(scenario.trigger, facts), interrupt)
             self.templates[key] = cached
         return cached
+
+    def _expected(self, scenario: Scenario, image: Image, triggered: bool) -> Expected:
+        """``expected_outcome``, cached: specifier matching is slow and repeats per image."""
+        key = (scenario.id, image.tag, triggered)
+        found = self.expected.get(key)
+        if found is None:
+            found = self.expected[key] = expected_outcome(scenario, image.version, triggered)
+        return found
 
     def _is_add(self, rule: Rule) -> bool:
         """An include adds when it names one value per core axis and matches no surviving combo."""
