@@ -139,3 +139,29 @@ def test_the_local_backend_gives_the_same_results_without_docker(tmp_path: Path)
     assert problems == [] and [r.id for r in found] == [KV_032]
     assert found[0].outcome is Outcome.HIT, found[0].reason
     assert found[0].version == "0.32.0" or found[0].version is None
+
+
+def test_dry_run_of_cpu_cells_shows_base_build_shm_and_the_read_only_models(tmp_path: Path):
+    done = repromatrix(
+        "run", "--lane", "cpu", "--only", "cpu/0.32.0/cpu/tiny-llama/*", "--dry-run",
+        "--backend", "docker", "--results", str(tmp_path / "r"),
+        "--dockerfiles", str(tmp_path / "df"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    (image,) = plan["images"]
+    assert [c["call"] for c in image["calls"]] == ["base", "api.build"]
+    assert image["calls"][0] == {
+        "call": "base", "ref": "repromatrix/base:bookworm", "how": "import (debootstrap rootfs)",
+        "if": "missing",
+    }  # fmt: skip
+    assert len(plan["cells"]) == 3
+    for cell in plan["cells"]:
+        create = cell["create"]
+        assert cell["skip"] is None
+        assert create["shm_size"] == "2g" and "ipc_mode" not in create
+        assert "device_requests" not in create
+        ((source, mount),) = create["volumes"].items()
+        assert mount == {"bind": source, "mode": "ro"} and source.endswith("/.cache/models")
+        spec = json.loads(create["command"][1])
+        assert spec["model"].startswith(source + "/tiny-llama-")
