@@ -60,14 +60,12 @@ class Cause:
     frame_regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def matches(self, text: str, exception: str | None, frames: Sequence[str]) -> bool:
-        """Whether this entry names a failure with this message, exception and frames."""
+        """Whether this entry names a failure: its message or its frames match, and its class."""
         if self.exceptions and (exception or "").rsplit(".", 1)[-1] not in self.exceptions:
             return False
-        if self.regex is not None and self.regex.search(text) is None:
-            return False
-        if self.frame_regex is not None:
-            return any(self.frame_regex.search(f) for f in frames)
-        return self.regex is not None
+        if self.regex is not None and self.regex.search(text) is not None:
+            return True
+        return self.frame_regex is not None and any(self.frame_regex.search(f) for f in frames)
 
 
 @dataclass(frozen=True)

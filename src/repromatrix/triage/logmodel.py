@@ -182,22 +182,22 @@ class LineSplitter:
         """Bytes held for the unfinished last line (never more than ``max_line``)."""
         return len(self._pending)
 
-    def split(self, data: bytes) -> tuple[str | None, str]:
+    def split(self, data: bytes) -> tuple[str | None, str | None]:
         """Feed ``data``; return the line it completes (if any) and a block of further lines.
 
-        The block is the decoded text of whole lines joined by ``\\n`` without the
-        final terminator (empty when there are none); the caller splits it.
+        The block is the decoded text of the whole lines after that one, joined by
+        ``\\n`` without the final terminator (``""`` is one empty line), or None.
         """
         first_end = data.find(b"\n")
         if first_end < 0:
             self._hold(data)
-            return None, ""
+            return None, None
         head = self._take(data[:first_end])
         last_end = data.rfind(b"\n")
-        block = data[first_end + 1 : last_end] if last_end > first_end else b""
         self._hold(data[last_end + 1 :])
-        text = block.decode("utf-8", "replace") if last_end > first_end else ""
-        return head, text
+        if last_end == first_end:
+            return head, None
+        return head, data[first_end + 1 : last_end].decode("utf-8", "replace")
 
     def flush(self) -> str | None:
         """End of input: return the unfinished last line, if there is one."""

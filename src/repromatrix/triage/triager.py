@@ -14,13 +14,9 @@ searched once per block of lines; a block with a hit is read line by line.
 from __future__ import annotations
 
 import codecs
-import gzip
-import zlib
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import BinaryIO
 
 from repromatrix.model import Scenario
 from repromatrix.triage import reasoning
@@ -31,7 +27,6 @@ from repromatrix.triage.logmodel import QUIET_LEVELS, Line, LineSplitter, is_qui
 from repromatrix.triage.signatures import ScenarioSignatures
 from repromatrix.triage.tracebacks import Raised, TracebackReader
 
-READ_CHUNK = 1 << 20
 SNIFF_BYTES = 8192
 MAX_PER_TIER = 32
 MAX_LAST_ERRORS = 12
@@ -98,7 +93,7 @@ class Triager:
         head, block = self._splitter.split(data)
         if head is not None:
             self._lines([head], slow=True)
-        if block:
+        if block is not None:
             self._lines(block.split("\n"), slow=self._block_needs_lines(block))
 
     def diagnose(self, *, oom_killed: bool = False) -> Diagnosis:
@@ -122,7 +117,7 @@ class Triager:
             head, block = self._splitter.split(text.encode("utf-8"))
             if head is not None:
                 self._lines([head], slow=True)
-            if block:
+            if block is not None:
                 self._lines(block.split("\n"), slow=True)
 
     # -- reading ----------------------------------------------------------------------
@@ -355,43 +350,3 @@ class Triager:
             scenarios_seen=tuple(self._scenarios_seen),
             notes=notes,
         )
-
-
-def triage_stream(stream: BinaryIO, scenarios: Sequence[Scenario] = ()) -> Diagnosis:
-    """Diagnose a whole log read from a binary stream (gzip-compressed or not)."""
-    triager = Triager(scenarios)
-    for chunk in _chunks(stream):
-        triager.feed(chunk)
-    return triager.diagnose()
-
-
-def triage_path(path: Path | str, scenarios: Sequence[Scenario] = ()) -> Diagnosis:
-    """Diagnose the log in a file; raises ``OSError`` when it cannot be read."""
-    with open(path, "rb") as handle:
-        return triage_stream(handle, scenarios)
-
-
-def _chunks(stream: BinaryIO) -> Iterator[bytes]:
-    first = stream.read(READ_CHUNK)
-    if first[:2] != b"\x1f\x8b":
-        yield first
-        yield from iter(lambda: stream.read(READ_CHUNK), b"")
-        return
-    yield from _gunzip(first, stream)
-
-
-def _gunzip(first: bytes, stream: BinaryIO) -> Iterator[bytes]:
-    """Decompress gzip members as they arrive, never more than a chunk at a time."""
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    data = first
-    while data:
-        while data:
-            yield inflater.decompress(data, READ_CHUNK)
-            data = inflater.unconsumed_tail
-            if inflater.eof:
-                data, inflater = inflater.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS)
-        data = stream.read(READ_CHUNK)
-    try:
-        yield inflater.flush()
-    except zlib.error as exc:
-        raise gzip.BadGzipFile(f"truncated gzip input: {exc}") from exc

@@ -1,0 +1,50 @@
+"""Shared test data for triage: the labelled logs and small scenario values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.specifiers import SpecifierSet
+
+from repromatrix.model import Lane, Launch, Scenario, Signature, Variant
+
+LOGS = Path(__file__).parent / "data" / "logs"
+REPO = Path(__file__).parent.parent
+
+
+def labelled() -> list[tuple[Path, dict[str, Any]]]:
+    """Every labelled log: (path, label) from each ``labels.yaml`` under tests/data/logs."""
+    cases = []
+    for labels in sorted(LOGS.glob("*/labels.yaml")):
+        for label in yaml.safe_load(labels.read_text(encoding="utf-8")):
+            cases.append((labels.parent / label["file"], label))
+    return cases
+
+
+def case_id(case: tuple[Path, dict[str, Any]]) -> str:
+    """A short pytest id: folder/file."""
+    path, _ = case
+    return f"{path.parent.name}/{path.stem}"
+
+
+def scenario(
+    scenario_id: str,
+    *signatures: Signature,
+    variants: tuple[Variant, ...] = (),
+    fixed: str | None = None,
+) -> Scenario:
+    """A scenario value with just what triage reads: signatures, variants, fix range."""
+    return Scenario(
+        id=scenario_id,
+        title=f"title of {scenario_id}",
+        lanes=(Lane.CPU,),
+        trigger=(),
+        launch=Launch(),
+        signatures=signatures,
+        affected=SpecifierSet(),
+        fixed=SpecifierSet(fixed) if fixed else None,
+        variants=(Variant("trigger", "trigger"), *variants),
+        avoided="",
+    )
