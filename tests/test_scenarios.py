@@ -147,6 +147,7 @@ trigger:
   model.moee: true
   flags.max_lora_rank: {gtt: 128}
   flags.x: {in: 3}
+  flags.y: {ge: "128"}
 launch: {mode: online, flagz: {}}
 signatures: [{pattern: "([a-"}]
 affected: ">=0.31.0,<<0.31.1"
@@ -162,7 +163,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_scenario(path)
     text = SCENARIO
-    pattern, affected = at(text, '"([a-'), at(text, '">=')
+    pattern, affected, quoted = at(text, '"([a-'), at(text, '">='), at(text, '"128')
     assert [str(p).removeprefix(f"{path}:") for p in info.value.problems] == [
         f"{at(text, 'tpu')}: `lanes` must list `cpu` and/or `gpu` once each",
         f"{at(text, 'flag.')}: unknown fact `flag.enable_lora`: use model.*, gpu.*, flags.*, "
@@ -174,6 +175,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
         f"{at(text, 'gtt')}: unknown comparison `gtt`: use eq, ne, gt, ge, lt, le, in. "
         "Perhaps you meant `gt`?",
         f"{at(text, '3}')}: `in` needs a list, not the number 3",
+        f"{quoted}: `ge` compares numbers, not the text '128'",
         f"{at(text, 'online')}: `mode` must be `server` or `offline`, not the text 'online'",
         f"{at(text, 'flagz')}: unknown key `flagz` in `launch`. Perhaps you meant `flags`?",
         f"{pattern}: `pattern` is not a valid regular expression: "

@@ -62,6 +62,7 @@ REQUIRED = ("id", "title", "lanes", "launch", "avoided")
 CRASH_REQUIRED = ("trigger", "signatures", "affected")  # every scenario but a baseline
 LAUNCH_KEYS = ("mode", "flags", "env", "lora_adapter", "interrupt_after_s", "startup_timeout_s")
 VARIANT_KINDS = ("workaround", "control")
+ORDERING = {Op.GT, Op.GE, Op.LT, Op.LE}
 PROGRAM_PATTERN = re.compile(r"[a-z][a-z0-9_]*\.py")
 # `affected: all`: every version, pre-releases included (contains() is called with prereleases).
 ALL_VERSIONS = SpecifierSet(">=0")
@@ -227,9 +228,16 @@ def _conditions(entry: YEntry, reader: Reader) -> list[Condition]:
                 reader.error(test.value.where, f"`in` needs a list, not {describe(test.value)}")
         else:
             ok, scalar = reader.scalar(test.value, f"`{test.key}`")
-            if ok:
+            if ok and (test.key not in ORDERING or _is_number(scalar)):
                 conditions.append(Condition(entry.key, Op(test.key), scalar))
+            elif ok:
+                message = f"`{test.key}` compares numbers, not {describe(test.value)}"
+                reader.error(test.value.where, message)
     return conditions
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _values(node: YSeq, reader: Reader) -> tuple[FlagValue, ...]:
