@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from _harness_support import HARNESS, install_standin, make_cell, run_harness, status_of
+from repromatrix.harness.harness import free_port
 from repromatrix.harness_spec import build_spec
 from repromatrix.model import Launch, LaunchMode, Level, Probe
 
@@ -72,6 +73,22 @@ def test_a_serving_server_is_ready_and_answers(standin: Path, tmp_path: Path) ->
     request = json.loads(lines_with(output, "standin request ")[0])
     assert request["model"] == "x; rm -rf /"
     assert_dead(engine_pids(output))
+
+
+def test_proxy_settings_cannot_send_the_requests_elsewhere(standin: Path, tmp_path: Path) -> None:
+    spec = spec_for(standin, "serve")
+    spec["startup_timeout_s"] = 10
+    # A proxy that is not there (on this machine: nothing may leave it, even in a test).
+    closed = f"http://127.0.0.1:{free_port()}"
+    proxied = {"http_proxy": closed, "HTTP_PROXY": closed}
+    done = subprocess.run(
+        [sys.executable, str(HARNESS), "--spec-json", json.dumps(spec)],
+        capture_output=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **proxied, "no_proxy": "", "NO_PROXY": ""},
+    )
+    assert status_of(done.stdout.decode())["answered"] is True
 
 
 def test_the_request_goes_through_the_lora_adapter(standin: Path, tmp_path: Path) -> None:
