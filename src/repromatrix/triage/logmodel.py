@@ -22,16 +22,16 @@ MAX_LINE_CHARS = MAX_LINE_BYTES
 # signatures and readiness markers.
 QUIET_LEVELS = frozenset({"INFO", "DEBUG"})
 
-# The cheap test the fast path runs on every line before any other work: a vLLM,
-# uvicorn, glog or NCCL line at INFO or DEBUG, under any process prefix or wrapper.
-_QUIET = re.compile(
-    r"(?:\d{4}-\d\d-\d\dT[\d:.]+Z? )?"
-    r"(?:[A-Za-z0-9][\w.-]*\s*\|\s?)?"
-    r"(?:\([^()]*\) |\[rank\d+\]:)*"
-    r"(?:(?:INFO|DEBUG) (?:\d{4}-)?\d\d-\d\d \d"
-    r"|INFO:\s"
-    r"|I\d{4} \d\d:"
-    r"|[\w.-]+:\d+:\d+ \[\d+\] NCCL INFO )"
+# The cheap test the fast path runs on every line, still undecoded, before any other
+# work: a vLLM, uvicorn, glog or NCCL line at INFO or DEBUG, under any prefix or wrapper.
+QUIET = re.compile(
+    rb"(?:\d{4}-\d\d-\d\dT[\d:.]+Z? )?"
+    rb"(?:[A-Za-z0-9][\w.-]*\s*\|\s?)?"
+    rb"(?:\([^()]*\) |\[rank\d+\]:)*"
+    rb"(?:(?:INFO|DEBUG) (?:\d{4}-)?\d\d-\d\d \d"
+    rb"|INFO:\s"
+    rb"|I\d{4} \d\d:"
+    rb"|[\w.-]+:\d+:\d+ \[\d+\] NCCL INFO )"
 )
 
 _ANSI = re.compile(
@@ -83,9 +83,18 @@ class Line:
         return (self.stream, self.level, self.origin)
 
 
-def is_quiet(raw: str) -> bool:
+def is_quiet(raw: bytes) -> bool:
     """Whether ``raw`` is an INFO or DEBUG line (the fast path skips those)."""
-    return _QUIET.match(raw) is not None
+    return QUIET.match(raw) is not None
+
+
+def decode(raw: bytes) -> str:
+    """A line as text: UTF-8 (bytes that are not become U+FFFD), its ``\\r`` terminator gone.
+
+    All trailing ``\\r`` go: a terminal's output copied through a pty ends lines in
+    ``\\r\\r\\n``, and nobody sees those characters.
+    """
+    return raw.decode("utf-8", "replace").rstrip("\r")
 
 
 def parse_line(number: int, raw: str) -> Line:
@@ -165,7 +174,7 @@ def _strip_header(text: str) -> tuple[str | None, str | None, str]:
 
 
 class LineSplitter:
-    """Cuts a byte stream, in chunks of any size, into decoded lines.
+    """Cuts a byte stream, in chunks of any size, into lines (still bytes).
 
     A partial last line waits for the next chunk. A line longer than
     ``max_line`` bytes keeps its first ``max_line`` bytes; the rest is dropped
@@ -182,11 +191,11 @@ class LineSplitter:
         """Bytes held for the unfinished last line (never more than ``max_line``)."""
         return len(self._pending)
 
-    def split(self, data: bytes) -> tuple[str | None, str | None]:
+    def split(self, data: bytes) -> tuple[bytes | None, bytes | None]:
         """Feed ``data``; return the line it completes (if any) and a block of further lines.
 
-        The block is the decoded text of the whole lines after that one, joined by
-        ``\\n`` without the final terminator (``""`` is one empty line), or None.
+        The block is the whole lines after that one, joined by ``\\n`` without the
+        final terminator (``b""`` is one empty line), or None when there are none.
         """
         first_end = data.find(b"\n")
         if first_end < 0:
@@ -197,9 +206,9 @@ class LineSplitter:
         self._hold(data[last_end + 1 :])
         if last_end == first_end:
             return head, None
-        return head, data[first_end + 1 : last_end].decode("utf-8", "replace")
+        return head, data[first_end + 1 : last_end]
 
-    def flush(self) -> str | None:
+    def flush(self) -> bytes | None:
         """End of input: return the unfinished last line, if there is one."""
         if not self._pending and not self._overflow:
             return None
@@ -213,7 +222,7 @@ class LineSplitter:
             self._pending = self._pending[: self._max]
             self._overflow = True
 
-    def _take(self, tail: bytes) -> str:
+    def _take(self, tail: bytes) -> bytes:
         line = self._pending + tail if not self._overflow else self._pending
         self._pending, self._overflow = b"", False
-        return line[: self._max].decode("utf-8", "replace")
+        return line[: self._max]

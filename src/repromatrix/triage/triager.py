@@ -17,13 +17,23 @@ import codecs
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import not_
 
 from repromatrix.model import Scenario
 from repromatrix.triage import reasoning
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue
 from repromatrix.triage.diagnosis import Diagnosis
 from repromatrix.triage.evidence import Finding, Kind, Tier
-from repromatrix.triage.logmodel import QUIET_LEVELS, Line, LineSplitter, is_quiet, parse_line
+from repromatrix.triage.logmodel import (
+    QUIET,
+    QUIET_LEVELS,
+    Line,
+    LineSplitter,
+    decode,
+    is_quiet,
+    parse_line,
+)
 from repromatrix.triage.signatures import ScenarioSignatures
 from repromatrix.triage.tracebacks import Raised, TracebackReader
 
@@ -38,6 +48,7 @@ READY_MARKERS = (
     "Starting vLLM API server",
     "init engine (profile, create kv cache, warmup model) took",
 )
+_READY_BYTES = tuple(m.encode() for m in READY_MARKERS)
 _OWN_PROTOCOL = "@@repromatrix-"
 
 
@@ -90,11 +101,7 @@ class Triager:
         data = self._sniff(data)
         if not data or self._binary:
             return
-        head, block = self._splitter.split(data)
-        if head is not None:
-            self._lines([head], slow=True)
-        if block is not None:
-            self._lines(block.split("\n"), slow=self._block_needs_lines(block))
+        self._split(data)
 
     def diagnose(self, *, oom_killed: bool = False) -> Diagnosis:
         """The diagnosis of everything fed so far; a partial last line is read as complete.
@@ -106,7 +113,7 @@ class Triager:
             self._feed_text(self._decoder.decode(b"", final=True))
         tail = self._splitter.flush()
         if tail is not None:
-            self._lines([tail], slow=True)
+            self._lines([tail])
         findings = [*self._findings, *self._truncated()]
         diagnosis = reasoning.diagnose(findings, self._facts(), self._catalogue, self._signatures)
         return reasoning.with_oom_kill(diagnosis, self._catalogue) if oom_killed else diagnosis
@@ -114,11 +121,7 @@ class Triager:
     def _feed_text(self, text: str) -> None:
         """Read text already decoded (a UTF-16 log, transcoded)."""
         if text:
-            head, block = self._splitter.split(text.encode("utf-8"))
-            if head is not None:
-                self._lines([head], slow=True)
-            if block is not None:
-                self._lines(block.split("\n"), slow=True)
+            self._split(text.encode("utf-8"))
 
     # -- reading ----------------------------------------------------------------------
 
@@ -138,34 +141,52 @@ class Triager:
             self._binary = True
         return data
 
-    def _block_needs_lines(self, block: str) -> bool:
-        if self._ready_line is None and any(m in block for m in READY_MARKERS):
-            return True
-        return bool(self._signatures) and self._signatures.block_may_hit(block)
+    def _split(self, data: bytes) -> None:
+        head, block = self._splitter.split(data)
+        if head is not None:
+            self._lines([head])
+        if block is None:
+            return
+        lines = block.split(b"\n")
+        if self._block_needs_lines(block):
+            self._lines(lines)
+            return
+        # The fast path: only the lines that are not INFO or DEBUG reach Python code.
+        base = self._number
+        for index in compress(range(len(lines)), map(not_, map(QUIET.match, lines))):
+            self._line(base + index + 1, lines[index])
+        self._number = base + len(lines)
 
-    def _lines(self, lines: list[str], *, slow: bool) -> None:
+    def _block_needs_lines(self, block: bytes) -> bool:
+        """Whether a quiet line of ``block`` may matter (a readiness marker, a signature)."""
+        if self._ready_line is None and any(m in block for m in _READY_BYTES):
+            return True
+        if not self._signatures:
+            return False
+        return self._signatures.block_may_hit(block.decode("utf-8", "replace"))
+
+    def _lines(self, lines: list[bytes]) -> None:
+        """Read every line, quiet ones included."""
         number = self._number
         for raw in lines:
             number += 1
             if is_quiet(raw):
-                if slow:
-                    self._quiet(number, raw)
-                continue
-            self._number = number
-            self._line(number, raw)
+                self._quiet(number, raw)
+            else:
+                self._line(number, raw)
         self._number = number
 
-    def _quiet(self, number: int, raw: str) -> None:
-        if self._ready_line is None and any(m in raw for m in READY_MARKERS):
+    def _quiet(self, number: int, raw: bytes) -> None:
+        if self._ready_line is None and any(m in raw for m in _READY_BYTES):
             self._ready_line = number
         if self._signatures:
-            line = parse_line(number, raw)
+            line = parse_line(number, decode(raw))
             self._saw_scenarios(self._signatures.line_hits(line, quiet=True))
 
-    def _line(self, number: int, raw: str) -> None:
-        line = parse_line(number, raw.rstrip("\r"))
+    def _line(self, number: int, raw: bytes) -> None:
+        line = parse_line(number, decode(raw))
         if line.level in QUIET_LEVELS:
-            self._quiet(number, line.raw)
+            self._quiet(number, raw)
             return
         if line.raw.startswith(_OWN_PROTOCOL):
             return

