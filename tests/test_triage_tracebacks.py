@@ -195,3 +195,19 @@ def test_logged_and_raw_tracebacks_of_one_process_do_not_mix() -> None:
         ("ValueError", "logged"),
         ("OSError", "raw"),
     ]
+
+
+def test_a_traceback_indented_as_a_whole_still_ends_on_its_exception() -> None:
+    raised, _ = read(
+        "    Traceback (most recent call last):\n"
+        '      File "/v/s.py", line 149, in shrink\n'
+        "        assert token_lora_mapping.size(0) == M\n"
+        "    AssertionError\n"
+        '      File "/v/t.py", line 3, in load\n'
+        "        load()\n"
+        "    OSError: headerless and indented\n"
+    )
+    assert [(r.kind, r.message) for r in raised] == [
+        (Kind.ASSERT, "assert token_lora_mapping.size(0) == M"),
+        (Kind.EXCEPTION, "headerless and indented"),
+    ]

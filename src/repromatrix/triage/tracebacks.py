@@ -77,7 +77,8 @@ class _Traceback:
     chain: int
     relation: Relation | None
     frames: deque[Frame] = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))
-    indented: bool = False  # source lines sit deeper than frames (not a flattened paste)
+    base: int | None = None  # indentation of the exception line (a paste may indent it all)
+    indented: bool = False  # frames and sources sit deeper (not a flattened paste)
     expecting_source: bool = False
     frame_indent: int = 0
 
@@ -102,7 +103,8 @@ class TracebackReader:
         # has logged tracebacks inside a longer message.
         if stripped.endswith(_TRACEBACK):
             closed = self._close(key)
-            self._open[key] = self._new(line)
+            tb = self._open[key] = self._new(line)
+            tb.base = len(text) - len(text.lstrip())
             return Step(consumed=True, opened=True, raised=closed)
         if stripped in _CHAINS:
             closed = self._close(key)
@@ -142,9 +144,11 @@ class TracebackReader:
         if tb is None:
             tb = self._open[key] = self._new(line)
         indent = len(match.group(1))
+        if tb.base is None:
+            tb.base = max(indent - 2, 0)
         tb.frames.append(Frame(match.group(2), int(match.group(3)), match.group(4) or "?"))
         tb.expecting_source, tb.frame_indent = True, indent
-        tb.indented = tb.indented or indent > 0
+        tb.indented = tb.indented or indent > tb.base
         return Step(consumed=True, opened=opened)
 
     def _outside(self, line: Line, stripped: str) -> Step:
@@ -166,8 +170,9 @@ class TracebackReader:
         text = line.text
         if not stripped or text_is_noise(text):
             return Step(consumed=True)
-        if not text[0].isspace():
-            match = _EXCEPTION.fullmatch(text)
+        indent = len(text) - len(text.lstrip())
+        if indent <= (tb.base or 0):
+            match = _EXCEPTION.fullmatch(stripped)
             if match is not None and _ends_traceback(match, tb.indented):
                 del self._open[key]
                 self._last_chain[key] = tb.chain
@@ -180,7 +185,6 @@ class TracebackReader:
                     process=tb.owner,
                 )
                 return Step(consumed=True, raised=(raised,))
-        indent = len(text) - len(text.lstrip())
         if tb.expecting_source:
             tb.frames[-1] = replace(tb.frames[-1], source=line)
             tb.expecting_source = False
