@@ -258,7 +258,7 @@ def test_spec_json_on_the_command_line(standin: Path) -> None:
     assert status_of(done.stdout.decode())["answered"] is True
 
 
-@pytest.mark.parametrize("name", ["harness.py", "make_tiny_model.py"])
+@pytest.mark.parametrize("name", ["harness.py", "offline.py", "make_tiny_model.py"])
 def test_in_image_programs_are_python_38_and_stdlib_only(name: str) -> None:
     source = (HARNESS_DIR / name).read_text()
     tree = ast.parse(source, feature_version=(3, 8))

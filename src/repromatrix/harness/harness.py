@@ -110,8 +110,8 @@ def probe_command(spec: dict[str, Any], python: str = "python3") -> list[str]:
 
 
 def offline_command(spec_path: str, progress_path: str, python: str = "python3") -> list[str]:
-    """The offline child's argv: this same file in ``--offline-child`` mode."""
-    return [python, os.path.abspath(__file__), "--offline-child", spec_path, progress_path]
+    """The offline child's argv: ``offline.py`` beside this file."""
+    return [python, os.path.join(HERE, "offline.py"), spec_path, progress_path]
 
 
 def vllm_version(env: dict[str, str]) -> str | None:
@@ -370,30 +370,6 @@ def write_json(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def offline_child(spec_path: str, progress_path: str) -> int:
-    """The offline child: ``LLM(**kwargs)``, then one ``generate`` (through the adapter, if any)."""
-    import importlib  # noqa: PLC0415
-
-    started = time.monotonic()
-    spec = read_json(spec_path) or {}
-    vllm: Any = importlib.import_module("vllm")
-    llm = vllm.LLM(model=spec["model"], **spec.get("kwargs", {}))
-    report: dict[str, Any] = {"ready_s": round(time.monotonic() - started, 3)}
-    write_json(progress_path, report)
-    request = spec["request"]
-    params = vllm.SamplingParams(max_tokens=int(request["max_tokens"]), temperature=0.0)
-    lora = None
-    if request.get("lora"):
-        lora_module: Any = importlib.import_module("vllm.lora.request")
-        lora = lora_module.LoRARequest(request["lora"]["name"], 1, request["lora"]["path"])
-    asked = time.monotonic()
-    outputs = llm.generate([request["prompt"]], params, lora_request=lora)
-    report["request_s"] = round(time.monotonic() - asked, 3)
-    report["answered"] = bool(outputs) and isinstance(outputs[0].outputs[0].text, str)
-    write_json(progress_path, report)
-    return 0
-
-
 def load_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The spec and a file path holding it (the offline child reads the file)."""
     try:
@@ -471,10 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run one repromatrix cell.")
     parser.add_argument("spec", nargs="?", help="path of the spec JSON file")
     parser.add_argument("--spec-json", help="the spec itself, as JSON")
-    parser.add_argument("--offline-child", nargs=2, metavar=("SPEC", "PROGRESS"))
     args = parser.parse_args(argv)
-    if args.offline_child:
-        return offline_child(*args.offline_child)
     if (args.spec is None) == (args.spec_json is None):
         parser.error("give a spec file or --spec-json, not both")
     signal.signal(signal.SIGTERM, on_signal)
