@@ -96,7 +96,9 @@ def test_argv_reads_back_as_the_flags(flags: dict[str, object]) -> None:
     argv = server_argv(flags)  # type: ignore[arg-type]
     assert all(isinstance(arg, str) for arg in argv)
     expected = {
-        k: (True if v is True else str(v)) for k, v in flags.items() if v not in (None, False)
+        k: (True if v is True else str(v))
+        for k, v in flags.items()
+        if v is not None and v is not False
     }
     assert parse_argv(argv) == expected
 
