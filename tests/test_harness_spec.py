@@ -217,3 +217,12 @@ def test_probe_programs_must_be_plain_file_names(program: str) -> None:
 def test_probe_cell_without_a_probe_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="no probe"):
         build_spec(make_cell(level=Level.PROBE), "/m")
+
+
+def test_zero_and_one_are_values_not_booleans() -> None:
+    assert server_argv({"seed": 0, "tensor_parallel_size": 1}) == [
+        "--seed",
+        "0",
+        "--tensor-parallel-size",
+        "1",
+    ]
