@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,3 +155,16 @@ def test_build_once_then_reuse_and_report_a_failed_build(tools_image, tmp_path: 
     assert not second["good"].built and second["good"].digest == first["good"].digest
     assert first["bad"].error is not None and "exit 7" in json.dumps(first["bad"].error)
     assert "returned a non-zero code: 7" in first["bad"].error
+
+
+def test_stopping_a_container_that_has_just_exited_is_not_an_engine_failure(backend, tools_image):
+    def slow_watch(chunk: bytes) -> bool:
+        if b"@@repromatrix-status" not in chunk:
+            return False
+        time.sleep(2)  # the harness exits meanwhile: the stop finds nothing running
+        return True
+
+    execution = run(backend, tools_image, "ok", watch=slow_watch)
+    assert execution.infra_error is None
+    assert execution.stopped_early
+    assert execution.exit_code == 0

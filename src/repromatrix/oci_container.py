@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import DockerException, ImageNotFound
+from docker.errors import APIError, DockerException, ImageNotFound
 from docker.models.containers import Container
 from docker.types import DeviceRequest
 from requests.exceptions import RequestException
@@ -44,6 +44,7 @@ from repromatrix.model import Cell, Image, Lane
 ENGINE_ERRORS = (DockerException, RequestException, OSError)
 # After a kill, how long the log stream may take to deliver its last bytes.
 DRAIN_S = 5.0
+CONFLICT = 409
 BUILD_TAIL = 20  # lines of build output kept in a failed image's error
 # Reads the installed vLLM's version inside an image or virtualenv, without importing vLLM.
 VERSION_PROGRAM = """
@@ -95,6 +96,15 @@ def debootstrap_stream(base: BaseImage) -> Iterable[bytes]:
 
     rootfs = images.make_base_rootfs(base, images.BASE_ROOT)
     return images.rootfs_tar_stream(rootfs)
+
+
+def _kill(container: Container) -> None:
+    """SIGKILL the container; one that has just exited on its own is fine too."""
+    try:
+        container.kill()
+    except APIError as exc:
+        if exc.status_code != CONFLICT:  # 409: the container is not running any more
+            raise
 
 
 def _one_line(exc: BaseException) -> str:
@@ -355,7 +365,7 @@ class DockerBackend:
             if watch(item):
                 seen.stopped_early = True
                 break
-        container.kill()
+        _kill(container)
         self._drain(stream, reader, seen)
         return seen
 
