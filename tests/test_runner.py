@@ -238,3 +238,34 @@ def test_an_engine_that_disappears_mid_run_fails_the_cells_not_the_run(tmp_path:
     real = docker.from_env()
     assert real.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}) == []
     real.close()
+
+
+def test_cells_of_an_image_that_failed_to_build_are_infra_errors_with_the_reason(tmp_path):
+    failed = Prepared(
+        "cpu-0.32.0", "repromatrix/cell-cpu-0.32.0:x", error="build of x failed: boom"
+    )
+    one, other = cell(variant="trigger"), cell(variant="max-model-len-64")
+    gpu = cell(Lane.GPU)
+    contexts = {
+        one.id: CellContext(failed, model_path="/m"),
+        other.id: CellContext(failed, model_path="/m"),
+        gpu.id: CellContext(None, "", skip_reason="GPU cell needs 4 GPU(s) (h200x4); no GPU"),
+    }
+    out = io.StringIO()
+    state = RunState(
+        options=RunOptions(results=tmp_path),
+        progress=Progress(3, out=out),
+        run_id="r",
+        run_dir=tmp_path / "r",
+        todo=(one, other, gpu),
+        backend=object(),  # type: ignore[arg-type]  # never called: no cell here can start
+        contexts=contexts,
+    )
+    state = stage_cells(state)
+    found = {r.id: r for r in results.read_results(tmp_path / "r")[0]}
+    assert found[one.id].outcome is Outcome.INFRA_ERROR
+    assert found[one.id].reason == "image not available: build of x failed: boom"
+    assert found[other.id].outcome is Outcome.INFRA_ERROR
+    assert found[gpu.id].outcome is Outcome.SKIPPED and "no GPU" in found[gpu.id].reason
+    assert state.outcomes == {"infra_error": 2, "skipped": 1}
+    assert " start " not in out.getvalue().split("\n")[-2]  # a skipped cell never "starts"
