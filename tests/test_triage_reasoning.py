@@ -185,3 +185,27 @@ def test_an_unknown_failure_is_still_named_with_a_plain_explanation() -> None:
     assert diagnosis.root_cause.process == "EngineCore"
     assert diagnosis.category is None
     assert "ZeroDivisionError in EngineCore is the first failure" in diagnosis.explanation
+
+
+def test_a_cpp_abort_is_named_by_its_what_line() -> None:
+    log = (
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  CUDA error: an illegal memory access was encountered\n"
+        "Exception raised from c10_cuda_check_implementation at ../c10/cuda/CUDAException.cpp:43\n"
+        "Fatal Python error: Aborted\n"
+    )
+    diagnosis = diagnose(log)
+    assert diagnosis.root_cause is not None
+    assert diagnosis.root_cause.line == log.splitlines()[1]
+    assert diagnosis.root_cause.exception == "c10::Error"
+    assert diagnosis.category == "illegal_memory_access"
+
+
+def test_source_listings_and_indented_lines_never_state_a_cause() -> None:
+    log = (
+        "    529 needed = kv_cache_spec.max_memory_usage_bytes(vllm_config)\n"
+        "--> 531 raise ValueError('CUDA out of memory while profiling')\n"
+        "ERROR 01-01 00:00:00 [x.py:1]     _ = torch.zeros(1)  # CUDA out of memory here\n"
+        "RuntimeError: No CUDA GPUs are available\n"
+    )
+    assert root_line(log) == "RuntimeError: No CUDA GPUs are available"

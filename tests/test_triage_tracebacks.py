@@ -211,3 +211,15 @@ def test_a_traceback_indented_as_a_whole_still_ends_on_its_exception() -> None:
         (Kind.ASSERT, "assert token_lora_mapping.size(0) == M"),
         (Kind.EXCEPTION, "headerless and indented"),
     ]
+
+
+def test_an_uncaught_cpp_exception_is_named_by_its_what_line() -> None:
+    raised, _ = read(
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  CUDA error: an illegal memory access was encountered\n"
+        "  what():  a what() without its terminate line\n"
+    )
+    assert [(r.exception, r.message, r.line.number) for r in raised] == [
+        ("c10::Error", "CUDA error: an illegal memory access was encountered", 2),
+        ("std::exception", "a what() without its terminate line", 3),
+    ]

@@ -76,6 +76,7 @@ class Finding:
     signature: bool = False  # a scenario signature matched this line
     before: tuple[str, ...] = ()  # raw lines of the same process just before it
     detail: list[str] = field(default_factory=list)  # continuation lines of the message
+    detail_lines: list[Line] = field(default_factory=list)  # the same, as read
     after: list[str] = field(default_factory=list)
 
     def headline(self) -> str:
@@ -95,10 +96,11 @@ class Finding:
             texts.extend(frame.lines())
         return tuple(texts)
 
-    def add_detail(self, text: str) -> None:
+    def add_detail(self, line: Line) -> None:
         """Append a continuation line of the message (bounded)."""
         if len(self.detail) < MAX_DETAIL:
-            self.detail.append(text)
+            self.detail.append(line.text.strip())
+            self.detail_lines.append(line)
 
     def add_after(self, raw: str) -> bool:
         """Keep a line printed after this finding; False once enough are kept."""

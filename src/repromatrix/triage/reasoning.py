@@ -16,11 +16,13 @@ SIGTERM and print ``KeyboardInterrupt``. The rules, in order:
 4. A lookup error (``KeyError``...) caught and replaced "during handling" by
    another exception is control flow; the replacement states the cause.
 5. A bare ``AssertionError`` is reported at its ``assert ...`` source line (the
-   traceback reader does that).
+   traceback reader does that), a pydantic ``ValidationError`` at the line that
+   states the error it wraps.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +31,7 @@ from repromatrix.results import RootCause
 from repromatrix.triage.catalogue import Catalogue, Cause, Role
 from repromatrix.triage.diagnosis import Diagnosis
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
+from repromatrix.triage.logmodel import Line
 from repromatrix.triage.signatures import ScenarioSignatures
 
 MAX_EXCERPT = 16
@@ -36,6 +39,7 @@ MAX_EXCERPT_LINE = 2000
 _LOOKUP_ERRORS = frozenset(
     {"KeyError", "AttributeError", "IndexError", "StopIteration", "ModuleNotFoundError"}
 )
+_PYDANTIC_ERROR = re.compile(r"\s*(?:Value error|Assertion failed), (.*?)(?: \[type=.*)?$")
 _TIER_OF_ROLE = {Role.CONSEQUENCE: Tier.CONSEQUENCE, Role.WEAK: Tier.WEAK, Role.CAUSE: Tier.STRONG}
 _NO_CAUSE = (
     "No line in this log states a cause. vLLM's generic errors (Engine core initialization "
@@ -121,11 +125,12 @@ def diagnose(
     cause = _category(root, catalogue)
     scenario = signatures.scenario_of(root.evidence(), root.process)
     layer = cause.layer if cause and cause.layer else _phase(root, facts)
+    line, message = stated_by(root)
     root_cause = RootCause(
-        line=root.line.raw,
+        line=line.raw,
         process=root.process,
         exception=root.exception,
-        message=root.message,
+        message=message,
         category=cause.category if cause else None,
         scenario=scenario.id if scenario else None,
         layer=layer,
@@ -141,7 +146,7 @@ def diagnose(
         signature_seen=facts.signature_seen,
         title=cause.title if cause else None,
         scenario_title=scenario.title if scenario else None,
-        line_number=root.line.number,
+        line_number=line.number,
         scenarios_seen=facts.scenarios_seen,
         final_error=facts.final_error,
         lines_read=facts.lines_read,
@@ -174,6 +179,21 @@ def with_oom_kill(diagnosis: Diagnosis, catalogue: Catalogue) -> Diagnosis:
         lines_read=diagnosis.lines_read,
         notes=diagnosis.notes,
     )
+
+
+def stated_by(finding: Finding) -> tuple[Line, str]:
+    """The line that states the cause, and what it says.
+
+    Usually the finding's own line. A pydantic ``ValidationError`` (vLLM's
+    configuration classes raise them) only counts errors on its own line; the
+    cause is on the next lines: ``  Value error, <the message> [type=...]``.
+    """
+    if (finding.exception or "").endswith("ValidationError"):
+        for line in finding.detail_lines:
+            stated = _PYDANTIC_ERROR.match(line.text)
+            if stated is not None:
+                return line, stated.group(1)
+    return finding.line, finding.message
 
 
 def _category(finding: Finding, catalogue: Catalogue) -> Cause | None:

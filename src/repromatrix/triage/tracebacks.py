@@ -39,6 +39,10 @@ _EXCEPTION_NAME = re.compile(
 )
 _NOT_NAMES = frozenset({"None", "True", "False"})
 _TRACEBACK = "Traceback (most recent call last):"
+# An uncaught C++ exception: "terminate called after throwing an instance of 'T'", then
+# "  what():  <message>", which states the cause.
+_TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+)'")
+_WHAT = re.compile(r"\s*what\(\):\s+(.*)")
 _PROCESS_MARK = re.compile(r"Process ([\w.-]+):")
 _CHAINS = {
     "The above exception was the direct cause of the following exception:": Relation.CAUSE,
@@ -91,6 +95,7 @@ class TracebackReader:
         self._last_chain: dict[RecordKey, int] = {}
         self._relation: dict[RecordKey, Relation] = {}
         self._owner: dict[str | None, str] = {}
+        self._thrown: dict[str | None, str] = {}  # C++ exception type awaiting its what()
         self._chain_ids = itertools.count(1)
 
     def read(self, line: Line) -> Step:
@@ -156,6 +161,13 @@ class TracebackReader:
         if mark is not None and line.level is None:
             self._owner[line.stream] = mark.group(1)
             return Step(consumed=True)
+        thrown = _TERMINATE.search(stripped)
+        if thrown is not None:
+            self._thrown[line.stream] = thrown.group(1)
+            return Step()
+        what = _WHAT.fullmatch(line.text)
+        if what is not None:
+            return self._what(line, what.group(1))
         if text_is_noise(line.text):
             return Step()
         match = _EXCEPTION.fullmatch(line.text)
@@ -164,6 +176,14 @@ class TracebackReader:
         key = line.record
         chain = self._last_chain[key] = next(self._chain_ids)
         raised = _raised(line, match, chain=chain, process=line.process)
+        return Step(consumed=True, raised=(raised,))
+
+    def _what(self, line: Line, message: str) -> Step:
+        exception = self._thrown.pop(line.stream, "std::exception")
+        chain = self._last_chain[line.record] = next(self._chain_ids)
+        raised = Raised(
+            line, Kind.EXCEPTION, exception, message.strip(), (), chain, None, line.process
+        )
         return Step(consumed=True, raised=(raised,))
 
     def _inside(self, line: Line, key: RecordKey, tb: _Traceback, stripped: str) -> Step:

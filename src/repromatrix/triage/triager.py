@@ -14,6 +14,7 @@ searched once per block of lines; a block with a hit is read line by line.
 from __future__ import annotations
 
 import codecs
+import re
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ READY_MARKERS = (
 )
 _READY_BYTES = tuple(m.encode() for m in READY_MARKERS)
 _OWN_PROTOCOL = "@@repromatrix-"
+_LISTING = re.compile(r"-+> *\d+ ")
 
 
 @dataclass
@@ -225,7 +227,7 @@ class Triager:
         if head.line.record != line.record:
             return False
         if head.seq >= 0:
-            head.add_detail(line.text.strip())
+            head.add_detail(line)
         self._message_end = line.number
         return True
 
@@ -255,15 +257,21 @@ class Triager:
         return self._prev.number if self._prev is not None else 0
 
     def _plain(self, line: Line, stream: _Stream, signature_hit: bool) -> None:
-        """A line outside any traceback: an ERROR, a catalogued message, or nothing."""
+        """A line outside any traceback: an ERROR, a catalogued message, or nothing.
+
+        Indented lines and numbered source listings (IPython's ``---> 241 ...``)
+        continue or illustrate something else: they never state a cause alone.
+        """
         level = line.level
         cause = self._catalogue.match(line.text, warning=level == "WARNING")
-        erring = level in ("ERROR", "CRITICAL")
         if cause is not None and cause.role is Role.CONSEQUENCE:
             self._consequence(line, fatal=cause.fatal)
             return
+        if line.text[:1].isspace() or _LISTING.match(line.text):
+            return
+        erring = level in ("ERROR", "CRITICAL")
         if cause is None and not signature_hit:
-            if erring and not line.text[:1].isspace():
+            if erring:
                 stream.pending_error = self._store(self._finding(line, Kind.ERROR, stream))
             return
         kind = Kind.ERROR if erring else Kind.MATCH
