@@ -76,8 +76,19 @@ def test_an_empty_log_has_no_cause() -> None:
 def test_binary_input_is_recognised_and_not_read() -> None:
     diagnosis = triage_stream(io.BytesIO(bytes(range(256)) * 64 + b"\nValueError: x\n"))
     assert diagnosis.root_cause is None
-    assert diagnosis.notes == ("the input is not text: it holds NUL bytes",)
+    assert diagnosis.notes == ("the input is not text: it holds binary data",)
     assert "does not look like a text log" in diagnosis.explanation
+
+
+def test_nul_runs_left_by_log_rotation_are_skipped() -> None:
+    data = b"\x00" * 100_000 + CPU_LOG.read_bytes()
+    assert triage_stream(io.BytesIO(data)) == triage_path(CPU_LOG)
+
+
+def test_utf16_without_a_byte_order_mark_is_recognised() -> None:
+    text = CPU_LOG.read_bytes().decode("utf-8")
+    assert triage_stream(io.BytesIO(text.encode("utf-16-le"))) == triage_path(CPU_LOG)
+    assert triage_stream(io.BytesIO(text.encode("utf-16-be"))) == triage_path(CPU_LOG)
 
 
 def test_a_gigantic_single_line_is_read_in_bounded_memory() -> None:

@@ -13,7 +13,6 @@ searched once per block of lines; a block with a hit is read line by line.
 
 from __future__ import annotations
 
-import codecs
 import re
 from collections import Counter, deque
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from repromatrix.model import Scenario
 from repromatrix.triage import reasoning
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue
 from repromatrix.triage.diagnosis import Diagnosis
+from repromatrix.triage.encoding import ByteSource
 from repromatrix.triage.evidence import Finding, Kind, Tier
 from repromatrix.triage.logmodel import (
     QUIET,
@@ -38,7 +38,6 @@ from repromatrix.triage.logmodel import (
 from repromatrix.triage.signatures import ScenarioSignatures
 from repromatrix.triage.tracebacks import Raised, TracebackReader
 
-SNIFF_BYTES = 8192
 MAX_PER_TIER = 32
 MAX_LAST_ERRORS = 12
 RECENT_LINES = 8
@@ -83,9 +82,7 @@ class Triager:
         self._prev: Line | None = None  # the previous line read in full
         self._adjacent = 0  # lines up to this one follow ``_prev`` directly (blanks between)
         self._number = 0
-        self._bytes = 0
-        self._decoder: codecs.IncrementalDecoder | None = None
-        self._binary = False
+        self._source = ByteSource()
         self._ready_line: int | None = None
         self._fatal_seen = False
         self._cause_seen = False
@@ -100,10 +97,9 @@ class Triager:
 
     def feed(self, data: bytes) -> None:
         """Read the next chunk of the log (a partial last line waits for the next chunk)."""
-        data = self._sniff(data)
-        if not data or self._binary:
-            return
-        self._split(data)
+        text = self._source.push(data)
+        if text:
+            self._split(text)
 
     def diagnose(self, *, oom_killed: bool = False) -> Diagnosis:
         """The diagnosis of everything fed so far; a partial last line is read as complete.
@@ -111,8 +107,9 @@ class Triager:
         ``oom_killed`` is the container's OOMKilled fact: the kernel ended it, so
         the host running out of memory is the cause unless the log names another.
         """
-        if self._decoder is not None:
-            self._feed_text(self._decoder.decode(b"", final=True))
+        rest = self._source.finish()
+        if rest:
+            self._split(rest)
         tail = self._splitter.flush()
         if tail is not None:
             self._lines([tail])
@@ -120,28 +117,7 @@ class Triager:
         diagnosis = reasoning.diagnose(findings, self._facts(), self._catalogue, self._signatures)
         return reasoning.with_oom_kill(diagnosis, self._catalogue) if oom_killed else diagnosis
 
-    def _feed_text(self, text: str) -> None:
-        """Read text already decoded (a UTF-16 log, transcoded)."""
-        if text:
-            self._split(text.encode("utf-8"))
-
     # -- reading ----------------------------------------------------------------------
-
-    def _sniff(self, data: bytes) -> bytes:
-        """Recognise UTF-16 and UTF-8 byte order marks and binary input at the start."""
-        start = self._bytes
-        self._bytes += len(data)
-        if start == 0:
-            if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
-                self._decoder = codecs.getincrementaldecoder("utf-16")("replace")
-            elif data.startswith(codecs.BOM_UTF8):
-                data = data[len(codecs.BOM_UTF8) :]
-        if self._decoder is not None:
-            self._feed_text(self._decoder.decode(data))
-            return b""
-        if start < SNIFF_BYTES and b"\x00" in data[: SNIFF_BYTES - start]:
-            self._binary = True
-        return data
 
     def _split(self, data: bytes) -> None:
         head, block = self._splitter.split(data)
@@ -369,7 +345,7 @@ class Triager:
         return found
 
     def _facts(self) -> reasoning.LogFacts:
-        notes = ("the input is not text: it holds NUL bytes",) if self._binary else ()
+        notes = ("the input is not text: it holds binary data",) if self._source.binary else ()
         return reasoning.LogFacts(
             lines_read=self._number,
             ready_line=self._ready_line,
