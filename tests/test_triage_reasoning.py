@@ -209,3 +209,18 @@ def test_source_listings_and_indented_lines_never_state_a_cause() -> None:
         "RuntimeError: No CUDA GPUs are available\n"
     )
     assert root_line(log) == "RuntimeError: No CUDA GPUs are available"
+
+
+def test_an_assert_in_a_cut_off_traceback_still_comes_first_in_time() -> None:
+    head = "(Worker_TP0 pid=5) ERROR 01-01 00:00:00 [m.py:1] "
+    log = (
+        f"{head}Traceback (most recent call last):\n"
+        f'{head}  File "/v/vllm/lora/layers/fused_moe.py", line 164, in inject\n'
+        f"{head}    assert isinstance(fn.impl.fused_experts, TritonExperts)\n"
+        "(EngineCore_DP0 pid=4) ERROR 01-01 00:00:01 [core.py:1] RuntimeError: later\n"
+    )
+    diagnosis = diagnose(log)
+    assert diagnosis.root_cause is not None
+    assert diagnosis.root_cause.line == log.splitlines()[2]
+    assert diagnosis.root_cause.exception == "AssertionError"
+    assert diagnosis.line_number == 3

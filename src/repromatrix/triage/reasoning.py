@@ -96,16 +96,20 @@ def choose(findings: Sequence[Finding], catalogue: Catalogue) -> Finding | None:
     if not live:
         return None
     best = min(tier for tier, _ in live)
-    contenders = sorted((f for tier, f in live if tier == best), key=lambda f: f.seq)
+    contenders = sorted((f for tier, f in live if tier == best), key=_when)
     return _past_lookups(contenders[0], [f for tier, f in live if tier <= best])
+
+
+def _when(finding: Finding) -> tuple[int, int]:
+    # The log is in time order; a cut-off traceback's assert is found only at the end.
+    return (finding.line.number, finding.seq)
 
 
 def _past_lookups(first: Finding, live: Sequence[Finding]) -> Finding:
     current = first
     while (current.exception or "").rsplit(".", 1)[-1] in _LOOKUP_ERRORS:
-        successor = next(
-            (f for f in live if f.chain == current.chain and f.seq > current.seq), None
-        )
+        later = (f for f in live if f.chain == current.chain and _when(f) > _when(current))
+        successor = min(later, key=_when, default=None)
         if successor is None or successor.relation is not Relation.CONTEXT:
             break
         current = successor
