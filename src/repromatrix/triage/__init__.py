@@ -4,7 +4,7 @@
 output); ``triage_stream`` and ``triage_path`` read a whole log with bounded
 memory. Both return a ``Diagnosis``: the verbatim line that states the root
 cause, the process that printed it, its category in the catalogue of causes
-(``causes.yaml``), the documented scenario it matches, and what to do.
+(``data/triage_causes.yaml``), the documented scenario it matches, and what to do.
 """
 
 from repromatrix.triage.catalogue import Catalogue, Cause, Role, builtin_catalogue, load_catalogue

@@ -1,12 +1,13 @@
 """The catalogue of causes: what a log line means and what to do about it, as data.
 
-``causes.yaml`` lists entries in order; the first entry that matches a text
-names it. Each entry has a role: a ``cause`` (GPU out of memory, KV cache too
-small...), a ``consequence`` (vLLM's generic re-raises such as ``Engine core
-initialization failed``, never a root cause) or ``weak`` evidence (interrupts,
-timeouts, masking messages: a root cause only when nothing else is found).
-Consequences come before causes in the file, so a re-raise that quotes its
-cause (``Worker failed with error 'CUDA out of memory'``) is not mistaken for it.
+``repromatrix/data/triage_causes.yaml`` (package data) lists entries in order;
+the first entry that matches a text names it. Each entry has a role: a
+``cause`` (GPU out of memory, KV cache too small...), a ``consequence``
+(vLLM's generic re-raises such as ``Engine core initialization failed``, never
+a root cause) or ``weak`` evidence (interrupts, timeouts, masking messages: a
+root cause only when nothing else is found). Consequences come before causes
+in the file, so a re-raise that quotes its cause (``Worker failed with error
+'CUDA out of memory'``) is not mistaken for it.
 
 Patterns are written in the subset of regular expressions that Python and
 ``grep -E`` read alike (no ``\\d``, no ``(?:``), so the benchmark can run grep
@@ -28,6 +29,7 @@ import yaml
 
 from repromatrix.errors import ConfigError, Problem
 
+BUILTIN = "triage_causes.yaml"
 LAYERS = ("image_pull", "container_start", "engine_startup", "first_request", "hang")
 _REQUIRED = ("category", "title", "role", "explanation", "fix")
 _OPTIONAL = ("patterns", "frames", "exceptions", "layer", "fatal", "as_warning")
@@ -101,9 +103,9 @@ class Catalogue:
 
 @functools.cache
 def builtin_catalogue() -> Catalogue:
-    """The catalogue shipped with repromatrix (``triage/causes.yaml``)."""
-    source = resources.files("repromatrix.triage").joinpath("causes.yaml")
-    return parse_catalogue(source.read_text(encoding="utf-8"), "causes.yaml")
+    """The catalogue shipped with repromatrix (``repromatrix/data/triage_causes.yaml``)."""
+    source = resources.files("repromatrix").joinpath("data", BUILTIN)
+    return parse_catalogue(source.read_text(encoding="utf-8"), BUILTIN)
 
 
 def load_catalogue(path: Path) -> Catalogue:
