@@ -14,6 +14,13 @@ LOGS = Path(__file__).parent / "data" / "logs"
 REPO = Path(__file__).parent.parent
 
 
+def catalogue_examples() -> dict[str, str]:
+    """One real message per catalogue category (tests/data/catalogue-examples.yaml)."""
+    path = Path(__file__).parent / "data" / "catalogue-examples.yaml"
+    examples: dict[str, str] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return examples
+
+
 def labelled() -> list[tuple[Path, dict[str, Any]]]:
     """Every labelled log: (path, label) from each ``labels.yaml`` under tests/data/logs."""
     cases = []

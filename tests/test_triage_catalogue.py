@@ -8,16 +8,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
+from _triage_support import catalogue_examples
 from repromatrix.errors import ConfigError
 from repromatrix.triage import Role, builtin_catalogue, load_catalogue
 from repromatrix.triage.catalogue import parse_catalogue
 
 # One message per category, as vLLM, PyTorch, NCCL, Docker or the kernel print it.
-EXAMPLES: dict[str, str] = yaml.safe_load(
-    (Path(__file__).parent / "data" / "catalogue-examples.yaml").read_text(encoding="utf-8")
-)
+EXAMPLES = catalogue_examples()
 # Entries recognised by where they happened rather than by their message.
 BY_FRAMES = {
     "lora_kernel_assert": (

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from repromatrix.errors import ConfigError, Problem
+from repromatrix.triage.literals import required_literal
 
 BUILTIN = "triage_causes.yaml"
 LAYERS = ("image_pull", "container_start", "engine_startup", "first_request", "hang")
@@ -85,12 +86,31 @@ class Catalogue:
         warning: bool = False,
     ) -> Cause | None:
         """The first entry naming ``text``; for a WARNING line only causes marked ``as_warning``."""
-        for cause in self.causes:
+        index, unfiltered, by_frames = self._prefilter
+        # Only entries whose required text occurs in the line are searched with regexes.
+        candidates = {i for literal, i in index if literal in text} | unfiltered
+        for i in sorted(candidates | by_frames if frames else candidates):
+            cause = self.causes[i]
             if warning and cause.role is Role.CAUSE and not cause.as_warning:
                 continue
             if cause.matches(text, exception, frames):
                 return cause
         return None
+
+    @functools.cached_property
+    def _prefilter(self) -> tuple[tuple[tuple[str, int], ...], frozenset[int], frozenset[int]]:
+        """(required literal, entry) pairs; entries with a pattern that has none; by frames."""
+        index: list[tuple[str, int]] = []
+        unfiltered: set[int] = set()
+        for i, cause in enumerate(self.causes):
+            for pattern in cause.patterns:
+                literal = required_literal(pattern)
+                if len(literal) >= 3:
+                    index.append((literal, i))
+                else:
+                    unfiltered.add(i)
+        by_frames = frozenset(i for i, c in enumerate(self.causes) if c.frame_regex is not None)
+        return tuple(index), frozenset(unfiltered), by_frames
 
     def patterns(self) -> tuple[str, ...]:
         """Every message pattern, in order (what the benchmark gives grep)."""

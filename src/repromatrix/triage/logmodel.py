@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass
 
 MAX_LINE_BYTES = 256 * 1024  # longer lines are cut: a gigantic line must not fill memory
-MAX_LINE_CHARS = MAX_LINE_BYTES
 
 # Lines at these levels never state a cause; they are only searched for scenario
 # signatures and readiness markers.
@@ -99,7 +98,7 @@ def decode(raw: bytes) -> str:
 
 def parse_line(number: int, raw: str) -> Line:
     """Read one verbatim line (terminator already stripped) into a ``Line``."""
-    raw = raw[:MAX_LINE_CHARS]
+    raw = raw[:MAX_LINE_BYTES]  # the splitter cut it already; text fed in another way too
     text = visible_text(raw)
     text = _strip_wrappers(text)
     text, stream, process = _strip_processes(text)
