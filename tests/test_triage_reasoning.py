@@ -224,3 +224,12 @@ def test_an_assert_in_a_cut_off_traceback_still_comes_first_in_time() -> None:
     assert diagnosis.root_cause.line == log.splitlines()[2]
     assert diagnosis.root_cause.exception == "AssertionError"
     assert diagnosis.line_number == 3
+
+
+def test_known_noise_at_error_level_is_never_the_cause() -> None:
+    log = (
+        "ERROR 01-01 00:00:00 [fa_utils.py:57] Cannot use FA version 2 is not supported due to "
+        "FA2 is only supported on devices with compute capability >= 8\n"
+        "(APIServer pid=1) KeyboardInterrupt: terminated\n"
+    )
+    assert root_line(log) == "(APIServer pid=1) KeyboardInterrupt: terminated"

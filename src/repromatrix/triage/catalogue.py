@@ -5,7 +5,8 @@ the first entry that matches a text names it. Each entry has a role: a
 ``cause`` (GPU out of memory, KV cache too small...), a ``consequence``
 (vLLM's generic re-raises such as ``Engine core initialization failed``, never
 a root cause) or ``weak`` evidence (interrupts, timeouts, masking messages: a
-root cause only when nothing else is found). Consequences come before causes
+root cause only when nothing else is found); ``noise`` marks harmless messages
+vLLM logs even at ERROR level. Consequences come before causes
 in the file, so a re-raise that quotes its cause (``Worker failed with error
 'CUDA out of memory'``) is not mistaken for it.
 
@@ -42,6 +43,12 @@ class Role(enum.StrEnum):
     CAUSE = "cause"
     WEAK = "weak"
     CONSEQUENCE = "consequence"
+    NOISE = "noise"  # known harmless messages, even at ERROR level
+
+    @property
+    def never_root(self) -> bool:
+        """Consequences and noise are never a root cause."""
+        return self in (Role.CONSEQUENCE, Role.NOISE)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ class Tier(enum.IntEnum):
     ERROR = 1  # an ERROR line that names no known cause
     SOFT = 2  # an exception logged at WARNING level or below
     WEAK = 3  # interrupts, signals, timeouts, masking messages: a cause only when alone
-    CONSEQUENCE = 4  # re-raises and shutdown messages: never the root cause
+    CONSEQUENCE = 4  # re-raises, shutdown messages, known noise: never the root cause
 
 
 class Kind(enum.StrEnum):

@@ -40,7 +40,12 @@ _LOOKUP_ERRORS = frozenset(
     {"KeyError", "AttributeError", "IndexError", "StopIteration", "ModuleNotFoundError"}
 )
 _PYDANTIC_ERROR = re.compile(r"\s*(?:Value error|Assertion failed), (.*?)(?: \[type=.*)?$")
-_TIER_OF_ROLE = {Role.CONSEQUENCE: Tier.CONSEQUENCE, Role.WEAK: Tier.WEAK, Role.CAUSE: Tier.STRONG}
+_TIER_OF_ROLE = {
+    Role.CONSEQUENCE: Tier.CONSEQUENCE,
+    Role.NOISE: Tier.CONSEQUENCE,
+    Role.WEAK: Tier.WEAK,
+    Role.CAUSE: Tier.STRONG,
+}
 _NO_CAUSE = (
     "No line in this log states a cause. vLLM's generic errors (Engine core initialization "
     "failed, EngineDeadError, a worker that died) say only that another process failed, and "
@@ -204,9 +209,9 @@ def _category(finding: Finding, catalogue: Catalogue) -> Cause | None:
     """The catalogue entry that explains a root cause (its full statement may refine it)."""
     frames = frame_texts(finding)
     cause = catalogue.match(finding.statement(), finding.exception, frames)
-    if cause is None or cause.role is Role.CONSEQUENCE:
+    if cause is None or cause.role.never_root:
         cause = catalogue.match(finding.headline(), finding.exception, frames)
-    return cause if cause is not None and cause.role is not Role.CONSEQUENCE else None
+    return cause if cause is not None and not cause.role.never_root else None
 
 
 def frame_texts(finding: Finding) -> tuple[str, ...]:

@@ -240,8 +240,9 @@ class Triager:
         """
         level = line.level
         cause = self._catalogue.match(line.text, warning=level == "WARNING")
-        if cause is not None and cause.role is Role.CONSEQUENCE:
-            self._consequence(line, fatal=cause.fatal)
+        if cause is not None and cause.role.never_root:
+            if cause.role is Role.CONSEQUENCE:
+                self._consequence(line, fatal=cause.fatal)
             return
         if line.text[:1].isspace() or _LISTING.match(line.text):
             return
