@@ -95,7 +95,7 @@ def rank(finding: Finding, catalogue: Catalogue) -> Tier:
 
 
 def choose(findings: Sequence[Finding], catalogue: Catalogue) -> Finding | None:
-    """The root cause among ``findings`` (in discovery order), or None."""
+    """The root cause among ``findings`` (in any order), or None when none can be named."""
     ranked = [(rank(f, catalogue), f) for f in findings if not f.header]
     live = [(tier, f) for tier, f in ranked if tier < Tier.CONSEQUENCE]
     if not live:
