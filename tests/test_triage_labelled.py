@@ -101,7 +101,6 @@ SCENARIO_OF = {
     "c10-seed004-interrupt-flattened-paste": "mm-warmup-interrupted",
     # The CPU scenario's signature is the KV-cache error itself, printed alike on XPU.
     "05-kv-cache-too-small-xpu-kv-cache-memory-bytes": "cpu-kv-cache-too-small",
-    "c08-py313-carets-elisions-no-compiler": None,
 }
 
 
