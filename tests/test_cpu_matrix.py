@@ -89,7 +89,7 @@ def interrupt_during_second_cell(args: list[str]) -> tuple[int, list[str]]:
     while not containers_of(RUN_ID) and proc.poll() is None:
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=120)
+    _, rest = proc.communicate(timeout=120)
     lines += rest.decode(errors="replace").splitlines()
     return proc.returncode, lines
 
