@@ -98,13 +98,15 @@ def test_the_watcher_stops_a_cell_as_soon_as_it_has_seen_enough(backend, tools_i
 def test_the_token_reaches_the_container_but_never_the_log(tools_image):
     token = "hf_abcdefghijklmnop"
     backend = DockerBackend("test-token", SETTINGS, environ={"HF_TOKEN": token})
+    watched: list[bytes] = []
     try:
-        execution = run(backend, tools_image, "env")
+        execution = run(backend, tools_image, "env", watch=lambda c: watched.append(c) and False)
     finally:
         backend.close()
     assert execution.exit_code == 3
     assert b"HF_TOKEN=<redacted>" in execution.log
     assert token.encode() not in execution.log
+    assert b"HF_TOKEN=<redacted>" in b"".join(watched)  # triage never sees it either
 
 
 def test_a_missing_image_is_an_infra_error_not_a_crash(backend):

@@ -86,6 +86,13 @@ def debootstrap_stream(base: BaseImage) -> Iterable[bytes]:
     return images.rootfs_tar_stream(rootfs)
 
 
+def _redacting(watch: Watcher, secrets: Mapping[str, str]) -> Watcher:
+    """``watch``, given each chunk with the secret values replaced."""
+    if not any(secrets.values()):
+        return watch
+    return lambda chunk: watch(redact(chunk, secrets))
+
+
 def _kill(container: Container) -> None:
     """SIGKILL the container; one that has just exited on its own is fine too."""
     try:
@@ -301,7 +308,8 @@ class DockerBackend:
             with self._container(plan) as container:
                 container.start()
                 start_s = time.monotonic() - started
-                seen = self._follow(container, started + deadline_s, watch)
+                # The watcher keeps what it reads (a root-cause line goes into the result).
+                seen = self._follow(container, started + deadline_s, _redacting(watch, secrets))
                 state = self._final_state(container)
                 log = bytes(seen.log) if seen.stream_error is None else container.logs()
         except ENGINE_ERRORS as exc:
