@@ -122,7 +122,10 @@ def stage_plan(state: RunState) -> RunState:
     todo = pending(cells, run_dir, options.resume)
     state.progress.total = len(todo)
     left = f"{len(todo)} of {len(cells)}" if options.resume else f"{len(cells)}"
-    state.progress.note(f"run {run_id}: {left} cells to run, results in {run_dir}/")
+    if options.prepare_only or options.dry_run:
+        state.progress.note(f"{len(cells)} cells planned; their images are {_doing(options)}")
+    else:
+        state.progress.note(f"run {run_id}: {left} cells to run, results in {run_dir}/")
     return replace(state, matrix=matrix, run_id=run_id, run_dir=run_dir, todo=todo, done=not todo)
 
 
@@ -227,6 +230,10 @@ def execute_run(options: RunOptions, progress: Progress | None = None) -> RunSta
             if state.backend is not None:
                 close_backend(state.backend)
     return state
+
+
+def _doing(options: RunOptions) -> str:
+    return "described, nothing started" if options.dry_run else "prepared, no cell is run"
 
 
 def _short(reason: str, width: int = 160) -> str:
