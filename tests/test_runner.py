@@ -15,18 +15,21 @@ import docker
 import pytest
 
 from _runner_support import cell, fake_image
-from repromatrix import results
+from repromatrix import results, run_setup, tinymodel
 from repromatrix.backend import Prepared
 from repromatrix.cell_exec import CellContext
 from repromatrix.config import load_matrix
 from repromatrix.container_plan import RUN_LABEL, ContainerSettings
 from repromatrix.errors import UsageError
+from repromatrix.expand import plan
 from repromatrix.model import Lane, Outcome
 from repromatrix.oci_container import DockerBackend, engine_available
 from repromatrix.progress import Progress
+from repromatrix.render import render_all
 from repromatrix.run_setup import choose_backend, container_settings, skip_reason
 from repromatrix.runner import RunOptions, RunState, pending, resolve_run_dir, stage_cells
 from repromatrix.scenarios import load_scenarios
+from repromatrix.selector import Selector
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_docker = pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
@@ -269,3 +272,40 @@ def test_cells_of_an_image_that_failed_to_build_are_infra_errors_with_the_reason
     assert found[gpu.id].outcome is Outcome.SKIPPED and "no GPU" in found[gpu.id].reason
     assert state.outcomes == {"infra_error": 2, "skipped": 1}
     assert " start " not in out.getvalue().split("\n")[-2]  # a skipped cell never "starts"
+
+
+@needs_docker
+@pytest.mark.vllm
+def test_the_tiny_model_is_generated_once_inside_the_first_cpu_image(tmp_path: Path):
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    only = Selector(["cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/trigger"])
+    cells = plan(matrix, load_scenarios(ROOT / "scenarios"), Lane.CPU, only)
+    runtime = matrix.lanes[Lane.CPU].runtime
+    rendered = render_all(cells, runtime, ROOT / "dockerfiles")  # type: ignore[arg-type]
+    run_setup.stage_wheelhouses(rendered, ROOT / ".cache")
+    out = io.StringIO()
+    state = RunState(
+        options=RunOptions(results=tmp_path, cache=tmp_path / "cache"),
+        progress=Progress(1, out=out),
+        run_id="test-tiny-model",
+        run_dir=tmp_path / "run",
+        matrix=matrix,
+        todo=cells,
+        backend_name="docker",
+    )
+    backend = DockerBackend(
+        state.run_id, {}, run_setup.image_builds(rendered, matrix), log=state.progress.note
+    )
+    try:
+        state = replace(state, backend=backend, prepared=backend.prepare([cells[0].image]))
+        made = run_setup.make_models(state)
+        again = run_setup.make_models(state)
+    finally:
+        backend.close()
+    tiny = made["tiny-llama"]
+    assert isinstance(tiny, tinymodel.TinyModel), tiny
+    assert tiny.complete and tiny.has_adapter()
+    assert tiny.path.parent == tmp_path / "cache" / "models"
+    assert (tiny.path / "config.json").is_file()
+    assert again == made
+    assert out.getvalue().count("generating the tiny model") == 1
