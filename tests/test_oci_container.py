@@ -170,3 +170,18 @@ def test_stopping_a_container_that_has_just_exited_is_not_an_engine_failure(back
     assert execution.infra_error is None
     assert execution.stopped_early
     assert execution.exit_code == 0
+
+
+def test_a_failed_pull_is_that_images_error_and_builds_nothing(tmp_path: Path):
+    # A registry on the loopback that is not there: no traffic leaves the machine.
+    (tmp_path / "Dockerfile").write_text("FROM 127.0.0.1:9/vllm/vllm-openai:v0\n")
+    build = ImageBuild("gpu-v0", "repromatrix-test/gpu:1", tmp_path, pull="127.0.0.1:9/vllm:v0")
+    image = Image("gpu-v0", Lane.GPU, "v0", "127.0.0.1:9/vllm:v0", None)
+    backend = DockerBackend("test-pull", SETTINGS, [build])
+    try:
+        prepared = backend.prepare([image])["gpu-v0"]
+    finally:
+        backend.close()
+    assert prepared.error is not None
+    assert prepared.error.startswith("pull of 127.0.0.1:9/vllm:v0 failed")
+    assert not prepared.built

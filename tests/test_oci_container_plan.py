@@ -18,6 +18,7 @@ from repromatrix.container_plan import (
     Mount,
     plan_container,
     redact,
+    split_ref,
 )
 from repromatrix.model import Lane
 from repromatrix.oci_container import docker_kwargs
@@ -92,3 +93,13 @@ def test_image_build_description_lists_pull_then_build(tmp_path: Path):
     calls = build.describe()["calls"]
     assert [c["call"] for c in calls] == ["images.pull", "api.build"]
     assert calls[1]["tag"] == "repromatrix/cell-v0.31.0:1234"
+
+
+def test_image_references_split_into_repository_and_tag():
+    assert split_ref("vllm/vllm-openai:v0.31.0") == ("vllm/vllm-openai", "v0.31.0")
+    assert split_ref("127.0.0.1:5000/vllm/vllm-openai:v1") == (
+        "127.0.0.1:5000/vllm/vllm-openai",
+        "v1",
+    )
+    assert split_ref("127.0.0.1:5000/vllm") == ("127.0.0.1:5000/vllm", "latest")
+    assert split_ref("python") == ("python", "latest")

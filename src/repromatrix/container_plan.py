@@ -199,3 +199,11 @@ def redact(data: bytes, secrets: Mapping[str, str]) -> bytes:
         if value:
             data = data.replace(value.encode(), REDACTED.encode())
     return data
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """``registry:5000/name:tag`` → (``registry:5000/name``, ``tag``); no tag means latest."""
+    repository, colon, tag = ref.rpartition(":")
+    if not colon or "/" in tag:
+        return ref, "latest"
+    return repository, tag

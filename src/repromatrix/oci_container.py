@@ -35,6 +35,7 @@ from repromatrix.container_plan import (
     Mount,
     plan_container,
     redact,
+    split_ref,
     tool_plan,
 )
 from repromatrix.errors import InfraError, RepromatrixError
@@ -107,27 +108,26 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
 
 
-@dataclass
-class _Stream:
-    """A container's log stream read on a thread, so the caller can keep its own clock."""
+Chunks = queue.Queue[bytes | BaseException | None]
 
-    chunks: queue.Queue[bytes | BaseException | None] = field(default_factory=queue.Queue)
 
-    def pump(self, container: Container) -> threading.Thread:
-        """Start reading ``container``'s merged output into the queue; None marks the end."""
+def _pump(container: Container) -> tuple[Chunks, threading.Thread]:
+    """Read ``container``'s output on a thread into a queue (None marks the end), so the
+    caller keeps its own clock: the cell's deadline, not the stream's."""
+    chunks: Chunks = queue.Queue()
 
-        def read() -> None:
-            try:
-                for chunk in container.logs(stream=True, follow=True):
-                    self.chunks.put(chunk)
-            except BaseException as exc:  # handed to the caller's thread
-                self.chunks.put(exc)
-            finally:
-                self.chunks.put(None)
+    def read() -> None:
+        try:
+            for chunk in container.logs(stream=True, follow=True):
+                chunks.put(chunk)
+        except BaseException as exc:  # handed to the caller's thread
+            chunks.put(exc)
+        finally:
+            chunks.put(None)
 
-        thread = threading.Thread(target=read, name="repromatrix-logs", daemon=True)
-        thread.start()
-        return thread
+    thread = threading.Thread(target=read, name="repromatrix-logs", daemon=True)
+    thread.start()
+    return chunks, thread
 
 
 @dataclass
@@ -220,7 +220,7 @@ class DockerBackend:
         try:
             image = self.client.images.get(ref)
         except ImageNotFound:
-            repository, _, tag = ref.rpartition(":")
+            repository, tag = split_ref(ref)
             try:
                 image = self.client.images.pull(repository, tag=tag)
             except DockerException as exc:
@@ -265,7 +265,7 @@ class DockerBackend:
                 self._pull(base.ref)
                 return None
             self.log(f"[base] making {base.ref} with debootstrap (about a minute)")
-            repository, _, tag = base.ref.rpartition(":")
+            repository, tag = split_ref(base.ref)
             stream = self.base_stream(base)
             self.client.api.import_image_from_stream(stream, repository=repository, tag=tag)
             if self._image_id(base.ref) is None:
@@ -341,15 +341,14 @@ class DockerBackend:
 
     def _follow(self, container: Container, deadline: float, watch: Watcher) -> _Watch:
         seen = _Watch()
-        stream = _Stream()
-        reader = stream.pump(container)
+        chunks, reader = _pump(container)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 seen.timed_out = True
                 break
             try:
-                item = stream.chunks.get(timeout=min(remaining, 1.0))
+                item = chunks.get(timeout=min(remaining, 1.0))
             except queue.Empty:
                 continue
             if item is None:
@@ -362,19 +361,11 @@ class DockerBackend:
                 seen.stopped_early = True
                 break
         _kill(container)
-        self._drain(stream, reader, seen)
+        reader.join(DRAIN_S)  # the stream ends with the container: keep its last bytes
+        while not chunks.empty():
+            item = chunks.get_nowait()
+            seen.log += item if isinstance(item, bytes) else b""
         return seen
-
-    @staticmethod
-    def _drain(stream: _Stream, reader: threading.Thread, seen: _Watch) -> None:
-        reader.join(DRAIN_S)
-        while True:
-            try:
-                item = stream.chunks.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(item, bytes):
-                seen.log += item
 
     @staticmethod
     def _final_state(container: Container) -> dict[str, Any]:
