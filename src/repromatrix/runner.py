@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import cast
 
 from repromatrix import dry_run, results, run_setup
 from repromatrix.backend import Backend, Prepared
@@ -33,7 +32,7 @@ from repromatrix.expand import plan
 from repromatrix.model import Cell, Lane
 from repromatrix.oci_container import connect, engine_available
 from repromatrix.progress import Progress
-from repromatrix.render import RenderedImage, RuntimeSpec, render_all
+from repromatrix.render import RenderedImage, render_all
 from repromatrix.selector import Selector
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
@@ -149,7 +148,7 @@ def stage_render(state: RunState) -> RunState:
         cells = [cell for cell in state.todo if cell.lane is lane]
         if cells:
             # GPU runtimes have no base image; rendering never reads it for GPU images.
-            runtime = cast("RuntimeSpec", config.runtime)
+            runtime = config.runtime
             rendered += render_all(cells, runtime, state.options.dockerfiles)
     return replace(state, rendered=tuple(rendered))
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from repromatrix.commands.plan import add_selection_arguments, load_inputs
 from repromatrix.errors import EXIT_OK
 from repromatrix.expand import plan
 from repromatrix.model import Lane
-from repromatrix.render import RuntimeSpec, render_all
+from repromatrix.render import render_all
 from repromatrix.selector import Selector
 
 
@@ -40,6 +40,6 @@ def run(args: argparse.Namespace) -> int:
         if not chosen:
             continue
         # GPU runtimes have no base image; rendering never reads it for GPU images.
-        for image in render_all(chosen, cast("RuntimeSpec", config.runtime), args.out):
+        for image in render_all(chosen, config.runtime, args.out):
             print(f"{image.key}\t{image.tag}\t{image.context}")
     return EXIT_OK
