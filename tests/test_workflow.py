@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -138,15 +137,18 @@ def test_the_plan_step_splits_the_real_plan_by_lane(
 def test_the_shard_step_passes_each_glob_as_one_argument(
     workflow: dict[str, Any], tmp_path: Path
 ) -> None:
-    # Stand in for python3 to see the argv the step builds; the quoting is what is under test.
+    # Stand in for `python3 -m nox` to see the argv the step builds; the quoting is under test.
     fake = tmp_path / "bin" / "python3"
     fake.parent.mkdir()
     echo = "import json, sys; print(json.dumps(sys.argv[1:]))"
-    fake.write_text(f'#!/bin/sh\nexec "$REAL_PYTHON" -c \'{echo}\' "$@"\n')
+    fake.write_text(
+        '#!/bin/sh\n[ "$1" = -m ] || exec "$REAL_PYTHON" "$@"\n'
+        f'exec "$REAL_PYTHON" -c \'{echo}\' "$@"\n'
+    )
     fake.chmod(0o755)
     globs = ["gpu/v0.22.1/h100/{model-a/default,model b/eager}/*", "gpu/v0.31.0/h100/*"]
     env = {
-        "ONLY_ARGS": " ".join(f"--only {shlex.quote(g)}" for g in globs),
+        "ONLY_JSON": json.dumps(globs),
         "RUN_ID": "gh-1-1-gpu-0",
         "REAL_PYTHON": sys.executable,
         "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}",
