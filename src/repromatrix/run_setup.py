@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -111,12 +111,15 @@ def runnable_images(state: RunState) -> list[Image]:
     return list(seen.values())
 
 
-def stage_wheelhouses(rendered: Iterable[RenderedImage], cache: Path) -> dict[str, str]:
+def stage_wheelhouses(
+    rendered: Iterable[RenderedImage], cache: Path, note: Callable[[str], None]
+) -> dict[str, str]:
     """Link each CPU context's wheelhouses in (downloading them once); return errors by key."""
     errors: dict[str, str] = {}
     for render in rendered:
         if not render.wheelhouses:
             continue
+        note(f"wheelhouse for {render.key} (downloaded once into {cache / 'wheelhouse'})")
         try:
             images.stage_wheelhouses(render.wheelhouses, render.context, cache / "wheelhouse")
         except (InfraError, OSError) as exc:
@@ -133,7 +136,7 @@ def open_and_prepare(state: RunState) -> tuple[Backend, dict[str, Prepared]]:
     assert state.matrix is not None
     keys = {image.key for image in wanted}
     rendered = [r for r in state.rendered if r.key in keys]
-    errors = stage_wheelhouses(rendered, state.options.cache)
+    errors = stage_wheelhouses(rendered, state.options.cache, state.progress.note)
     backend = DockerBackend(
         state.run_id,
         container_settings(state.matrix, state.models_root),
