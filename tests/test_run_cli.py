@@ -102,11 +102,14 @@ def test_an_unknown_backend_is_refused_by_the_parser():
 @pytest.mark.docker
 @pytest.mark.vllm
 @pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
-def test_sigterm_removes_the_running_container_and_exits_130(tmp_path: Path):
-    run_id = "cli-sigterm"
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_a_signal_removes_the_running_container_and_exits_130(tmp_path: Path, sig: int):
+    run_id = f"cli-signal-{sig}"
+    # Started as a script's background job is: with SIGINT ignored. `kill -INT` must still stop it.
+    as_a_background_job = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "repromatrix", "run", "--backend", "docker", "--only", HEALTHY_032,
-         "--results", str(tmp_path), "--run-id", run_id],
+        [*as_a_background_job, sys.executable, "-m", "repromatrix", "run", "--backend", "docker",
+         "--only", HEALTHY_032, "--results", str(tmp_path), "--run-id", run_id],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     client = docker.from_env()
@@ -115,7 +118,7 @@ def test_sigterm_removes_the_running_container_and_exits_130(tmp_path: Path):
     while not client.containers.list(filters=label) and proc.poll() is None:
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     left = client.containers.list(all=True, filters=label)
     client.close()

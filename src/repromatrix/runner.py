@@ -220,7 +220,7 @@ STAGES: tuple[Stage, ...] = (
 def execute_run(options: RunOptions, progress: Progress | None = None) -> RunState:
     """Run the stages in order; SIGTERM is handled like Ctrl-C, and cleanup always runs."""
     state = RunState(options, progress or Progress(0))
-    with sigterm_as_keyboard_interrupt():
+    with interrupts_as_keyboard_interrupt():
         try:
             for stage in STAGES:
                 if not state.done or stage is stage_reports:
@@ -241,17 +241,23 @@ def _short(reason: str, width: int = 160) -> str:
 
 
 @contextmanager
-def sigterm_as_keyboard_interrupt() -> Iterator[None]:
-    """Make SIGTERM behave like Ctrl-C for the run, so cleanup runs the same way for both."""
+def interrupts_as_keyboard_interrupt() -> Iterator[None]:
+    """Make SIGINT and SIGTERM end the run the same way, so cleanup runs for both.
 
-    def on_term(_signum: int, _frame: FrameType | None) -> None:
+    SIGINT is handled explicitly too: a run started in the background of a script
+    inherits SIGINT as ignored (POSIX shells do that without job control), and an
+    explicit ``kill -INT`` must still stop it and remove its containers.
+    """
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @contextmanager
