@@ -167,6 +167,7 @@ def cpu_lane() -> list[CellResult]:
             result(
                 tag=tag,
                 scenario="healthy-cpu",
+                variant="baseline",
                 outcome=Outcome.AVOIDED,
                 expected=Expected.AVOIDED,
             ),

@@ -41,13 +41,13 @@ def test_sections_rows_and_columns() -> None:
     assert [c.label for c in cpu.columns] == [
         "cpu-kv-cache-too-small / trigger",
         "cpu-kv-cache-too-small / lower-max-model-len",
-        "healthy-cpu / trigger",
+        "healthy-cpu / baseline",
         "moe-lora-rank-over-128 / trigger",
     ]
     assert gpu.tags[-1] == "nightly"
     assert gpu.row_label("nightly") == "nightly (0.33.0.dev7+g1234abc)"
     assert gpu.row_label("v0.31.0") == "v0.31.0"
-    assert cpu.entry("0.27.1", Column("healthy-cpu", "trigger")) is None
+    assert cpu.entry("0.27.1", Column("healthy-cpu", "baseline")) is None
     assert table.cells == len(mixed_run())
 
 

@@ -163,7 +163,7 @@ def test_the_workaround_is_really_avoided(cpu_run, version: str):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_healthy_baseline_serves_a_completion(cpu_run, version: str):
-    result = cpu_run.results[(version, "healthy-cpu", "trigger")]
+    result = cpu_run.results[(version, "healthy-cpu", "baseline")]
     assert result.outcome is Outcome.AVOIDED, result.reason
     assert result.answered and result.timings.ready_s > 0 and result.timings.request_s > 0
     assert result.version == version

@@ -58,7 +58,7 @@ def test_the_cpu_lane_upgrade() -> None:
         Change.UNKNOWN: [],
         Change.STILL_AVOIDED: [
             "cpu-kv-cache-too-small/lower-max-model-len [engine] cpu/cpu/tiny-llama/default",
-            "healthy-cpu/trigger [engine] cpu/cpu/tiny-llama/default",
+            "healthy-cpu/baseline [engine] cpu/cpu/tiny-llama/default",
         ],
     }
 

@@ -68,7 +68,7 @@ def test_expectations_by_version_and_variant(tmp_path: Path) -> None:
         for tag in ("v0.31.0", "nightly"):
             cell = cells[f"gpu/{tag}/h100/moe/default/moe-rank/{variant}"]
             assert cell.expected is Expected.AVOIDED
-    assert cells["gpu/v0.31.0/h100/dense/default/healthy/trigger"].expected is Expected.AVOIDED
+    assert cells["gpu/v0.31.0/h100/dense/default/healthy/baseline"].expected is Expected.AVOIDED
 
 
 def test_expected_outcome_rules() -> None:
@@ -90,7 +90,7 @@ def test_flags_merge_in_order(tmp_path: Path) -> None:
     cells = by_id(expand(matrix, scenarios))
     trigger = cells["gpu/v0.31.0/h100/moe/eager/moe-rank/trigger"]
     control = cells["gpu/v0.31.0/h100/moe/eager/moe-rank/rank-128"]
-    healthy = cells["gpu/v0.31.0/h100/moe/eager/healthy/trigger"]
+    healthy = cells["gpu/v0.31.0/h100/moe/eager/healthy/baseline"]
     # flag set, then include, then scenario launch, then variant: later wins
     assert dict(trigger.flags) == {
         "enable_lora": True, "enforce_eager": True, "max_lora_rank": 320, "max_loras": 2,
@@ -172,7 +172,7 @@ def test_include_adds_a_tag_the_lane_does_not_list(tmp_path: Path) -> None:
     text = GPU_LANE + "include:\n  - {image: v0.30.0, gpu: h100, model: dense, flagset: default}\n"
     matrix, scenarios = setup(tmp_path, text)
     added = [c for c in expand(matrix, scenarios) if c.image.tag == "v0.30.0"]
-    assert ids(added) == ["gpu/v0.30.0/h100/dense/default/healthy/trigger"]  # moe-rank: no MoE
+    assert ids(added) == ["gpu/v0.30.0/h100/dense/default/healthy/baseline"]  # moe-rank: no MoE
     assert added[0].image.ref == "vllm/vllm-openai:v0.30.0"
     assert added[0].image.version == Version("0.30.0")
 
@@ -186,15 +186,15 @@ def test_an_include_adds_only_when_it_matches_no_surviving_combination(tmp_path:
     added = [
         c for c in expand(matrix, scenarios) if "/v0.31.0/" in c.id and c.model.name == "dense"
     ]
-    assert ids(added) == ["gpu/v0.31.0/h100/dense/default/healthy/trigger"]
+    assert ids(added) == ["gpu/v0.31.0/h100/dense/default/healthy/baseline"]
     assert added[0].flags["seed"] == 1
     text = GPU_LANE + "exclude:\n  - {image: v0.31.0, model: dense, scenario: moe-rank}\n" + include
     matrix, scenarios = setup(tmp_path / "b", text)
     cells = by_id(expand(matrix, scenarios))
     # (dense, healthy) survived the exclude, so the include extends it and adds nothing
-    assert cells["gpu/v0.31.0/h100/dense/default/healthy/trigger"].flags["seed"] == 1
-    assert "gpu/v0.31.0/a6000/dense/default/healthy/trigger" in cells
-    assert "seed" not in cells["gpu/v0.31.0/a6000/dense/default/healthy/trigger"].flags
+    assert cells["gpu/v0.31.0/h100/dense/default/healthy/baseline"].flags["seed"] == 1
+    assert "gpu/v0.31.0/a6000/dense/default/healthy/baseline" in cells
+    assert "seed" not in cells["gpu/v0.31.0/a6000/dense/default/healthy/baseline"].flags
 
 
 def test_level_rules_and_probe_cells(tmp_path: Path) -> None:

@@ -24,9 +24,9 @@ from repromatrix.verdicts import ProblemKind, judge_all
 def report(tmp_path_factory: pytest.TempPathFactory) -> JUnitXml:
     run_dir = tmp_path_factory.mktemp("run") / "20260101-000000"
     write_run(run_dir, mixed_run())
-    (run_dir / "cells/cpu/0.30.0/cpu/tiny-llama/default/healthy-cpu/trigger").mkdir(parents=True)
+    (run_dir / "cells/cpu/0.30.0/cpu/tiny-llama/default/healthy-cpu/baseline").mkdir(parents=True)
     (
-        run_dir / "cells/cpu/0.30.0/cpu/tiny-llama/default/healthy-cpu/trigger/result.json"
+        run_dir / "cells/cpu/0.30.0/cpu/tiny-llama/default/healthy-cpu/baseline/result.json"
     ).write_text('{"id": "cpu/0.30.0/')
     write_reports(run_dir)
     return JUnitXml.fromfile(str(run_dir / "junit.xml"))
@@ -153,7 +153,7 @@ def test_a_corrupt_result_is_an_errored_case(report: JUnitXml) -> None:
     [suite] = [s for s in report if s.name == "repromatrix"]
     [case] = list(suite)
     assert case.classname == f"repromatrix.{ProblemKind.CORRUPT.value}"
-    assert case.name == "cells/cpu/0.30.0/cpu/tiny-llama/default/healthy-cpu/trigger/result.json"
+    assert case.name == "cells/cpu/0.30.0/cpu/tiny-llama/default/healthy-cpu/baseline/result.json"
     [error] = case.result
     assert "truncated or corrupt" in error.message
 

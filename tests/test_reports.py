@@ -14,7 +14,7 @@ from repromatrix.reports import load_run, write_plan, write_reports
 from repromatrix.results import cell_dir
 from repromatrix.verdicts import ProblemKind
 
-HEALTHY_0_32 = "cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/trigger"
+HEALTHY_0_32 = "cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/baseline"
 TRIGGER_0_31 = "cpu/0.31.0/cpu/tiny-llama/default/cpu-kv-cache-too-small/trigger"
 
 

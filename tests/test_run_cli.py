@@ -19,7 +19,7 @@ from repromatrix.oci_container import engine_available
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_repromatrixDryRunToken42"
-HEALTHY_032 = "cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/trigger"
+HEALTHY_032 = "cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/baseline"
 KV_032 = "cpu/0.32.0/cpu/tiny-llama/default/cpu-kv-cache-too-small/trigger"
 
 

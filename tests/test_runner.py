@@ -278,7 +278,7 @@ def test_cells_of_an_image_that_failed_to_build_are_infra_errors_with_the_reason
 @pytest.mark.vllm
 def test_the_tiny_model_is_generated_once_inside_the_first_cpu_image(tmp_path: Path):
     matrix = load_matrix(ROOT / "matrix.yaml")
-    only = Selector(["cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/trigger"])
+    only = Selector(["cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/baseline"])
     cells = plan(matrix, load_scenarios(ROOT / "scenarios"), Lane.CPU, only)
     runtime = matrix.lanes[Lane.CPU].runtime
     rendered = render_all(cells, runtime, ROOT / "dockerfiles")

@@ -80,6 +80,7 @@ def test_baselines_expect_no_crash(catalogue: dict[str, Scenario]) -> None:
     for name, lane in (("healthy-gpu", Lane.GPU), ("healthy-cpu", Lane.CPU)):
         s = catalogue[name]
         assert s.baseline and s.lanes == (lane,) and not s.trigger and not s.signatures
+        assert [(v.name, v.kind) for v in s.variants] == [("baseline", "baseline")]
 
 
 def log_lines(relative: str) -> list[str]:

@@ -58,7 +58,7 @@ class Column:
 
 def column_key(column: Column) -> tuple[str, int, str]:
     """Sort scenarios by id, and within one the trigger first, then the rest by name."""
-    return (column.scenario, 0 if column.variant == "trigger" else 1, column.variant)
+    return (column.scenario, 0 if column.variant in ("trigger", "baseline") else 1, column.variant)
 
 
 def tag_key(tag: str) -> tuple[int, Version, str]:

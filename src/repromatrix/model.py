@@ -168,8 +168,8 @@ class Signature:
 class Variant:
     """A flag change on a scenario's launch: the trigger itself, a control, or a workaround."""
 
-    name: str  # "trigger" for the documented crash, else the workaround or control name
-    kind: str  # "trigger" | "workaround" | "control"
+    name: str  # "trigger" (a baseline's: "baseline"), else the workaround or control name
+    kind: str  # "trigger" | "baseline" | "workaround" | "control"
     flags: Flags = field(default_factory=frozen_flags)  # overrides on the scenario launch
     description: str = ""
     # False: the launch's interrupt (``Launch.interrupt_after_s``) is not sent for this variant,
@@ -220,7 +220,7 @@ class Scenario:
     signatures: tuple[Signature, ...]
     affected: SpecifierSet
     fixed: SpecifierSet | None
-    variants: tuple[Variant, ...]  # the first is always the "trigger" variant
+    variants: tuple[Variant, ...]  # the first is "trigger" ("baseline" for a baseline)
     avoided: str  # what "avoided" means, for reports
     source: Source = field(default_factory=Source)
     probe: Probe | None = None

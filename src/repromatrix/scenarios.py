@@ -60,6 +60,9 @@ SCENARIO_KEYS = (
 )
 REQUIRED = ("id", "title", "lanes", "launch", "avoided")
 CRASH_REQUIRED = ("trigger", "signatures", "affected")  # every scenario but a baseline
+# The first variant of every scenario: the launch as documented, or a baseline's healthy launch.
+TRIGGER = Variant("trigger", "trigger", description="the launch as documented")
+BASELINE = Variant("baseline", "baseline", description="the healthy launch")
 LAUNCH_KEYS = ("mode", "flags", "env", "lora_adapter", "interrupt_after_s", "startup_timeout_s")
 VARIANT_KINDS = ("workaround", "control")
 ORDERING = {Op.GT, Op.GE, Op.LT, Op.LE}
@@ -145,7 +148,7 @@ def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
         signatures=_signatures(body.get("signatures"), reader),
         affected=_specifiers(body.get("affected"), "`affected`", reader) or NO_VERSION,
         fixed=_specifiers(body.get("fixed"), "`fixed`", reader),
-        variants=_variants(body.get("variants"), reader),
+        variants=_variants(body.get("variants"), reader, BASELINE if baseline else TRIGGER),
         avoided=_text(body, "avoided", reader) or "",
         source=_source(body.get("source"), reader),
         probe=probe,
@@ -319,8 +322,8 @@ def _specifiers(node: YNode | None, what: str, reader: Reader) -> SpecifierSet |
         return None
 
 
-def _variants(node: YNode | None, reader: Reader) -> tuple[Variant, ...]:
-    variants = [Variant("trigger", "trigger", description="the launch as documented")]
+def _variants(node: YNode | None, reader: Reader, first: Variant) -> tuple[Variant, ...]:
+    variants = [first]
     if node is None:
         return tuple(variants)
     for item in reader.sequence(node, "`variants`") or ():
@@ -328,7 +331,9 @@ def _variants(node: YNode | None, reader: Reader) -> tuple[Variant, ...]:
         if variant is None:
             continue
         if any(v.name == variant.name for v in variants):
-            reader.error(item.where, f"duplicate variant `{variant.name}` (`trigger` is reserved)")
+            reader.error(
+                item.where, f"duplicate variant `{variant.name}` (`{first.name}` is reserved)"
+            )
             continue
         variants.append(variant)
     return tuple(variants)
