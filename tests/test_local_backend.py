@@ -84,6 +84,24 @@ def test_the_harness_gets_a_clean_environment_with_secrets_only_at_run_time(
     assert "VLLM_CPU_KVCACHE_SPACE" not in env and "AWS_SECRET_ACCESS_KEY" not in env
 
 
+def test_a_secret_the_cell_prints_is_redacted_in_its_log_and_for_triage(tmp_path: Path) -> None:
+    # A stand-in for the venv's python that prints the token it was given, as a careless
+    # program inside a cell could.
+    fake = tmp_path / "venv" / "bin" / "python3"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/sh\necho "token is $HF_TOKEN"\n')
+    fake.chmod(0o755)
+    backend = LocalBackend(
+        tmp_path / "venvs", environ={"PATH": "/usr/bin:/bin", "HF_TOKEN": "hf_s3"}
+    )
+    seen: list[bytes] = []
+    execution = backend.execute(
+        make_cell(), {}, Prepared("k", str(tmp_path / "venv")), lambda c: seen.append(c) or False
+    )
+    assert execution.log == b"token is <redacted>\n"
+    assert b"hf_s3" not in b"".join(seen) and b"<redacted>" in b"".join(seen)
+
+
 # Real vLLM from here on: one engine start costs 20-40 s of both cores, so only a few.
 
 

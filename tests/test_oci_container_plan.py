@@ -11,17 +11,16 @@ from docker.models.containers import _create_container_args
 from _runner_support import cell
 from repromatrix.container_plan import (
     CELL_LABEL,
-    REDACTED,
     RUN_LABEL,
     ContainerSettings,
     ImageBuild,
     Mount,
     plan_container,
-    redact,
     split_ref,
 )
 from repromatrix.model import Lane
 from repromatrix.oci_container import docker_kwargs
+from repromatrix.secret_env import REDACTED, redact
 
 SPEC = {"mode": "server", "argv": ["--max-model-len", "2048", "--served-model-name", "$(rm -rf /)"]}
 TOKEN = "hf_secretvalue123"

@@ -16,10 +16,10 @@ from typing import Any
 
 from repromatrix.lanes import BaseImage
 from repromatrix.model import Cell, Lane
+from repromatrix.secret_env import REDACTED, SECRET_ENV, secrets_from
 
 RUN_LABEL = "repromatrix.run"
 CELL_LABEL = "repromatrix.cell"
-REDACTED = "<redacted>"
 # Where the rendered images put the harness; the entrypoint is set on every container
 # too, because GPU base images ship different entrypoints of their own.
 HARNESS_ENTRYPOINT = ("python3", "/opt/repromatrix/harness/harness.py")
@@ -88,7 +88,7 @@ class ContainerSettings:
     hf_cache: str | None = None  # host Hugging Face cache, mounted read-only (GPU lane)
     mounts: tuple[Mount, ...] = ()  # e.g. the tiny model cache, same path inside
     mem_limit: str | None = None
-    secret_env: tuple[str, ...] = ("HF_TOKEN",)  # passed from the host at run time only
+    secret_env: tuple[str, ...] = SECRET_ENV  # passed from the host at run time only
     entrypoint: tuple[str, ...] = HARNESS_ENTRYPOINT
 
 
@@ -112,7 +112,7 @@ class ContainerPlan:
 
     def secrets(self, environ: Mapping[str, str]) -> dict[str, str]:
         """The secret variables the host has set, read at run time only."""
-        return {name: environ[name] for name in self.secret_env if environ.get(name)}
+        return secrets_from(environ, self.secret_env)
 
     def create_kwargs(self, environ: Mapping[str, str]) -> dict[str, Any]:
         """Keyword arguments for ``client.containers.create``."""
@@ -191,14 +191,6 @@ def tool_plan(
         environment={"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
         user="0",
     )
-
-
-def redact(data: bytes, secrets: Mapping[str, str]) -> bytes:
-    """Replace every secret value in ``data`` with a marker."""
-    for value in secrets.values():
-        if value:
-            data = data.replace(value.encode(), REDACTED.encode())
-    return data
 
 
 def split_ref(ref: str) -> tuple[str, str]:

@@ -17,6 +17,7 @@ from typing import Any
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.harness import harness
 from repromatrix.model import Cell, FlagValue, LaunchMode, Level
+from repromatrix.secret_env import SECRET_ENV
 
 SPEC_VERSION = 1
 PROMPT = "The capital of France is"
@@ -25,8 +26,6 @@ REQUEST_TIMEOUT_S = 300.0
 FLAG_NAME = re.compile(r"[a-z0-9_]+\Z")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PROBE_PROGRAM = re.compile(r"[a-z0-9_]+\.py\Z")
-# Variables that carry credentials: passed by the backend at run time, never written down.
-SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN"})
 LORA_MODULES = "lora_modules"
 
 

@@ -30,13 +30,13 @@ from repromatrix.backend import Execution, Prepared, Watcher
 from repromatrix.errors import ConfigError, InfraError
 from repromatrix.images import CACHE_ROOT, cpu_requirement
 from repromatrix.model import Cell, Image, Lane
+from repromatrix.secret_env import redact, secrets_from
 
 VENV_ROOT = CACHE_ROOT / "venvs"
 COMPLETE = ".complete"  # inside the virtualenv, written last
 UNINSTALL = ("torchvision", "torchaudio", "torchcodec")  # see ENVIRONMENT.md
 TOKEN_ENV = "REPROMATRIX_CELL_TOKEN"
 KEEP_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER", "TERM")
-SECRET_ENV = ("HF_TOKEN",)  # passed from the host at run time, never written down
 STOP_GRACE_S = 30.0  # the harness stops vLLM (up to 15 s) and reports before it is killed
 DRAIN_S = 5.0  # after the harness exits, how long its output may take to end
 CHUNK = 1 << 16
@@ -127,15 +127,18 @@ class LocalBackend:
             return Execution(exit_code=None, log=b"", infra_error=f"could not start: {exc}")
         start_s = time.monotonic() - started
         self.running[token] = proc
+        secrets = secrets_from(self.environ)
         try:
-            log, timed_out, stopped_early = self._follow(proc, token, cell.deadline_s, watch)
+            log, timed_out, stopped_early = self._follow(
+                proc, token, cell.deadline_s, lambda chunk: watch(redact(chunk, secrets))
+            )
         finally:
             self._stop(proc, token, grace_s=0.0)
             self.running.pop(token, None)
             spec_file.unlink(missing_ok=True)
         return Execution(
             exit_code=proc.returncode,
-            log=log,
+            log=redact(log, secrets),
             timed_out=timed_out,
             stopped_early=stopped_early,
             start_s=start_s,
@@ -197,7 +200,7 @@ class LocalBackend:
         env = {name: self.environ[name] for name in KEEP_ENV if name in self.environ}
         env["PATH"] = f"{venv / 'bin'}:{self.environ.get('PATH', '/usr/bin:/bin')}"
         env["VIRTUAL_ENV"] = str(venv)
-        env.update({name: self.environ[name] for name in SECRET_ENV if self.environ.get(name)})
+        env.update(secrets_from(self.environ))
         env[TOKEN_ENV] = token
         return env
 

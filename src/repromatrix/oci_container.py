@@ -34,13 +34,13 @@ from repromatrix.container_plan import (
     ImageBuild,
     Mount,
     plan_container,
-    redact,
     split_ref,
     tool_plan,
 )
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane
+from repromatrix.secret_env import redact
 
 # Errors that mean "the engine or the host failed", never "vLLM failed".
 ENGINE_ERRORS = (DockerException, RequestException, OSError)

@@ -25,12 +25,12 @@ from repromatrix.local_backend import LocalBackend
 from repromatrix.model import Cell, Image, Lane, Level, Model
 from repromatrix.oci_container import DockerBackend
 from repromatrix.render import CONTAINER_ROOT, ENTRYPOINT, RenderedImage
+from repromatrix.secret_env import SECRET_ENV
 
 if TYPE_CHECKING:
     from repromatrix.runner import RunState
 
 BACKENDS = ("auto", "docker", "local")
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN")
 GENERATOR_IN_IMAGE = f"{CONTAINER_ROOT}/harness/{tinymodel.GENERATOR}"
 MODEL_DEADLINE_S = 900.0
 
