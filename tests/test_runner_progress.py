@@ -46,3 +46,15 @@ def test_lines_for_a_run_of_three_cells():
         "[2/3 1m40s] avoided cpu/b (1m00s)",
         "[3/3 1m40s] skipped gpu/c: no GPU on this host",
     ]
+
+
+def test_skipped_cells_do_not_weigh_on_the_eta():
+    out = io.StringIO()
+    clock = Clock()
+    progress = Progress(100, out=out, clock=clock, to_run=2)  # 98 GPU cells skipped on a CPU host
+    progress.end("gpu/a", "skipped", "no GPU on this host", ran=False)
+    progress.start("cpu/a")
+    clock.now = 60
+    progress.end("cpu/a", "hit")
+    progress.start("cpu/b")
+    assert out.getvalue().splitlines()[-1] == "[3/100 1m00s, eta 1m00s] start cpu/b"

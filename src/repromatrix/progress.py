@@ -40,6 +40,9 @@ class Progress:
 
     total: int
     out: TextIO = field(default_factory=lambda: sys.stderr)
+    # How many of ``total`` will really run; skipped cells take no time and must not weigh
+    # on the ETA (a GPU lane skipped on a CPU host would otherwise promise hours).
+    to_run: int | None = None
     clock: Callable[[], float] = time.monotonic
     done: int = 0
     durations: list[float] = field(default_factory=list)
@@ -56,7 +59,10 @@ class Progress:
     def start(self, cell_id: str) -> None:
         """A cell is about to run."""
         self._cell_started = self.clock()
-        left = eta(self.durations, self.total - self.done)
+        remaining = (
+            self.total - self.done if self.to_run is None else self.to_run - len(self.durations)
+        )
+        left = eta(self.durations, remaining)
         when = f", eta {duration(left)}" if left is not None else ""
         self._print(f"[{self.done + 1}/{self.total} {self._elapsed()}{when}] start {cell_id}")
 

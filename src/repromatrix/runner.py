@@ -12,7 +12,6 @@ and then nothing the run started is left behind.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import signal
 from collections.abc import Callable, Iterator, Mapping
@@ -22,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from repromatrix import dry_run, results, run_setup
+from repromatrix import dry_run, reports, results, run_setup
 from repromatrix.backend import Backend, Prepared
 from repromatrix.cell_exec import CellContext, cell_result, now_iso, run_cell
 from repromatrix.commands.plan import load_inputs
@@ -179,6 +178,7 @@ def stage_cells(state: RunState) -> RunState:
     """Run the cells one at a time, writing each result as soon as it ends."""
     assert state.backend is not None
     counts: dict[str, int] = {}
+    state.progress.to_run = sum(state.contexts[c.id].skip_reason is None for c in state.todo)
     for cell in state.todo:
         context = state.contexts[cell.id]
         ran = context.skip_reason is None
@@ -194,12 +194,9 @@ def stage_cells(state: RunState) -> RunState:
 
 
 def stage_reports(state: RunState) -> RunState:
-    """Write the reports when the reports module is installed (it reads saved results only)."""
-    skip = state.options.dry_run or state.options.prepare_only
-    if skip or importlib.util.find_spec("repromatrix.reports") is None:
+    """Write junit.xml and the compatibility table from the results saved in the run folder."""
+    if state.options.dry_run or state.options.prepare_only:
         return state
-    from repromatrix import reports  # noqa: PLC0415
-
     reports.write_reports(state.run_dir)
     state.progress.note(f"reports written to {state.run_dir}/")
     return state
