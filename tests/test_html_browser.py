@@ -108,7 +108,7 @@ def test_table_filters_and_screenshot(browser: Any, page_file: Path, tmp_path: P
     visible = sections.nth(0).locator("thead th:visible")
     assert [visible.nth(i).inner_text() for i in range(visible.count())] == [
         "image",
-        "healthy-cpu\ntrigger",
+        "healthy-cpu\nbaseline",
     ]
     page.select_option('select[data-filter="scenario"]', "")
 
