@@ -25,7 +25,7 @@ from repromatrix.triage import reasoning
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue
 from repromatrix.triage.diagnosis import Diagnosis
 from repromatrix.triage.encoding import ByteSource
-from repromatrix.triage.evidence import Finding, Kind, Tier
+from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.logmodel import (
     QUIET,
     QUIET_LEVELS,
@@ -259,18 +259,7 @@ class Triager:
             stream.pending_error = finding
 
     def _raised(self, raised: Raised, line: Line, stream: _Stream) -> None:
-        finding = Finding(
-            seq=len(self._findings),
-            line=raised.line,
-            kind=raised.kind,
-            process=raised.process,
-            exception=raised.exception,
-            message=raised.message,
-            frames=raised.frames,
-            chain=raised.chain,
-            relation=raised.relation,
-            before=tuple(stream.recent),
-        )
+        finding = _of_raised(raised, len(self._findings), stream, raised.relation)
         if raised.line is not line:
             finding.after.append(line.raw)
         self._store(finding)
@@ -330,19 +319,7 @@ class Triager:
         found: list[Finding] = []
         for raised in self._reader.pending():
             stream = self._stream(raised.line.stream)
-            found.append(
-                Finding(
-                    seq=len(self._findings) + len(found),
-                    line=raised.line,
-                    kind=raised.kind,
-                    process=raised.process,
-                    exception=raised.exception,
-                    message=raised.message,
-                    frames=raised.frames,
-                    chain=raised.chain,
-                    before=tuple(stream.recent),
-                )
-            )
+            found.append(_of_raised(raised, len(self._findings) + len(found), stream, None))
         return found
 
     def _facts(self) -> reasoning.LogFacts:
@@ -356,3 +333,19 @@ class Triager:
             scenarios_seen=tuple(self._scenarios_seen),
             notes=notes,
         )
+
+
+def _of_raised(raised: Raised, seq: int, stream: _Stream, relation: Relation | None) -> Finding:
+    """A finding for an exception the traceback reader completed, with the lines before it."""
+    return Finding(
+        seq=seq,
+        line=raised.line,
+        kind=raised.kind,
+        process=raised.process,
+        exception=raised.exception,
+        message=raised.message,
+        frames=raised.frames,
+        chain=raised.chain,
+        relation=relation,
+        before=tuple(stream.recent),
+    )
