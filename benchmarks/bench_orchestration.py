@@ -36,19 +36,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from _runner_support import cell, fake_image  # noqa: E402
-from repromatrix import tinymodel  # noqa: E402
-from repromatrix.backend import Prepared  # noqa: E402
-from repromatrix.cell_exec import CellContext, cell_result, now_iso, run_cell  # noqa: E402
-from repromatrix.config import load_matrix  # noqa: E402
-from repromatrix.container_plan import ContainerSettings, Mount  # noqa: E402
-from repromatrix.expand import plan  # noqa: E402
-from repromatrix.harness_spec import build_spec  # noqa: E402
+from repromatrix.backends.base import Prepared  # noqa: E402
+from repromatrix.backends.docker_calls import ContainerSettings, Mount  # noqa: E402
+from repromatrix.backends.oci_container import DockerBackend  # noqa: E402
+from repromatrix.build import tinymodel  # noqa: E402
+from repromatrix.build.render import ENTRYPOINT, render_image  # noqa: E402
+from repromatrix.matrix.config import load_matrix  # noqa: E402
+from repromatrix.matrix.expand import plan  # noqa: E402
+from repromatrix.matrix.scenarios import load_scenarios  # noqa: E402
+from repromatrix.matrix.selector import Selector  # noqa: E402
 from repromatrix.model import Cell, Lane  # noqa: E402
-from repromatrix.oci_container import DockerBackend  # noqa: E402
-from repromatrix.render import ENTRYPOINT, render_image  # noqa: E402
-from repromatrix.results import write_result  # noqa: E402
-from repromatrix.scenarios import load_scenarios  # noqa: E402
-from repromatrix.selector import Selector  # noqa: E402
+from repromatrix.results.store import write_result  # noqa: E402
+from repromatrix.run.cell import CellContext, cell_result, now_iso, run_cell  # noqa: E402
+from repromatrix.run.harness_spec import build_spec  # noqa: E402
 
 FAKE_ENTRYPOINT = ("/bin/sh", "/harness")
 MARK = "@@t "

@@ -2,7 +2,7 @@
 
 A synthetic matrix (default 50 tags x 8 GPUs x 20 models x 10 flag sets x 10
 scenarios, written as real YAML and read with the real loaders) is expanded
-by ``repromatrix.expand.expand``, once whole and once with a selection. For
+by ``repromatrix.matrix.expand.expand``, once whole and once with a selection. For
 comparison, the same cells are then planned the naive way: build every cell
 of the full product first, then keep those whose trigger holds and that the
 selection matches. Each is timed without tracing, then run again under
@@ -27,12 +27,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from repromatrix.conditions import Facts, holds
-from repromatrix.config import Matrix, load_matrix
-from repromatrix.expand import cell_id, expand, expected_outcome, levels, merge_flags
+from repromatrix.matrix.conditions import Facts, holds
+from repromatrix.matrix.config import Matrix, load_matrix
+from repromatrix.matrix.expand import cell_id, expand, expected_outcome, levels, merge_flags
+from repromatrix.matrix.scenarios import load_scenarios
+from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane, Scenario
-from repromatrix.scenarios import load_scenarios
-from repromatrix.selector import Selector
 
 TRIGGERS = (
     "{}",  # a baseline-like scenario: applies everywhere

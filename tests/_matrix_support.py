@@ -5,9 +5,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from repromatrix.config import Matrix, load_matrix
+from repromatrix.matrix.config import Matrix, load_matrix
+from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.model import Scenario
-from repromatrix.scenarios import load_scenarios
 
 GPU_LANE = """
 lanes:

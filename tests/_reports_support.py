@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.model import Expected, Outcome
-from repromatrix.results import CellResult, RootCause, Timings, write_result
+from repromatrix.results.store import CellResult, RootCause, Timings, write_result
 
 KV_CAUSE_LINE = (
     "(EngineCore pid=19651) ERROR 11-29 18:28:58 [core.py:1510] ValueError: To serve at least "

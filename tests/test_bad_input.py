@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from repromatrix.cli import main
-from repromatrix.config import load_matrix
 from repromatrix.errors import EXIT_USAGE, ConfigError, RepromatrixError
-from repromatrix.expand import plan
-from repromatrix.scenarios import load_scenario, load_scenarios
+from repromatrix.matrix.config import load_matrix
+from repromatrix.matrix.expand import plan
+from repromatrix.matrix.scenarios import load_scenario, load_scenarios
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = ROOT / "matrix.yaml"

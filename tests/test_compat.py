@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from _reports_support import MOE_CAUSE, mixed_run, result, write_run
-from repromatrix.compat import Agreement, Column, Entry, build_table, tag_key
-from repromatrix.compat_md import MD_LIMIT, escape, render_markdown
 from repromatrix.model import Expected, Outcome
-from repromatrix.reports import write_reports
-from repromatrix.results import RootCause
-from repromatrix.verdicts import ProblemKind, RunProblem, Verdict, judge_all
+from repromatrix.reports.markdown import MD_LIMIT, escape, render_markdown
+from repromatrix.reports.table import Agreement, Column, Entry, build_table, tag_key
+from repromatrix.reports.write import write_reports
+from repromatrix.results.store import RootCause
+from repromatrix.results.verdicts import ProblemKind, RunProblem, Verdict, judge_all
 
 
 def test_tags_sort_by_version_with_nightly_last() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from repromatrix.conditions import (
+from repromatrix.matrix.conditions import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     INT32_LIMIT,
     Facts,

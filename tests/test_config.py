@@ -8,8 +8,8 @@ import pytest
 from packaging.version import Version
 
 from _matrix_support import GPU_LANE, at, write
-from repromatrix.config import DEFAULT_BASE, BaseImage, load_matrix
 from repromatrix.errors import ConfigError
+from repromatrix.matrix.config import DEFAULT_BASE, BaseImage, load_matrix
 from repromatrix.model import Lane
 
 ROOT = Path(__file__).resolve().parents[1]

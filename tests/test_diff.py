@@ -9,9 +9,9 @@ import pytest
 
 from _reports_support import KV_CAUSE, cpu_lane, result, seed_000_probes, write_run
 from repromatrix.cli import main
-from repromatrix.diff import Change, classify, diff, render_text, to_json
 from repromatrix.errors import UsageError
 from repromatrix.model import Expected, Outcome
+from repromatrix.reports.diff import Change, classify, diff, render_text, to_json
 
 H, A, F, T = Outcome.HIT, Outcome.AVOIDED, Outcome.OTHER_FAILURE, Outcome.TIMEOUT
 E, S, U = Outcome.INFRA_ERROR, Outcome.SKIPPED, Outcome.UNREACHABLE

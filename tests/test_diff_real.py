@@ -17,7 +17,7 @@ import pytest
 from junitparser.xunit2 import JUnitXml
 
 from repromatrix.cli import main
-from repromatrix.results import read_results
+from repromatrix.results.store import read_results
 
 pytestmark = pytest.mark.vllm
 

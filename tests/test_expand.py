@@ -12,12 +12,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from _matrix_support import GPU_LANE, MOE_SCENARIO, setup
-from repromatrix.config import load_matrix
 from repromatrix.errors import UsageError
-from repromatrix.expand import expand, expected_outcome, plan
+from repromatrix.matrix.config import load_matrix
+from repromatrix.matrix.expand import expand, expected_outcome, plan
+from repromatrix.matrix.scenarios import load_scenarios
+from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Expected, Lane, Launch, Scenario, Variant
-from repromatrix.scenarios import load_scenarios
-from repromatrix.selector import Selector
 
 ROOT = Path(__file__).resolve().parents[1]
 ID_PART = re.compile(r"[a-z0-9._-]+")

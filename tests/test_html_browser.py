@@ -12,8 +12,8 @@ import pytest
 
 from _reports_support import mixed_run, result, write_run
 from repromatrix.model import Expected
-from repromatrix.reports import write_reports
-from repromatrix.results import RootCause, cell_dir
+from repromatrix.reports.write import write_reports
+from repromatrix.results.store import RootCause, cell_dir
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PAYLOAD = '<img src="http://127.0.0.1:9/x.png" onerror="window.pwned = 1">'

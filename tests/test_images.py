@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix import images
-from repromatrix.errors import InfraError
-from repromatrix.images import (
+from repromatrix.build import wheelhouse as images
+from repromatrix.build.wheelhouse import (
     REST,
     SHARED,
     WheelhouseRef,
@@ -30,6 +29,7 @@ from repromatrix.images import (
     wheel_distribution,
     wheelhouse_name,
 )
+from repromatrix.errors import InfraError
 
 TORCH_FILES = ("torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl", "sympy-1.14-py3-none-any.whl")
 VLLM_FILES = (

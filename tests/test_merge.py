@@ -11,11 +11,11 @@ from junitparser.xunit2 import JUnitXml
 from _reports_support import mixed_run, result, with_id, write_run
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
-from repromatrix.merge import Copy, choose, merge
 from repromatrix.model import Outcome
-from repromatrix.reports import read_plan, write_plan, write_reports
-from repromatrix.results import cell_dir, read_results
-from repromatrix.verdicts import ProblemKind
+from repromatrix.reports.write import read_plan, write_plan, write_reports
+from repromatrix.results.merge import Copy, choose, merge
+from repromatrix.results.store import cell_dir, read_results
+from repromatrix.results.verdicts import ProblemKind
 
 
 def junit_cases(run_dir: Path) -> set[tuple[str, str, str, tuple[str, ...]]]:

@@ -12,10 +12,10 @@ import docker
 import pytest
 
 from _runner_support import cell, fake_image
-from repromatrix.backend import Prepared
-from repromatrix.container_plan import RUN_LABEL, ContainerSettings, ImageBuild
+from repromatrix.backends.base import Prepared
+from repromatrix.backends.docker_calls import RUN_LABEL, ContainerSettings, ImageBuild
+from repromatrix.backends.oci_container import DockerBackend, engine_available
 from repromatrix.model import Image, Lane
-from repromatrix.oci_container import DockerBackend, engine_available
 
 pytestmark = [
     pytest.mark.docker,

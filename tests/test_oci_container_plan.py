@@ -9,7 +9,7 @@ import docker
 from docker.models.containers import _create_container_args
 
 from _runner_support import cell
-from repromatrix.container_plan import (
+from repromatrix.backends.docker_calls import (
     CELL_LABEL,
     RUN_LABEL,
     ContainerSettings,
@@ -18,8 +18,8 @@ from repromatrix.container_plan import (
     plan_container,
     split_ref,
 )
+from repromatrix.backends.oci_container import docker_kwargs
 from repromatrix.model import Lane
-from repromatrix.oci_container import docker_kwargs
 from repromatrix.secret_env import REDACTED, redact
 
 SPEC = {"mode": "server", "argv": ["--max-model-len", "2048", "--served-model-name", "$(rm -rf /)"]}

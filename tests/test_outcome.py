@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import pytest
 
 from _runner_support import cell
-from repromatrix.backend import Execution
+from repromatrix.backends.base import Execution
 from repromatrix.model import Lane, Level, Outcome
-from repromatrix.outcome import (
+from repromatrix.results.store import RootCause
+from repromatrix.run.outcome import (
     HarnessStatus,
     ProbeReport,
     decide,
@@ -17,7 +18,6 @@ from repromatrix.outcome import (
     parse_status,
     skipped,
 )
-from repromatrix.results import RootCause
 
 KV_LINE = "(EngineCore pid=9) ValueError: To serve at least one request with the models max seq len"
 KV_CAUSE = RootCause(

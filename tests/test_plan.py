@@ -10,10 +10,10 @@ import pytest
 from _matrix_support import GPU_LANE, setup
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
-from repromatrix.expand import expand
+from repromatrix.matrix.expand import expand
+from repromatrix.matrix.listing import brace_glob, github_matrix, render_json, render_table, summary
+from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell
-from repromatrix.plan import brace_glob, github_matrix, render_json, render_table, summary
-from repromatrix.selector import Selector
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from repromatrix.config import load_matrix
-from repromatrix.expand import expand
-from repromatrix.harness_spec import build_spec
+from repromatrix.matrix.config import load_matrix
+from repromatrix.matrix.expand import expand
+from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.model import Lane, Level
 from repromatrix.probes import (
     DIRECTORY,
@@ -28,7 +28,7 @@ from repromatrix.probes import (
     programs,
     tritonir,
 )
-from repromatrix.scenarios import load_scenarios
+from repromatrix.run.harness_spec import build_spec
 
 ROOT = Path(__file__).parents[1]
 DATA = Path(__file__).parent / "data" / "probes"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix import results
+from repromatrix.backends.oci_container import engine_available
 from repromatrix.cli import main
 from repromatrix.model import Outcome
-from repromatrix.oci_container import engine_available
+from repromatrix.results import store as results
 
 pytestmark = [
     pytest.mark.docker,

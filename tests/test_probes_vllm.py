@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.probes import DIRECTORY, probekit
-from repromatrix.scenarios import load_scenarios
 
 pytestmark = pytest.mark.vllm
 

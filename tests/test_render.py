@@ -11,10 +11,7 @@ import pytest
 from packaging.version import Version
 
 from _harness_support import make_cell
-from repromatrix.errors import ConfigError
-from repromatrix.images import TORCH_VERSION
-from repromatrix.model import Image, Lane
-from repromatrix.render import (
+from repromatrix.build.render import (
     ENTRYPOINT,
     image_tag,
     render_all,
@@ -22,6 +19,9 @@ from repromatrix.render import (
     render_image,
     write_context,
 )
+from repromatrix.build.wheelhouse import TORCH_VERSION
+from repromatrix.errors import ConfigError
+from repromatrix.model import Image, Lane
 
 
 @dataclass(frozen=True)

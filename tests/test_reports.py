@@ -10,9 +10,9 @@ from junitparser.xunit2 import JUnitXml
 
 from _reports_support import cpu_lane, write_run
 from repromatrix.cli import main
-from repromatrix.reports import load_run, write_plan, write_reports
-from repromatrix.results import cell_dir
-from repromatrix.verdicts import ProblemKind
+from repromatrix.reports.write import load_run, write_plan, write_reports
+from repromatrix.results.store import cell_dir
+from repromatrix.results.verdicts import ProblemKind
 
 HEALTHY_0_32 = "cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/baseline"
 TRIGGER_0_31 = "cpu/0.31.0/cpu/tiny-llama/default/cpu-kv-cache-too-small/trigger"

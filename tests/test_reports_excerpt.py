@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from repromatrix.excerpt import ExcerptLimits, clean_line, excerpt, log_excerpt
+from repromatrix.reports.excerpt import ExcerptLimits, clean_line, excerpt, log_excerpt
 
 SMALL = ExcerptLimits(context=2, tail=3, line_chars=80, max_bytes=4096)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from repromatrix import results
-from repromatrix.container_plan import RUN_LABEL
+from repromatrix.backends.docker_calls import RUN_LABEL
+from repromatrix.backends.oci_container import engine_available
 from repromatrix.model import Outcome
-from repromatrix.oci_container import engine_available
+from repromatrix.results import store as results
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_repromatrixDryRunToken42"

@@ -15,21 +15,23 @@ import docker
 import pytest
 
 from _runner_support import cell, fake_image
-from repromatrix import results, run_setup, tinymodel
-from repromatrix.backend import Prepared
-from repromatrix.cell_exec import CellContext
-from repromatrix.config import load_matrix
-from repromatrix.container_plan import RUN_LABEL, ContainerSettings
+from repromatrix.backends.base import Prepared
+from repromatrix.backends.docker_calls import RUN_LABEL, ContainerSettings
+from repromatrix.backends.oci_container import DockerBackend, engine_available
+from repromatrix.build import tinymodel
+from repromatrix.build.render import render_all
 from repromatrix.errors import UsageError
-from repromatrix.expand import plan
+from repromatrix.matrix.config import load_matrix
+from repromatrix.matrix.expand import plan
+from repromatrix.matrix.scenarios import load_scenarios
+from repromatrix.matrix.selector import Selector
 from repromatrix.model import Lane, Outcome
-from repromatrix.oci_container import DockerBackend, engine_available
-from repromatrix.progress import Progress
-from repromatrix.render import render_all
-from repromatrix.run_setup import choose_backend, container_settings, skip_reason
-from repromatrix.runner import RunOptions, RunState, pending, resolve_run_dir, stage_cells
-from repromatrix.scenarios import load_scenarios
-from repromatrix.selector import Selector
+from repromatrix.results import store as results
+from repromatrix.run import prepare as run_setup
+from repromatrix.run.cell import CellContext
+from repromatrix.run.prepare import choose_backend, container_settings, skip_reason
+from repromatrix.run.progress import Progress
+from repromatrix.run.stages import RunOptions, RunState, pending, resolve_run_dir, stage_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_docker = pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")

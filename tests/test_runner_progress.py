@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from repromatrix.progress import Progress, duration, eta
+from repromatrix.run.progress import Progress, duration, eta
 
 
 class Clock:

@@ -10,8 +10,8 @@ from packaging.version import Version
 
 from _matrix_support import at, write
 from repromatrix.errors import ConfigError
+from repromatrix.matrix.scenarios import load_scenario, load_scenarios
 from repromatrix.model import Lane, LaunchMode, Op, Scenario
-from repromatrix.scenarios import load_scenario, load_scenarios
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from repromatrix.errors import UsageError
-from repromatrix.selector import Selector, expand_braces
+from repromatrix.matrix.selector import Selector, expand_braces
 
 ID = "gpu/v0.31.0/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger"
 PROBE = "cpu/0.31.0/cpu/tiny-moe/default/moe-lora-rank-over-128/rank-128@probe"

@@ -16,9 +16,9 @@ import pytest
 
 from _triage_support import REPO, case_id, labelled
 from repromatrix import cli
-from repromatrix.scenarios import load_scenarios
+from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.triage import Triager, triage_path
-from repromatrix.triage.render import MAX_SHOWN
+from repromatrix.triage.text import MAX_SHOWN
 
 CASES = labelled()
 Case = tuple[Path, dict[str, Any]]

@@ -6,8 +6,8 @@ import pytest
 
 from _reports_support import KV_CAUSE, MOE_CAUSE, result
 from repromatrix.model import Expected, Level, Outcome
-from repromatrix.results import RootCause
-from repromatrix.verdicts import (
+from repromatrix.results.store import RootCause
+from repromatrix.results.verdicts import (
     FAILING,
     Judged,
     ProblemKind,

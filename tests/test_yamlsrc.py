@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from repromatrix.errors import ConfigError
-from repromatrix.yamlsrc import (
+from repromatrix.matrix.yamlsrc import (
     Reader,
     YMap,
     YScalar,

@@ -27,8 +27,8 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Merge, then write the merged run's reports."""
-    from repromatrix.merge import merge  # noqa: PLC0415  (keeps `--help` fast)
-    from repromatrix.reports import write_reports  # noqa: PLC0415
+    from repromatrix.reports.write import write_reports  # noqa: PLC0415
+    from repromatrix.results.merge import merge  # noqa: PLC0415  (keeps `--help` fast)
 
     result = merge(args.shards, args.out)
     print(result.lines()[0])

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix import plan as output
-from repromatrix.config import Matrix, load_matrix
 from repromatrix.errors import ConfigError, Problem
-from repromatrix.expand import expand, plan
+from repromatrix.matrix import listing as output
+from repromatrix.matrix.config import Matrix, load_matrix
+from repromatrix.matrix.expand import expand, plan
+from repromatrix.matrix.scenarios import load_scenarios
+from repromatrix.matrix.selector import Selector
 from repromatrix.model import Lane, Scenario
-from repromatrix.scenarios import load_scenarios
-from repromatrix.selector import Selector
 
 
 def add_parser(subparsers: Any) -> None:

@@ -6,12 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from repromatrix.build.render import render_all
 from repromatrix.commands.plan import add_selection_arguments, load_inputs
 from repromatrix.errors import EXIT_OK
-from repromatrix.expand import plan
+from repromatrix.matrix.expand import plan
+from repromatrix.matrix.selector import Selector
 from repromatrix.model import Lane
-from repromatrix.render import render_all
-from repromatrix.selector import Selector
 
 
 def add_parser(subparsers: Any) -> None:

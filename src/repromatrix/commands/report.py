@@ -28,7 +28,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the reports and print what was found."""
-    from repromatrix.reports import write_reports  # noqa: PLC0415  (keeps `--help` fast)
+    from repromatrix.reports.write import write_reports  # noqa: PLC0415  (keeps `--help` fast)
 
     run_dir = require_run_dir(args.results)
     summary = write_reports(run_dir)

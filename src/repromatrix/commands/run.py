@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repromatrix.build.wheelhouse import CACHE_ROOT
 from repromatrix.commands.plan import add_selection_arguments
 from repromatrix.errors import EXIT_INFRA, EXIT_OK
-from repromatrix.images import CACHE_ROOT
 from repromatrix.model import Lane, Outcome
-from repromatrix.run_setup import BACKENDS
-from repromatrix.runner import RunOptions, RunState, execute_run
+from repromatrix.run.prepare import BACKENDS
+from repromatrix.run.stages import RunOptions, RunState, execute_run
 
 
 def add_parser(subparsers: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from repromatrix.errors import EXIT_OK, UsageError
 from repromatrix.model import Scenario
 from repromatrix.triage import Diagnosis, triage_path, triage_stream
-from repromatrix.triage.render import render_text
+from repromatrix.triage.text import render_text
 
 DEFAULT_SCENARIOS = Path("scenarios")
 
@@ -56,7 +56,7 @@ def _scenarios(directory: Path | None) -> tuple[Scenario, ...]:
         if not DEFAULT_SCENARIOS.is_dir():
             return ()  # the built-in catalogue alone
         directory = DEFAULT_SCENARIOS
-    from repromatrix.scenarios import load_scenarios  # noqa: PLC0415
+    from repromatrix.matrix.scenarios import load_scenarios  # noqa: PLC0415
 
     return load_scenarios(directory)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from repromatrix.results import RootCause
+from repromatrix.results.store import RootCause
 
 
 @dataclass(frozen=True)

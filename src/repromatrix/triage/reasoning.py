@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from repromatrix.model import Scenario
-from repromatrix.results import RootCause
+from repromatrix.results.store import RootCause
 from repromatrix.triage.catalogue import Catalogue, Cause, Role
 from repromatrix.triage.diagnosis import Diagnosis
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier

@@ -15,13 +15,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from repromatrix import run_setup
-from repromatrix.container_plan import plan_container
-from repromatrix.harness_spec import build_spec
+from repromatrix.backends.docker_calls import plan_container
 from repromatrix.model import Cell
+from repromatrix.run import prepare as run_setup
+from repromatrix.run.harness_spec import build_spec
 
 if TYPE_CHECKING:
-    from repromatrix.runner import RunState
+    from repromatrix.run.stages import RunState
 
 
 def describe(state: RunState) -> dict[str, Any]:

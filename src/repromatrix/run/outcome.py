@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from repromatrix.backend import Execution
+from repromatrix.backends.base import Execution
 from repromatrix.model import Cell, Level, Outcome
-from repromatrix.results import RootCause
+from repromatrix.results.store import RootCause
 
 STATUS_MARK = b"@@repromatrix-status "
 PROBE_OUTCOMES = {

@@ -21,18 +21,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from repromatrix import dry_run, reports, results, run_setup
-from repromatrix.backend import Backend, Prepared
-from repromatrix.cell_exec import CellContext, cell_result, now_iso, run_cell
+from repromatrix.backends.base import Backend, Prepared
+from repromatrix.backends.oci_container import connect, engine_available
+from repromatrix.build.render import RenderedImage, render_all
 from repromatrix.commands.plan import load_inputs
-from repromatrix.config import Matrix
 from repromatrix.errors import UsageError
-from repromatrix.expand import plan
+from repromatrix.matrix.config import Matrix
+from repromatrix.matrix.expand import plan
+from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane
-from repromatrix.oci_container import connect, engine_available
-from repromatrix.progress import Progress
-from repromatrix.render import RenderedImage, render_all
-from repromatrix.selector import Selector
+from repromatrix.reports import write as reports
+from repromatrix.results import store as results
+from repromatrix.run import dry_run
+from repromatrix.run import prepare as run_setup
+from repromatrix.run.cell import CellContext, cell_result, now_iso, run_cell
+from repromatrix.run.progress import Progress
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repromatrix.lanes import BaseImage
+from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Lane
 from repromatrix.secret_env import REDACTED, SECRET_ENV, secrets_from
 

@@ -26,9 +26,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backend import Execution, Prepared, Watcher
+from repromatrix.backends.base import Execution, Prepared, Watcher
+from repromatrix.build.wheelhouse import CACHE_ROOT, cpu_requirement
 from repromatrix.errors import ConfigError, InfraError
-from repromatrix.images import CACHE_ROOT, cpu_requirement
 from repromatrix.model import Cell, Image, Lane
 from repromatrix.secret_env import redact, secrets_from
 

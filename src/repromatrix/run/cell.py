@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from repromatrix import outcome
-from repromatrix.backend import Backend, Execution, Prepared
+from repromatrix.backends.base import Backend, Execution, Prepared
 from repromatrix.errors import RepromatrixError
-from repromatrix.harness_spec import build_spec
 from repromatrix.model import Cell
-from repromatrix.outcome import Decision, HarnessStatus
-from repromatrix.results import CellResult, Timings
+from repromatrix.results.store import CellResult, Timings
+from repromatrix.run import outcome
+from repromatrix.run.harness_spec import build_spec
+from repromatrix.run.outcome import Decision, HarnessStatus
 from repromatrix.triage import Triager
 
 

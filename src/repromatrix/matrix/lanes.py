@@ -14,8 +14,8 @@ from typing import TypeVar
 
 from packaging.version import InvalidVersion, Version
 
+from repromatrix.matrix.yamlsrc import Reader, Where, YEntry, YMap, YNode, YScalar, describe
 from repromatrix.model import DTYPE_BYTES, FlagSet, Gpu, Image, Lane, Model, frozen_flags
-from repromatrix.yamlsrc import Reader, Where, YEntry, YMap, YNode, YScalar, describe
 
 T = TypeVar("T")
 

@@ -24,9 +24,8 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest
 from requests.exceptions import RequestException
 
-from repromatrix import images
-from repromatrix.backend import Execution, Prepared, Watcher
-from repromatrix.container_plan import (
+from repromatrix.backends.base import Execution, Prepared, Watcher
+from repromatrix.backends.docker_calls import (
     RUN_LABEL,
     VERSION_ARGV,
     ContainerPlan,
@@ -37,8 +36,9 @@ from repromatrix.container_plan import (
     split_ref,
     tool_plan,
 )
+from repromatrix.build import wheelhouse as images
 from repromatrix.errors import InfraError, RepromatrixError
-from repromatrix.lanes import BaseImage
+from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane
 from repromatrix.secret_env import redact
 

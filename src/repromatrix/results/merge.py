@@ -21,7 +21,7 @@ from pathlib import Path
 
 from repromatrix.errors import UsageError
 from repromatrix.model import Outcome
-from repromatrix.reports import (
+from repromatrix.reports.write import (
     MERGE_FILE,
     load_run,
     merge_problems,
@@ -29,8 +29,14 @@ from repromatrix.reports import (
     unfinished_cells,
     write_plan,
 )
-from repromatrix.results import RESULT_FILE, SCHEMA_VERSION, CellResult, atomic_write, cell_dir
-from repromatrix.verdicts import ProblemKind, RunProblem, unique_problems
+from repromatrix.results.store import (
+    RESULT_FILE,
+    SCHEMA_VERSION,
+    CellResult,
+    atomic_write,
+    cell_dir,
+)
+from repromatrix.results.verdicts import ProblemKind, RunProblem, unique_problems
 
 # How much a copy of a cell says: a cell that ran beats one the infrastructure stopped.
 _RANK = {Outcome.SKIPPED: 2, Outcome.INFRA_ERROR: 1}

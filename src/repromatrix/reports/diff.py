@@ -24,8 +24,8 @@ from typing import Any
 
 from repromatrix.errors import UsageError, suggest
 from repromatrix.model import Outcome
-from repromatrix.results import CellResult
-from repromatrix.verdicts import cause_line, one_line
+from repromatrix.results.store import CellResult
+from repromatrix.results.verdicts import cause_line, one_line
 
 DIFF_SCHEMA_VERSION = 1
 _BROKEN = frozenset({Outcome.HIT, Outcome.OTHER_FAILURE, Outcome.TIMEOUT})

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import jinja2
 
-from repromatrix.compat import Agreement, Entry, Section, Table, log_path
-from repromatrix.verdicts import SEVERITY, Judged, RunProblem, Verdict
+from repromatrix.reports.table import Agreement, Entry, Section, Table, log_path
+from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict
 
 TEMPLATE = "compat.html.j2"
 LABELS = {v: v.value.replace("_", " ") for v in Verdict}
@@ -74,7 +74,7 @@ class SectionView:
 
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("repromatrix", "templates"),
+        loader=jinja2.PackageLoader("repromatrix.reports", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

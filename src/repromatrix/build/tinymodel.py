@@ -20,8 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from repromatrix.build.wheelhouse import CACHE_ROOT
 from repromatrix.errors import ConfigError, InfraError, Problem, suggest
-from repromatrix.images import CACHE_ROOT
 from repromatrix.model import Model
 
 MODELS_ROOT = CACHE_ROOT / "models"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from repromatrix.model import Expected, Level, Outcome
-from repromatrix.results import CellResult
+from repromatrix.results.store import CellResult
 
 
 class Verdict(enum.StrEnum):

@@ -26,9 +26,9 @@ from typing import Protocol
 
 import jinja2
 
+from repromatrix.build.wheelhouse import REST, SHARED, TORCH_VERSION, WheelhouseRef, cpu_requirement
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.harness.harness import OFFLINE_ENV
-from repromatrix.images import REST, SHARED, TORCH_VERSION, WheelhouseRef, cpu_requirement
 from repromatrix.model import Cell, Image, Lane
 
 CONTAINER_ROOT = "/opt/repromatrix"
@@ -204,7 +204,7 @@ def _package_files(folder: str) -> dict[str, bytes]:
 
 def _template(name: str) -> jinja2.Template:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("repromatrix", "templates"),
+        loader=jinja2.PackageLoader("repromatrix.build", "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

@@ -15,20 +15,21 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from repromatrix import images, tinymodel
-from repromatrix.backend import Backend, Prepared
-from repromatrix.cell_exec import CellContext
-from repromatrix.config import Matrix
-from repromatrix.container_plan import VERSION_ARGV, ContainerSettings, ImageBuild, Mount
+from repromatrix.backends.base import Backend, Prepared
+from repromatrix.backends.docker_calls import VERSION_ARGV, ContainerSettings, ImageBuild, Mount
+from repromatrix.backends.local import LocalBackend
+from repromatrix.backends.oci_container import DockerBackend
+from repromatrix.build import tinymodel
+from repromatrix.build import wheelhouse as images
+from repromatrix.build.render import CONTAINER_ROOT, ENTRYPOINT, RenderedImage
 from repromatrix.errors import InfraError, RepromatrixError, UsageError
-from repromatrix.local_backend import LocalBackend
+from repromatrix.matrix.config import Matrix
 from repromatrix.model import Cell, Image, Lane, Level, Model
-from repromatrix.oci_container import DockerBackend
-from repromatrix.render import CONTAINER_ROOT, ENTRYPOINT, RenderedImage
+from repromatrix.run.cell import CellContext
 from repromatrix.secret_env import SECRET_ENV
 
 if TYPE_CHECKING:
-    from repromatrix.runner import RunState
+    from repromatrix.run.stages import RunState
 
 BACKENDS = ("auto", "docker", "local")
 GENERATOR_IN_IMAGE = f"{CONTAINER_ROOT}/harness/{tinymodel.GENERATOR}"

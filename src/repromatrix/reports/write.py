@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repromatrix.compat import build_table, compat_json
-from repromatrix.compat_html import render_html
-from repromatrix.compat_md import render_markdown
-from repromatrix.excerpt import ExcerptLimits, log_excerpt
-from repromatrix.junit import build_junit, write_junit
-from repromatrix.results import (
+from repromatrix.reports.excerpt import ExcerptLimits, log_excerpt
+from repromatrix.reports.html import render_html
+from repromatrix.reports.junit import build_junit, write_junit
+from repromatrix.reports.markdown import render_markdown
+from repromatrix.reports.table import build_table, compat_json
+from repromatrix.results.store import (
     LOG_FILE,
     RESULT_FILE,
     SCHEMA_VERSION,
@@ -30,7 +30,7 @@ from repromatrix.results import (
     cell_dir,
     iter_result_files,
 )
-from repromatrix.verdicts import (
+from repromatrix.results.verdicts import (
     SEVERITY,
     Judged,
     ProblemKind,

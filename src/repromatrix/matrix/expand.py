@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from repromatrix.conditions import Facts, holds
-from repromatrix.config import LaneConfig, Matrix, Rule, check_references
 from repromatrix.errors import UsageError, suggest
+from repromatrix.matrix.conditions import Facts, holds
+from repromatrix.matrix.config import LaneConfig, Matrix, Rule, check_references
+from repromatrix.matrix.selector import Selector
 from repromatrix.model import (
     Cell,
     Expected,
@@ -41,7 +42,6 @@ from repromatrix.model import (
     Variant,
     frozen_flags,
 )
-from repromatrix.selector import Selector
 
 CORE = ("image", "gpu", "model", "flagset")
 

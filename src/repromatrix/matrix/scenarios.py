@@ -15,8 +15,19 @@ from types import MappingProxyType
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from repromatrix.conditions import subject_problem
 from repromatrix.errors import ConfigError, Problem, suggest
+from repromatrix.matrix.conditions import subject_problem
+from repromatrix.matrix.yamlsrc import (
+    Reader,
+    Where,
+    YEntry,
+    YMap,
+    YNode,
+    YScalar,
+    YSeq,
+    describe,
+    load_yaml,
+)
 from repromatrix.model import (
     Condition,
     FlagValue,
@@ -30,17 +41,6 @@ from repromatrix.model import (
     Source,
     Variant,
     frozen_flags,
-)
-from repromatrix.yamlsrc import (
-    Reader,
-    Where,
-    YEntry,
-    YMap,
-    YNode,
-    YScalar,
-    YSeq,
-    describe,
-    load_yaml,
 )
 
 SCENARIO_KEYS = (

@@ -23,10 +23,10 @@ import junitparser
 from junitparser import Error, Failure, Skipped
 from junitparser.xunit2 import JUnitXml, TestCase, TestSuite
 
-from repromatrix.compat import log_path
 from repromatrix.model import Level
-from repromatrix.results import CellResult, atomic_write
-from repromatrix.verdicts import FAILING, Judged, RunProblem, Verdict, one_line
+from repromatrix.reports.table import log_path
+from repromatrix.results.store import CellResult, atomic_write
+from repromatrix.results.verdicts import FAILING, Judged, RunProblem, Verdict, one_line
 
 PROBLEM_SUITE = "repromatrix"
 MESSAGE_CHARS = 500

@@ -22,8 +22,8 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from repromatrix.model import Level
-from repromatrix.results import LOG_FILE, cell_dir
-from repromatrix.verdicts import DECISIVE, Judged, RunProblem, Verdict, tally
+from repromatrix.results.store import LOG_FILE, cell_dir
+from repromatrix.results.verdicts import DECISIVE, Judged, RunProblem, Verdict, tally
 
 COMPAT_SCHEMA_VERSION = 1
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 from repromatrix.errors import suggest
-from repromatrix.lanes import DEFAULT_BASE, BaseImage, LaneConfig, Runtime, read_lane
+from repromatrix.matrix.lanes import DEFAULT_BASE, BaseImage, LaneConfig, Runtime, read_lane
+from repromatrix.matrix.yamlsrc import Reader, Where, YMap, YNode, YScalar, load_yaml
 from repromatrix.model import Flags, Lane, Scenario, frozen_flags
-from repromatrix.yamlsrc import Reader, Where, YMap, YNode, YScalar, load_yaml
 
 # The axes a rule can name: the parts of a cell id, in order, and its level (engine or probe).
 ID_PARTS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant")

@@ -13,9 +13,16 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 
-from repromatrix.compat import Agreement, Entry, Table, tag_key
 from repromatrix.model import Level, Outcome
-from repromatrix.verdicts import FAILING, SEVERITY, Judged, RunProblem, Verdict, one_line
+from repromatrix.reports.table import Agreement, Entry, Table, tag_key
+from repromatrix.results.verdicts import (
+    FAILING,
+    SEVERITY,
+    Judged,
+    RunProblem,
+    Verdict,
+    one_line,
+)
 
 MD_LIMIT = 1000 * 1024  # GitHub's job-summary limit is 1 MiB; keep a margin
 CAUSE_CHARS = 70

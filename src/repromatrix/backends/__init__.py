@@ -1,0 +1,1 @@
+"""Stage 3: whatever executes a cell (Docker, local virtualenvs) behind one interface."""

@@ -1,0 +1,1 @@
+"""Stage 2: what images are made of: Dockerfile renders, wheelhouses, base rootfs, tiny models."""

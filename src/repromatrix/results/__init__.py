@@ -1,0 +1,1 @@
+"""Stage 5: the run folder on disk (one reader, one writer), verdicts and merge."""

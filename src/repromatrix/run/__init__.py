@@ -1,0 +1,1 @@
+"""Stage 4: the run itself: stages, host facts, preparation, one cell, outcomes, progress."""
