@@ -10,7 +10,7 @@ import pytest
 
 from _reports_support import MOE_CAUSE, mixed_run, result, write_run
 from repromatrix.model import Expected, Outcome
-from repromatrix.reports.markdown import MD_LIMIT, escape, render_markdown
+from repromatrix.reports.markdown import MD_LIMIT, escape, format_markdown
 from repromatrix.reports.table import Agreement, Column, Entry, build_table, tag_key
 from repromatrix.reports.write import write_reports
 from repromatrix.results.store import RootCause
@@ -78,7 +78,7 @@ def test_markdown_escapes_what_github_would_render() -> None:
 
 def test_markdown_cells(tmp_path: Path) -> None:
     judged = judge_all(mixed_run())
-    text = render_markdown(build_table(judged), judged, [], "run-1")
+    text = format_markdown(build_table(judged), judged, [], "run-1")
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
     assert "💥 **REGRESSION** AssertionError: fused\\_moe\\_lora\\_one\\_shot" in rows["v0.32.0"]
     assert "🔬✅<br>**levels disagree**" in rows["v0.32.0"]
@@ -92,7 +92,7 @@ def test_markdown_cells(tmp_path: Path) -> None:
 def test_a_cause_cannot_break_the_table() -> None:
     cause = RootCause(line="x", exception="ValueError", message="a | b <img src=x> `c`\nd")
     judged = judge_all([result(root_cause=cause)])
-    text = render_markdown(build_table(judged), judged, [], "run")
+    text = format_markdown(build_table(judged), judged, [], "run")
     [row] = [line for line in text.splitlines() if line.startswith("| 0.32.0")]
     assert row.count(" | ") == 1  # one separator: image | entry
     assert "<img" not in text
@@ -100,7 +100,7 @@ def test_a_cause_cannot_break_the_table() -> None:
 
 def test_problems_are_listed_in_the_markdown() -> None:
     problems = [RunProblem(ProblemKind.CORRUPT, "cells/a/result.json", "not valid JSON")]
-    text = render_markdown(build_table([]), [], problems, "run")
+    text = format_markdown(build_table([]), [], problems, "run")
     assert "**1 problem(s) with this run's files:**" in text
     assert "- corrupt: cells/a/result.json: not valid JSON" in text
 
@@ -136,7 +136,7 @@ def test_a_large_matrix_stays_under_a_mebibyte() -> None:
     cells = big_matrix(tags=40, gpus=8, models=8, variants=12)  # 61 440 results
     judged = judge_all(cells)
     table = build_table(judged)
-    text = render_markdown(table, judged, [], "big")
+    text = format_markdown(table, judged, [], "big")
     assert len(text.encode("utf-8")) <= MD_LIMIT < 1024 * 1024
     assert "does not fit in a job summary" in text
     assert "| gpu | v0.39.0 |" in text  # counts per image tag are still there
@@ -148,10 +148,10 @@ def test_a_table_that_fits_without_causes_keeps_its_symbols() -> None:
     cells = big_matrix(tags=6, gpus=2, models=2, variants=6)
     judged = judge_all(cells)
     table = build_table(judged)
-    full = render_markdown(table, judged, [], "mid")
+    full = format_markdown(table, judged, [], "mid")
     assert "AssertionError" in full
     limit = len(full.encode("utf-8")) - 1
-    smaller = render_markdown(table, judged, [], "mid", limit=limit)
+    smaller = format_markdown(table, judged, [], "mid", limit=limit)
     assert "AssertionError" not in smaller.split("## ", 1)[1]
     assert "💥 **REGRESSION**" in smaller
     assert len(smaller.encode("utf-8")) <= limit

@@ -11,7 +11,7 @@ from _reports_support import KV_CAUSE, cpu_lane, result, seed_000_probes, write_
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
 from repromatrix.model import Expected, Outcome
-from repromatrix.reports.diff import Change, classify, diff, render_text, to_json
+from repromatrix.reports.diff import Change, classify, diff, format_diff, to_json
 
 H, A, F, T = Outcome.HIT, Outcome.AVOIDED, Outcome.OTHER_FAILURE, Outcome.TIMEOUT
 E, S, U = Outcome.INFRA_ERROR, Outcome.SKIPPED, Outcome.UNREACHABLE
@@ -107,7 +107,7 @@ def test_tags_with_nothing_in_common_are_a_usage_error() -> None:
 
 
 def test_text_answer() -> None:
-    text = render_text(diff(cpu_results(), "0.31.0", "0.32.0"))
+    text = format_diff(diff(cpu_results(), "0.31.0", "0.32.0"))
     assert text.splitlines() == [
         "upgrade 0.31.0 -> 0.32.0: the candidate is not worse",
         "",

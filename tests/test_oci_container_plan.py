@@ -15,7 +15,7 @@ from repromatrix.backends.docker_calls import (
     ContainerSettings,
     ImageBuild,
     Mount,
-    plan_container,
+    container_call,
     split_ref,
 )
 from repromatrix.backends.oci_container import docker_kwargs
@@ -35,7 +35,7 @@ def engine_body(kwargs: dict[str, object]) -> dict[str, object]:
 
 def test_cpu_cell_runs_the_harness_in_exec_form_without_network():
     settings = ContainerSettings(shm_size="2g", mounts=(Mount("/cache/models", "/cache/models"),))
-    plan = plan_container(cell(), SPEC, "repromatrix/cell-0.32.0:abc", settings, "run1")
+    plan = container_call(cell(), SPEC, "repromatrix/cell-0.32.0:abc", settings, "run1")
     body = engine_body(docker_kwargs(plan, {}))
     host = body["HostConfig"]
     assert isinstance(host, dict)
@@ -53,7 +53,7 @@ def test_cpu_cell_runs_the_harness_in_exec_form_without_network():
 def test_gpu_cell_requests_exactly_its_gpus_and_mounts_the_hf_cache_read_only():
     gpu_cell = cell(Lane.GPU, gpus=4, version="0.31.0")
     settings = ContainerSettings(hf_cache="/data/hf")
-    plan = plan_container(gpu_cell, SPEC, "repromatrix/cell-v0.31.0:abc", settings, "run1")
+    plan = container_call(gpu_cell, SPEC, "repromatrix/cell-v0.31.0:abc", settings, "run1")
     body = engine_body(docker_kwargs(plan, {"HF_TOKEN": TOKEN}))
     host = body["HostConfig"]
     assert isinstance(host, dict)
@@ -67,7 +67,7 @@ def test_gpu_cell_requests_exactly_its_gpus_and_mounts_the_hf_cache_read_only():
 
 
 def test_dry_run_description_never_shows_the_token():
-    plan = plan_container(cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1")
+    plan = container_call(cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1")
     described = plan.describe({"HF_TOKEN": TOKEN, "OTHER": "x"})
     text = json.dumps(described)
     assert TOKEN not in text
@@ -77,7 +77,7 @@ def test_dry_run_description_never_shows_the_token():
 
 
 def test_token_absent_from_host_means_absent_from_container():
-    plan = plan_container(cell(Lane.GPU), SPEC, "img", ContainerSettings(), "run1")
+    plan = container_call(cell(Lane.GPU), SPEC, "img", ContainerSettings(), "run1")
     assert "HF_TOKEN" not in plan.create_kwargs({})["environment"]
 
 

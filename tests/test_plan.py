@@ -11,7 +11,7 @@ from _matrix_support import GPU_LANE, setup
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
 from repromatrix.matrix.expand import expand
-from repromatrix.matrix.listing import brace_glob, github_matrix, render_json, render_table, summary
+from repromatrix.matrix.listing import brace_glob, format_json, format_table, github_matrix, summary
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell
 
@@ -32,7 +32,7 @@ def covered(jobs: list[dict[str, object]], everything: list[str]) -> list[str]:
 def test_json_fields(tmp_path: Path) -> None:
     matrix, scenarios = setup(tmp_path)
     cells = list(expand(matrix, scenarios))
-    data = json.loads(render_json(cells))
+    data = json.loads(format_json(cells))
     first = next(d for d in data if d["id"] == "gpu/v0.31.1rc0/h100/moe/default/moe-rank/trigger")
     assert first["image"] == "vllm/vllm-openai:v0.31.1rc0" and first["version"] == "0.31.1rc0"
     assert (first["gpu"], first["runner"], first["model"], first["flagset"]) == (
@@ -55,7 +55,7 @@ def test_json_fields(tmp_path: Path) -> None:
 def test_table_and_summary(tmp_path: Path) -> None:
     matrix, scenarios = setup(tmp_path)
     cells = [c for c in expand(matrix, scenarios) if "/h100/moe/default/moe-rank/" in c.id]
-    lines = render_table(cells).splitlines()
+    lines = format_table(cells).splitlines()
     assert lines[0].split() == [
         "lane", "image", "gpu", "model", "flagset", "scenario", "variant", "level", "expected",
     ]  # fmt: skip

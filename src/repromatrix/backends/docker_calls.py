@@ -1,7 +1,7 @@
 """What the Docker adapter will do, as plain values: the build, pull and create calls per cell.
 
-Pure: ``plan_container`` turns a cell, its harness spec and the lane's settings
-into the exact ``containers.create`` arguments (``ContainerPlan``), and
+Pure: ``container_call`` turns a cell, its harness spec and the lane's settings
+into the exact ``containers.create`` arguments (``ContainerCall``), and
 ``ImageBuild`` says how each image is made. A dry run prints these; a real run
 hands them to ``oci_container`` unchanged, so the two never drift apart.
 """
@@ -93,7 +93,7 @@ class ContainerSettings:
 
 
 @dataclass(frozen=True)
-class ContainerPlan:
+class ContainerCall:
     """Exactly what ``containers.create`` receives for one cell, secrets left out."""
 
     image: str
@@ -150,9 +150,9 @@ class ContainerPlan:
         return described
 
 
-def plan_container(
+def container_call(
     cell: Cell, spec: Mapping[str, Any], image: str, settings: ContainerSettings, run_id: str
-) -> ContainerPlan:
+) -> ContainerCall:
     """Return the container that runs ``cell``'s harness with ``spec`` in ``image``."""
     mounts = list(settings.mounts)
     environment = {"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -160,7 +160,7 @@ def plan_container(
         mounts.append(Mount(settings.hf_cache, HF_CACHE_TARGET))
         environment["HF_HOME"] = HF_CACHE_TARGET
     gpu = cell.lane is Lane.GPU
-    return ContainerPlan(
+    return ContainerCall(
         image=image,
         entrypoint=settings.entrypoint,
         command=("--spec-json", json.dumps(spec, sort_keys=True)),
@@ -179,9 +179,9 @@ def plan_container(
 
 def tool_plan(
     image: str, argv: Sequence[str], mounts: Sequence[Mount], run_id: str, name: str
-) -> ContainerPlan:
+) -> ContainerCall:
     """A one-off container running ``argv`` in ``image`` as root (it writes to a host folder)."""
-    return ContainerPlan(
+    return ContainerCall(
         image=image,
         entrypoint=tuple(argv),
         command=(),

@@ -28,11 +28,11 @@ from repromatrix.backends.base import Execution, Prepared, Watcher
 from repromatrix.backends.docker_calls import (
     RUN_LABEL,
     VERSION_ARGV,
-    ContainerPlan,
+    ContainerCall,
     ContainerSettings,
     ImageBuild,
     Mount,
-    plan_container,
+    container_call,
     split_ref,
     tool_plan,
 )
@@ -73,7 +73,7 @@ def engine_available() -> bool:
     return True
 
 
-def docker_kwargs(plan: ContainerPlan, environ: Mapping[str, str]) -> dict[str, Any]:
+def docker_kwargs(plan: ContainerCall, environ: Mapping[str, str]) -> dict[str, Any]:
     """The plan's create arguments with docker SDK types where the SDK wants them."""
     kwargs = plan.create_kwargs(environ)
     if "device_requests" in kwargs:
@@ -282,7 +282,7 @@ class DockerBackend:
         self, cell: Cell, spec: Mapping[str, Any], prepared: Prepared, watch: Watcher
     ) -> Execution:
         """Run ``cell``'s harness in a fresh container; engine failures become ``infra_error``."""
-        plan = plan_container(cell, spec, prepared.ref, self.settings[cell.lane], self.run_id)
+        plan = container_call(cell, spec, prepared.ref, self.settings[cell.lane], self.run_id)
         return self.run_plan(plan, cell.deadline_s, watch)
 
     def run_tool(
@@ -299,7 +299,7 @@ class DockerBackend:
         text = done.log.decode(errors="replace").strip()
         return text.splitlines()[-1] if done.exit_code == 0 and text else None
 
-    def run_plan(self, plan: ContainerPlan, deadline_s: float, watch: Watcher) -> Execution:
+    def run_plan(self, plan: ContainerCall, deadline_s: float, watch: Watcher) -> Execution:
         """Create, start, stream, stop at the deadline or when ``watch`` asks, inspect, remove."""
         secrets = plan.secrets(self.environ)
         started = time.monotonic()
@@ -330,7 +330,7 @@ class DockerBackend:
         )
 
     @contextmanager
-    def _container(self, plan: ContainerPlan) -> Iterator[Container]:
+    def _container(self, plan: ContainerCall) -> Iterator[Container]:
         container: Container | None = None
         try:
             container = self.client.containers.create(**docker_kwargs(plan, self.environ))

@@ -41,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(diff.to_json(upgrade), indent=2))
     else:
-        print(diff.render_text(upgrade), end="")
+        print(diff.format_diff(upgrade), end="")
     return EXIT_FAILURE if upgrade.worse else EXIT_OK

@@ -7,13 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix.errors import ConfigError, Problem
 from repromatrix.matrix import listing as output
-from repromatrix.matrix.config import Matrix, load_matrix
 from repromatrix.matrix.expand import expand, plan
-from repromatrix.matrix.scenarios import load_scenarios
+from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Lane, Scenario
+from repromatrix.model import Lane
 
 
 def add_parser(subparsers: Any) -> None:
@@ -53,23 +51,6 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_inputs(matrix_path: Path, scenarios_dir: Path) -> tuple[Matrix, tuple[Scenario, ...]]:
-    """Load the matrix and the catalogue, reporting the problems of both at once."""
-    problems: list[Problem] = []
-    matrix = scenarios = None
-    try:
-        matrix = load_matrix(matrix_path)
-    except ConfigError as exc:
-        problems.extend(exc.problems)
-    try:
-        scenarios = load_scenarios(scenarios_dir)
-    except ConfigError as exc:
-        problems.extend(exc.problems)
-    if problems or matrix is None or scenarios is None:
-        raise ConfigError(problems)
-    return matrix, scenarios
-
-
 def run(args: argparse.Namespace) -> int:
     """Print the plan in the chosen format; bad input raises (the CLI prints it, exit 2)."""
     matrix, scenarios = load_inputs(args.matrix, args.scenarios)
@@ -77,15 +58,15 @@ def run(args: argparse.Namespace) -> int:
     selector = Selector(args.only, args.skip)
     cells = plan(matrix, scenarios, lane, selector)
     if args.format == "json":
-        text = output.render_json(cells)
+        text = output.format_json(cells)
     elif args.format == "github":
         everything = (
             {cell.id for cell in cells}
             if selector.selects_all
             else {cell.id for cell in expand(matrix, scenarios, lane)}
         )
-        text = output.render_github(cells, everything)
+        text = output.format_github(cells, everything)
     else:
-        text = output.render_table(cells)
+        text = output.format_table(cells)
     sys.stdout.write(text)
     return 0

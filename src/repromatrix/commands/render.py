@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.build.render import render_all
-from repromatrix.commands.plan import add_selection_arguments, load_inputs
+from repromatrix.commands.plan import add_selection_arguments
 from repromatrix.errors import EXIT_OK
 from repromatrix.matrix.expand import plan
+from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Lane
 

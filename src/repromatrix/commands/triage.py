@@ -12,7 +12,7 @@ from typing import Any
 from repromatrix.errors import EXIT_OK, UsageError
 from repromatrix.model import Scenario
 from repromatrix.triage import Diagnosis, triage_path, triage_stream
-from repromatrix.triage.text import render_text
+from repromatrix.triage.text import format_diagnosis
 
 DEFAULT_SCENARIOS = Path("scenarios")
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(diagnosis.to_json(), indent=2, ensure_ascii=False))
     else:
-        sys.stdout.write(render_text(diagnosis))
+        sys.stdout.write(format_diagnosis(diagnosis))
     return EXIT_OK
 
 

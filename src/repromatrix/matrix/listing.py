@@ -49,7 +49,7 @@ def cell_json(cell: Cell) -> dict[str, Any]:
     }
 
 
-def render_json(cells: Iterable[Cell]) -> str:
+def format_json(cells: Iterable[Cell]) -> str:
     """Return the cells as a JSON list."""
     return json.dumps([cell_json(cell) for cell in cells], indent=2) + "\n"
 
@@ -59,7 +59,7 @@ def _row(cell: Cell) -> tuple[str, ...]:
     return (*parts, cell.level.value, cell.expected.value)
 
 
-def render_table(cells: Sequence[Cell]) -> str:
+def format_table(cells: Sequence[Cell]) -> str:
     """Return an aligned text table of the cells and a one-line summary."""
     header = (*TABLE_COLUMNS, "expected")
     rows = [header, *(_row(cell) for cell in cells)]
@@ -195,7 +195,7 @@ def _join(chunk: Sequence[Job]) -> Job:
     return Job(first.runner, first.lane, name, only, sum(job.cells for job in chunk))
 
 
-def render_github(
+def format_github(
     cells: Sequence[Cell], everything: Collection[str], max_jobs: int = GITHUB_MAX_JOBS
 ) -> str:
     """Return the GitHub matrix as compact JSON (for ``$GITHUB_OUTPUT``)."""

@@ -150,7 +150,7 @@ def _side(result: CellResult | None) -> str:
     return result.outcome.value if result else "no cell"
 
 
-def render_text(upgrade: UpgradeDiff) -> str:
+def format_diff(upgrade: UpgradeDiff) -> str:
     """The answer for a person: the verdict first, then each kind of change with its cells."""
     verdict = "WORSE" if upgrade.worse else "not worse"
     lines = [f"upgrade {upgrade.baseline} -> {upgrade.candidate}: the candidate is {verdict}"]

@@ -82,7 +82,7 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render_html(
+def format_html(
     table: Table,
     problems: Sequence[RunProblem],
     run: str,

@@ -73,7 +73,7 @@ def escape(text: str) -> str:
     return " ".join(text.split())
 
 
-def render_markdown(
+def format_markdown(
     table: Table,
     judged: Sequence[Judged],
     problems: Sequence[RunProblem],

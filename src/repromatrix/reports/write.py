@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.reports.excerpt import ExcerptLimits, log_excerpt
-from repromatrix.reports.html import render_html
+from repromatrix.reports.html import format_html
 from repromatrix.reports.junit import build_junit, write_junit
-from repromatrix.reports.markdown import render_markdown
+from repromatrix.reports.markdown import format_markdown
 from repromatrix.reports.table import build_table, compat_json
 from repromatrix.results.store import (
     LOG_FILE,
@@ -93,8 +93,8 @@ def write_reports(run_dir: Path) -> ReportSummary:
     excerpts = load_excerpts(run_dir, judged, EXCERPT_LIMITS, EXCERPT_BUDGET)
     run = run_dir.resolve().name
     write_junit(build_junit(judged, problems, excerpts), run_dir / JUNIT_FILE)
-    _write_text(run_dir / MARKDOWN_FILE, render_markdown(table, judged, problems, run))
-    _write_text(run_dir / HTML_FILE, render_html(table, problems, run, excerpts))
+    _write_text(run_dir / MARKDOWN_FILE, format_markdown(table, judged, problems, run))
+    _write_text(run_dir / HTML_FILE, format_html(table, problems, run, excerpts))
     document = compat_json(table, judged, problems, run)
     _write_text(run_dir / JSON_FILE, json.dumps(document, indent=1, ensure_ascii=False) + "\n")
     files = tuple(run_dir / name for name in (JUNIT_FILE, MARKDOWN_FILE, HTML_FILE, JSON_FILE))

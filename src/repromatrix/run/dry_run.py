@@ -15,7 +15,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from repromatrix.backends.docker_calls import plan_container
+from repromatrix.backends.docker_calls import container_call
 from repromatrix.model import Cell
 from repromatrix.run import prepare as run_setup
 from repromatrix.run.harness_spec import build_spec
@@ -44,7 +44,7 @@ def _cell(
 ) -> dict[str, Any]:
     spec = build_spec(cell, run_setup.model_path(cell, state.models_root))
     image = tags.get(cell.image.key, cell.image.ref)
-    plan = plan_container(cell, spec, image, settings[cell.lane], state.run_id)
+    plan = container_call(cell, spec, image, settings[cell.lane], state.run_id)
     return {
         "id": cell.id,
         "skip": run_setup.skip_reason(cell, "docker", state.gpus),
@@ -53,7 +53,7 @@ def _cell(
     }
 
 
-def print_plan(state: RunState, out: TextIO | None = None) -> None:
+def print_calls(state: RunState, out: TextIO | None = None) -> None:
     """Print ``describe(state)`` as indented JSON."""
     json.dump(describe(state), out or sys.stdout, indent=2, sort_keys=True)
     (out or sys.stdout).write("\n")

@@ -24,10 +24,10 @@ from types import FrameType
 from repromatrix.backends.base import Backend, Prepared
 from repromatrix.backends.oci_container import connect, engine_available
 from repromatrix.build.render import RenderedImage, render_all
-from repromatrix.commands.plan import load_inputs
 from repromatrix.errors import UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
+from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane
 from repromatrix.reports import write as reports
@@ -159,7 +159,7 @@ def stage_dry_run(state: RunState) -> RunState:
     """With ``--dry-run``, print every engine call the run would make, then stop."""
     if not state.options.dry_run:
         return state
-    dry_run.print_plan(state)
+    dry_run.print_calls(state)
     return replace(state, done=True)
 
 

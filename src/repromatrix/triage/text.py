@@ -17,7 +17,7 @@ _LAYERS = {
 }
 
 
-def render_text(diagnosis: Diagnosis) -> str:
+def format_diagnosis(diagnosis: Diagnosis) -> str:
     """The short answer ``repromatrix triage`` prints."""
     if diagnosis.root_cause is None:
         return _no_cause(diagnosis)
