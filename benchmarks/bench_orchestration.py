@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from _runner_support import cell, fake_image  # noqa: E402
 from repromatrix.backends.base import Prepared  # noqa: E402
 from repromatrix.backends.docker_calls import ContainerSettings, Mount  # noqa: E402
+from repromatrix.backends.harness_spec import build_spec  # noqa: E402
 from repromatrix.backends.oci_container import DockerBackend  # noqa: E402
 from repromatrix.build import tinymodel  # noqa: E402
 from repromatrix.build.render import ENTRYPOINT, render_image  # noqa: E402
@@ -48,7 +49,6 @@ from repromatrix.matrix.selector import Selector  # noqa: E402
 from repromatrix.model import Cell, Lane  # noqa: E402
 from repromatrix.results.store import write_result  # noqa: E402
 from repromatrix.run.cell import CellContext, cell_result, now_iso, run_cell  # noqa: E402
-from repromatrix.run.harness_spec import build_spec  # noqa: E402
 
 FAKE_ENTRYPOINT = ("/bin/sh", "/harness")
 MARK = "@@t "

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from _harness_support import HARNESS, install_standin, make_cell, run_harness, status_of
+from repromatrix.backends.harness_spec import build_spec
 from repromatrix.harness.harness import free_port
 from repromatrix.model import Launch, LaunchMode, Level, Probe
-from repromatrix.run.harness_spec import build_spec
 
 HARNESS_DIR = HARNESS.parent
 

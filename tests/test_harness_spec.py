@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _harness_support import make_cell, offline_launch
-from repromatrix.errors import ConfigError
-from repromatrix.model import Launch, Level, Probe
-from repromatrix.run.harness_spec import (
+from repromatrix.backends.harness_spec import (
     build_spec,
     offline_kwargs,
     server_argv,
     server_command,
 )
+from repromatrix.errors import ConfigError
+from repromatrix.model import Launch, Level, Probe
 
 
 def test_flags_become_kebab_case_options_one_element_each() -> None:

@@ -12,10 +12,10 @@ import pytest
 
 from _harness_support import TINY, make_cell, status_of
 from repromatrix.backends.base import Prepared
+from repromatrix.backends.harness_spec import build_spec
 from repromatrix.backends.local import COMPLETE, TOKEN_ENV, LocalBackend, create_venv
 from repromatrix.build.tinymodel import LORA_RANK, TinyModel, ensure_tiny_model
 from repromatrix.model import Cell, Lane, Launch
-from repromatrix.run.harness_spec import build_spec
 
 VENVS = Path(__file__).parents[1] / ".cache" / "venvs"
 KV_FLAGS = {"max_model_len": 2048, "kv_cache_memory_bytes": 262144}

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from repromatrix.backends.harness_spec import build_spec
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import expand
 from repromatrix.matrix.scenarios import load_scenarios
@@ -28,7 +29,6 @@ from repromatrix.probes import (
     programs,
     tritonir,
 )
-from repromatrix.run.harness_spec import build_spec
 
 ROOT = Path(__file__).parents[1]
 DATA = Path(__file__).parent / "data" / "probes"

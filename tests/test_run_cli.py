@@ -63,6 +63,29 @@ def test_dry_run_shows_the_exact_gpu_calls_without_an_engine_or_a_gpu(tmp_path: 
         spec = json.loads(create["command"][1])
         assert spec["cell"] == by_gpu[gpu]["id"]
     assert not (tmp_path / "r").exists()  # a dry run writes no results
+    assert not (tmp_path / "df").exists()  # nor build contexts
+
+
+@pytest.mark.parametrize("backend", ["docker", "local"])
+def test_dry_run_of_the_whole_shipped_cpu_lane_describes_every_cell_and_writes_nothing(
+    tmp_path: Path, backend: str
+):
+    dockerfiles = tmp_path / "df"
+    (dockerfiles / "mine").mkdir(parents=True)
+    (dockerfiles / "mine" / "notes.txt").write_text("a user's file")
+    planned = repromatrix("plan", "--lane", "cpu", "--json")
+    done = repromatrix(
+        "run", "--lane", "cpu", "--dry-run", "--backend", backend,
+        "--results", str(tmp_path / "r"), "--dockerfiles", str(dockerfiles),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    described = json.loads(done.stdout)
+    assert described["backend"] == backend
+    ids = [cell["id"] for cell in json.loads(planned.stdout)]
+    assert [cell["id"] for cell in described["cells"]] == ids
+    assert any(cell["id"].endswith("@probe") for cell in described["cells"])  # tiny-moe probes
+    assert sorted(p.name for p in dockerfiles.rglob("*")) == ["mine", "notes.txt"]
+    assert not (tmp_path / "r").exists()
 
 
 def test_render_writes_the_same_bytes_and_tags_twice(tmp_path: Path):

@@ -15,11 +15,13 @@ import docker
 import pytest
 
 from _runner_support import cell, fake_image
-from repromatrix.backends.base import Prepared
+from repromatrix.backends import docker as docker_kind
+from repromatrix.backends import local as local_kind
+from repromatrix.backends import registry
+from repromatrix.backends.base import Host, Prepared, Setup
 from repromatrix.backends.docker_calls import RUN_LABEL, ContainerSettings
 from repromatrix.backends.oci_container import DockerBackend, engine_available
 from repromatrix.build import tinymodel
-from repromatrix.build.render import render_all
 from repromatrix.errors import UsageError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
@@ -27,9 +29,8 @@ from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Lane, Outcome
 from repromatrix.results import store as results
-from repromatrix.run import prepare as run_setup
+from repromatrix.run import prepare
 from repromatrix.run.cell import CellContext
-from repromatrix.run.prepare import choose_backend, container_settings, skip_reason
 from repromatrix.run.progress import Progress
 from repromatrix.run.stages import RunOptions, RunState, pending, resolve_run_dir, stage_cells
 
@@ -65,28 +66,33 @@ def test_resume_leaves_out_cells_with_a_result(tmp_path: Path):
     assert pending((done, todo), tmp_path, resume=False) == (done, todo)
 
 
-def test_backend_choice():
-    assert choose_backend("auto", docker_answers=True) == "docker"
-    assert choose_backend("auto", docker_answers=False) == "local"
-    assert choose_backend("local", docker_answers=True) == "local"
+def test_backend_choice(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(docker_kind.DockerKind, "available", lambda self: True)
+    assert registry.choose("auto") is docker_kind.KIND
+    monkeypatch.setattr(docker_kind.DockerKind, "available", lambda self: False)
+    assert registry.choose("auto") is local_kind.KIND
+    assert registry.choose("local") is local_kind.KIND
+    assert registry.choose("docker") is docker_kind.KIND  # named: no probe, the run says why
     with pytest.raises(UsageError, match="--backend"):
-        choose_backend("podman", docker_answers=True)
+        registry.choose("podman")
 
 
 def test_gpu_cells_are_skipped_with_a_reason_where_they_cannot_run():
     gpu = cell(Lane.GPU, gpus=4)
-    assert skip_reason(cell(), "local", 0) is None
-    assert "local backend" in (skip_reason(gpu, "local", 8) or "")
-    assert skip_reason(gpu, "docker", 0) == (
+    local, docker_ = local_kind.KIND, docker_kind.KIND
+    assert local.skip_reason(cell(), Host(gpus=0)) is None
+    assert "local backend" in (local.skip_reason(gpu, Host(gpus=8)) or "")
+    assert docker_.skip_reason(gpu, Host(gpus=0)) == (
         "GPU cell needs 4 GPU(s) (h200x4); this host has no GPU"
     )
-    assert "has 2 GPU(s)" in (skip_reason(gpu, "docker", 2) or "")
-    assert skip_reason(gpu, "docker", 4) is None
+    assert "has 2 GPU(s)" in (docker_.skip_reason(gpu, Host(gpus=2)) or "")
+    assert docker_.skip_reason(gpu, Host(gpus=4)) is None
 
 
 def test_container_settings_follow_the_matrix_runtimes(tmp_path: Path):
     matrix = load_matrix(ROOT / "matrix.yaml")
-    settings = container_settings(matrix, tmp_path)
+    runtimes = {lane: config.runtime for lane, config in matrix.lanes.items()}
+    settings = docker_kind.container_settings(runtimes, tmp_path)
     assert settings[Lane.CPU].shm_size == matrix.lanes[Lane.CPU].runtime.shm_size
     assert [m.target for m in settings[Lane.CPU].mounts] == [str(tmp_path)]
     assert all(m.read_only for m in settings[Lane.CPU].mounts)
@@ -107,13 +113,12 @@ def image() -> Iterator[str]:
     client.close()
 
 
-def run_state(tmp_path: Path, backend: DockerBackend, cells, image: str, out: io.StringIO):
+def run_state(tmp_path: Path, backend: DockerBackend, cells, image: str):
     contexts = {
         c.id: CellContext(Prepared(c.image.key, image, digest="sha256:x"), "/m") for c in cells
     }
     return RunState(
         options=RunOptions(results=tmp_path),
-        progress=Progress(len(cells), out=out),
         run_id=backend.run_id,
         run_dir=tmp_path / backend.run_id,
         todo=tuple(cells),
@@ -145,7 +150,7 @@ def test_every_fault_becomes_its_cells_outcome_and_the_run_goes_on(tmp_path: Pat
     backend = DockerBackend("test-runner-faults", fake_settings(mem_limit="32m"))
     out = io.StringIO()
     try:
-        state = stage_cells(run_state(tmp_path, backend, cells, image, out))
+        state = stage_cells(run_state(tmp_path, backend, cells, image), Progress(4, out=out))
     finally:
         backend.close()
     by_variant = saved(state.run_dir)
@@ -223,12 +228,13 @@ def test_an_engine_that_disappears_mid_run_fails_the_cells_not_the_run(tmp_path:
 
     out = io.StringIO()
     killer = threading.Thread(target=kill_engine_when_second_starts)
-    state = run_state(tmp_path, backend, [first, second, third], image, out)
+    state = run_state(tmp_path, backend, [first, second, third], image)
+    progress = Progress(3, out=out)
     try:
         # The first cell runs before the watcher thread looks: start it after.
-        state_one = stage_cells(replace(state, todo=(first,)))
+        state_one = stage_cells(replace(state, todo=(first,)), progress)
         killer.start()
-        stage_cells(replace(state_one, todo=(second, third)))
+        stage_cells(replace(state_one, todo=(second, third)), progress)
     finally:
         killer.join()
         backend.close()  # cannot reach the engine: leaves the container for the sweep
@@ -259,14 +265,13 @@ def test_cells_of_an_image_that_failed_to_build_are_infra_errors_with_the_reason
     out = io.StringIO()
     state = RunState(
         options=RunOptions(results=tmp_path),
-        progress=Progress(3, out=out),
         run_id="r",
         run_dir=tmp_path / "r",
         todo=(one, other, gpu),
         backend=object(),  # type: ignore[arg-type]  # never called: no cell here can start
         contexts=contexts,
     )
-    state = stage_cells(state)
+    state = stage_cells(state, Progress(3, out=out))
     found = {r.id: r for r in results.read_results(tmp_path / "r")[0]}
     assert found[one.id].outcome is Outcome.INFRA_ERROR
     assert found[one.id].reason == "image not available: build of x failed: boom"
@@ -282,26 +287,22 @@ def test_the_tiny_model_is_generated_once_inside_the_first_cpu_image(tmp_path: P
     matrix = load_matrix(ROOT / "matrix.yaml")
     only = Selector(["cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/baseline"])
     cells = plan(matrix, load_scenarios(ROOT / "scenarios"), Lane.CPU, only)
-    runtime = matrix.lanes[Lane.CPU].runtime
-    rendered = render_all(cells, runtime, ROOT / "dockerfiles")
-    run_setup.stage_wheelhouses(rendered, ROOT / ".cache", note=lambda line: None)
+    runtimes = {lane: config.runtime for lane, config in matrix.lanes.items()}
     out = io.StringIO()
-    state = RunState(
-        options=RunOptions(results=tmp_path, cache=tmp_path / "cache"),
-        progress=Progress(1, out=out),
+    progress = Progress(1, out=out)
+    setup = Setup(
         run_id="test-tiny-model",
-        run_dir=tmp_path / "run",
-        matrix=matrix,
-        todo=cells,
-        backend_name="docker",
+        runtimes=runtimes,
+        cache=ROOT / ".cache",
+        models_root=tmp_path / "cache" / "models",
+        dockerfiles=ROOT / "dockerfiles",
+        note=progress.note,
     )
-    backend = DockerBackend(
-        state.run_id, {}, run_setup.image_builds(rendered, matrix), log=state.progress.note
-    )
+    backend = docker_kind.KIND.open(setup, [cells[0].image])
     try:
-        state = replace(state, backend=backend, prepared=backend.prepare([cells[0].image]))
-        made = run_setup.make_models(state)
-        again = run_setup.make_models(state)
+        prepared = backend.prepare([cells[0].image])
+        made = prepare.make_models(backend, cells, prepared, setup.models_root, progress.note)
+        again = prepare.make_models(backend, cells, prepared, setup.models_root, progress.note)
     finally:
         backend.close()
     tiny = made["tiny-llama"]

@@ -1,18 +1,27 @@
-"""The interface between the runner and whatever executes a cell (Docker, or local virtualenvs).
+"""The interface between the run and whatever executes a cell (Docker, local virtualenvs, ...).
 
-A backend prepares images (build, pull, or a virtualenv per vLLM version) and
-executes one cell's harness under the cell's own deadline, streaming its
-output to a watcher that may stop the cell early. It returns plain values;
-deciding the outcome is ``outcome.py``'s job, not the backend's.
+Everything that differs between backends is a method here: whether one is
+available on this host, which cells it can run, how it prepares images (a
+render and a build, a pull, or a virtualenv per vLLM version), which vLLM an
+image holds, how it makes a tiny model, what a dry run shows, and how it
+executes one cell's harness under the cell's own deadline, streaming the
+output to a watcher that may stop the cell early. Backends return plain
+values; deciding the outcome is ``run/outcome.py``'s job. ``registry.py``
+finds them by name; nothing outside ``backends/`` names one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from repromatrix.model import Cell, Image
+from repromatrix.model import Cell, Image, Lane, Model
+
+if TYPE_CHECKING:
+    from repromatrix.build.tinymodel import TinyModel
+    from repromatrix.matrix.lanes import Runtime
 
 # Called with each chunk of a cell's output as it arrives; returns True to stop the cell now
 # (triage has seen a terminal root cause, so waiting for vLLM to exit or hang gains nothing).
@@ -45,6 +54,26 @@ class Execution:
     total_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Host:
+    """What this runner offers cells."""
+
+    gpus: int = 0  # NVIDIA GPUs this host has
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a run gives its backend: where things go, the lanes' runtimes, how to say things."""
+
+    run_id: str
+    runtimes: Mapping[Lane, Runtime]
+    cache: Path  # host caches: wheelhouses, virtualenvs, base root file systems
+    models_root: Path  # tiny models, mounted read-only at the same path in cells
+    dockerfiles: Path = Path("dockerfiles")  # where build contexts are written
+    logs: Path | None = None  # where a backend keeps preparation logs (image builds)
+    note: Callable[[str], None] = lambda _line: None
+
+
 class Backend(Protocol):
     """Executes cells; one instance per run, closed at the end (and on interrupt)."""
 
@@ -52,6 +81,14 @@ class Backend(Protocol):
 
     def prepare(self, images: Sequence[Image]) -> Mapping[str, Prepared]:
         """Build, pull or create what each image needs; failures are reported, not raised."""
+        ...
+
+    def vllm_version(self, prepared: Prepared) -> str | None:
+        """vLLM's version as installed in a prepared image (None when it cannot be read)."""
+        ...
+
+    def make_model(self, model: Model, prepared: Prepared, models_root: Path) -> TinyModel:
+        """Generate ``model``'s tiny model (and adapter) with the image's own Python, once."""
         ...
 
     def execute(
@@ -62,4 +99,27 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop and remove everything this run started; safe to call twice."""
+        ...
+
+
+class BackendKind(Protocol):
+    """A kind of backend, as the registry knows it: found by name, opened once per run."""
+
+    name: str
+    summary: str  # one line for ``--help``
+
+    def available(self) -> bool:
+        """Whether this host can use this backend now (an engine answers, ...)."""
+        ...
+
+    def skip_reason(self, cell: Cell, host: Host) -> str | None:
+        """Why this backend on ``host`` cannot run ``cell``, or None when it can."""
+        ...
+
+    def describe(self, setup: Setup, cells: Sequence[Cell], host: Host) -> dict[str, Any]:
+        """What a run of ``cells`` would do, as JSON-ready data; writes and starts nothing."""
+        ...
+
+    def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
+        """Open the backend for a run that needs ``images``; raises ``InfraError`` if it cannot."""
         ...

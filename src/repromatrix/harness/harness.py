@@ -2,7 +2,7 @@
 """Run one cell inside its image: launch vLLM (or a probe), send a real request, report.
 
 Usage: ``python3 harness.py SPEC_JSON_PATH`` or ``python3 harness.py --spec-json JSON``.
-The spec is written by ``repromatrix.run.harness_spec.build_spec``.
+The spec is written by ``repromatrix.backends.harness_spec.build_spec``.
 
 Standard library only: this file runs on the image's own ``python3`` (3.8 or later).
 Every line the launched processes print is relayed to stdout as it arrives (the

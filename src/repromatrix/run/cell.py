@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from repromatrix.backends.base import Backend, Execution, Prepared
+from repromatrix.backends.harness_spec import build_spec
 from repromatrix.errors import RepromatrixError
 from repromatrix.model import Cell
 from repromatrix.results.store import CellResult, Timings
 from repromatrix.run import outcome
-from repromatrix.run.harness_spec import build_spec
 from repromatrix.run.outcome import Decision, HarnessStatus
 from repromatrix.triage import Triager
 

@@ -1,40 +1,40 @@
-"""The run: plan → backend → render → prepare images → make models → run cells → reports.
+"""The run: plan → backend → (dry run) → open → prepare images and models → cells → reports.
 
 Each stage is a small function from one ``RunState`` to the next, listed in
-``STAGES`` in the order they run. Cells run one at a time (an engine start
-takes every core), each with a live ``Triager`` on its output so a cell stops
-as soon as its root cause is named, and each result is written the moment the
-cell ends, so an interrupted run keeps everything it finished and
-``--resume`` does the rest. Whatever goes wrong inside one cell becomes that
-cell's outcome (``cell_exec.run_cell``); only an interrupt ends a run early,
-and then nothing the run started is left behind.
+``STAGES`` in the order they run; the work itself is done by functions that
+take the narrow values they need (``prepare.py``, ``cell.py``, the backend).
+Cells run one at a time (an engine start takes every core), each with a live
+``Triager`` on its output so a cell stops as soon as its root cause is named,
+and each result is written the moment the cell ends, so an interrupted run
+keeps everything it finished and ``--resume`` does the rest. Whatever goes
+wrong inside one cell becomes that cell's outcome (``cell.run_cell``); only an
+interrupt ends a run early, and then nothing the run started is left behind.
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from repromatrix.backends.base import Backend, Prepared
-from repromatrix.backends.oci_container import connect, engine_available
-from repromatrix.build.render import RenderedImage, render_all
+from repromatrix.backends import registry
+from repromatrix.backends.base import Backend, BackendKind, Host, Setup
 from repromatrix.errors import UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane
-from repromatrix.reports import write as reports
-from repromatrix.results import store as results
-from repromatrix.run import dry_run
-from repromatrix.run import prepare as run_setup
+from repromatrix.reports.write import read_plan, write_plan, write_reports
+from repromatrix.results import store
+from repromatrix.run import dry_run, prepare
 from repromatrix.run.cell import CellContext, cell_result, now_iso, run_cell
+from repromatrix.run.host import detect_host
 from repromatrix.run.progress import Progress
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
@@ -49,7 +49,7 @@ class RunOptions:
     lane: Lane | None = None
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
-    backend: str = "auto"  # docker | local | auto
+    backend: str = registry.AUTO  # a name in the backend registry, or auto
     results: Path = Path("results")
     run_id: str | None = None
     resume: bool = False
@@ -58,33 +58,44 @@ class RunOptions:
     dockerfiles: Path = Path("dockerfiles")
     cache: Path = Path(".cache")
 
+    @property
+    def models_root(self) -> Path:
+        """Where the tiny models are cached (mounted read-only at the same path in cells)."""
+        return (self.cache / "models").resolve()
+
 
 @dataclass(frozen=True)
 class RunState:
     """What the stages have established so far; each stage returns a new one."""
 
     options: RunOptions
-    progress: Progress
     run_id: str = ""
     run_dir: Path = Path()
     matrix: Matrix | None = None
     todo: tuple[Cell, ...] = ()
-    backend_name: str = ""
-    gpus: int = 0
-    rendered: tuple[RenderedImage, ...] = ()
-    backend: Backend | None = None
-    prepared: Mapping[str, Prepared] = field(default_factory=dict)
+    kind: BackendKind | None = None
+    host: Host = field(default_factory=Host)
+    backend: Backend | None = None  # open from stage_open on; execute_run closes it
     contexts: Mapping[str, CellContext] = field(default_factory=dict)
     outcomes: Mapping[str, int] = field(default_factory=dict)
     done: bool = False  # nothing further to do (a dry run, or a resumed run already complete)
 
-    @property
-    def models_root(self) -> Path:
-        """Where the tiny models are cached (mounted read-only at the same path in cells)."""
-        return (self.options.cache / "models").resolve()
+    def setup(self, progress: Progress) -> Setup:
+        """What the backend is given: the run's id, runtimes, caches and a voice."""
+        assert self.matrix is not None
+        runtimes = {lane: config.runtime for lane, config in self.matrix.lanes.items()}
+        return Setup(
+            run_id=self.run_id,
+            runtimes=runtimes,
+            cache=self.options.cache,
+            models_root=self.options.models_root,
+            dockerfiles=self.options.dockerfiles,
+            logs=self.run_dir / "images",
+            note=progress.note,
+        )
 
 
-Stage = Callable[[RunState], RunState]
+Stage = Callable[[RunState, Progress], RunState]
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -110,108 +121,127 @@ def pending(cells: tuple[Cell, ...], run_dir: Path, resume: bool) -> tuple[Cell,
     """The cells still to run: all of them, or with ``--resume`` those without a result."""
     if not resume:
         return cells
-    done = results.finished_ids(run_dir)
+    done = store.finished_ids(run_dir)
     return tuple(cell for cell in cells if cell.id not in done)
 
 
-def stage_plan(state: RunState) -> RunState:
+def record_plan(run_dir: Path, cells: Sequence[Cell]) -> None:
+    """Write ``plan.json`` before any cell runs, so every report of this run, finished or
+    not, lists the planned cells that never ran (a resumed run adds to the earlier plan)."""
+    earlier, _ = read_plan(run_dir)
+    write_plan(run_dir, sorted({*(earlier or ()), *(cell.id for cell in cells)}))
+
+
+def stage_plan(state: RunState, progress: Progress) -> RunState:
     """Load and expand the matrix, apply the selection, drop cells a resumed run finished."""
     options = state.options
     matrix, scenarios = load_inputs(options.matrix, options.scenarios)
     cells = plan(matrix, scenarios, options.lane, Selector(options.only, options.skip))
     run_id, run_dir = resolve_run_dir(options)
     todo = pending(cells, run_dir, options.resume)
-    state.progress.total = len(todo)
+    progress.total = len(todo)
     left = f"{len(todo)} of {len(cells)}" if options.resume else f"{len(cells)}"
     if options.prepare_only or options.dry_run:
-        state.progress.note(f"{len(cells)} cells planned; their images are {_doing(options)}")
+        progress.note(f"{len(cells)} cells planned; their images are {_doing(options)}")
     else:
-        state.progress.note(f"run {run_id}: {left} cells to run, results in {run_dir}/")
+        record_plan(run_dir, cells)
+        progress.note(f"run {run_id}: {left} cells to run, results in {run_dir}/")
     return replace(state, matrix=matrix, run_id=run_id, run_dir=run_dir, todo=todo, done=not todo)
 
 
-def stage_backend(state: RunState) -> RunState:
-    """Docker or local, and how many GPUs this host has (GPU cells need enough of them)."""
-    requested = state.options.backend
-    answers = engine_available() if requested in ("auto", "docker") else False
-    name = run_setup.choose_backend(requested, answers)
-    if name == "docker" and not answers and not state.options.dry_run:
-        connect()  # raises InfraError with the engine's own words
-    return replace(state, backend_name=name, gpus=run_setup.host_gpu_count())
+def stage_backend(state: RunState, progress: Progress) -> RunState:
+    """The backend kind (by name, or the first available) and what this host offers."""
+    return replace(state, kind=registry.choose(state.options.backend), host=detect_host())
 
 
-def stage_render(state: RunState) -> RunState:
-    """Render the build context of every image the remaining cells use (Docker only)."""
-    if state.backend_name != "docker" and not state.options.dry_run:
-        return state
-    assert state.matrix is not None
-    rendered: list[RenderedImage] = []
-    for lane, config in sorted(state.matrix.lanes.items()):
-        cells = [cell for cell in state.todo if cell.lane is lane]
-        if cells:
-            # GPU runtimes have no base image; rendering never reads it for GPU images.
-            runtime = config.runtime
-            rendered += render_all(cells, runtime, state.options.dockerfiles)
-    return replace(state, rendered=tuple(rendered))
-
-
-def stage_dry_run(state: RunState) -> RunState:
-    """With ``--dry-run``, print every engine call the run would make, then stop."""
+def stage_dry_run(state: RunState, progress: Progress) -> RunState:
+    """With ``--dry-run``, print what the run would do, then stop."""
     if not state.options.dry_run:
         return state
-    dry_run.print_calls(state)
+    assert state.kind is not None
+    dry_run.print_calls(state.kind, state.setup(progress), state.todo, state.host)
     return replace(state, done=True)
 
 
-def stage_prepare(state: RunState) -> RunState:
-    """Open the backend, then build, pull or find each image the runnable cells need."""
-    backend, prepared = run_setup.open_and_prepare(state)
+def stage_open(state: RunState, progress: Progress) -> RunState:
+    """Open the backend for the images of the cells it can run on this host."""
+    assert state.kind is not None
+    wanted = prepare.runnable_images(state.todo, state.kind, state.host)
+    return replace(state, backend=state.kind.open(state.setup(progress), wanted))
+
+
+def stage_prepare(state: RunState, progress: Progress) -> RunState:
+    """Make each image and tiny model the runnable cells need; give every cell its context."""
+    assert state.kind is not None and state.backend is not None
+    kind, host, backend, cells = state.kind, state.host, state.backend, state.todo
+    prepared = dict(backend.prepare(prepare.runnable_images(cells, kind, host)))
     built = sum(1 for p in prepared.values() if p.built)
-    state.progress.note(f"images ready: {len(prepared)} ({built} built)")
-    return replace(state, backend=backend, prepared=prepared)
-
-
-def stage_models(state: RunState) -> RunState:
-    """Make each tiny model once, then give every cell its model path and skip reason."""
-    contexts = run_setup.cell_contexts(state)
+    progress.note(f"images ready: {len(prepared)} ({built} built)")
+    skips = {c.id: r for c in cells if (r := kind.skip_reason(c, host)) is not None}
+    runnable = [c for c in cells if c.id not in skips]
+    made = prepare.make_models(
+        backend, runnable, prepared, state.options.models_root, progress.note
+    )
+    versions = prepare.image_versions(backend, prepared)
+    contexts = prepare.cell_contexts(cells, skips, prepared, made, versions)
     return replace(state, contexts=contexts, done=state.options.prepare_only)
 
 
-def stage_cells(state: RunState) -> RunState:
+def stage_cells(state: RunState, progress: Progress) -> RunState:
     """Run the cells one at a time, writing each result as soon as it ends."""
     assert state.backend is not None
-    counts: dict[str, int] = {}
-    state.progress.to_run = sum(state.contexts[c.id].skip_reason is None for c in state.todo)
-    for cell in state.todo:
-        context = state.contexts[cell.id]
-        ran = context.skip_reason is None
-        if ran:
-            state.progress.start(cell.id)
-        started_at = now_iso()
-        run = run_cell(state.backend, cell, context)
-        result = cell_result(cell, run, context=context, run_id=state.run_id, started_at=started_at)
-        results.write_result(state.run_dir, result, run.execution.log)
-        state.progress.end(cell.id, result.outcome.value, _short(result.reason), ran=ran)
-        counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1
+    counts = run_cells(
+        state.backend,
+        state.todo,
+        state.contexts,
+        run_dir=state.run_dir,
+        run_id=state.run_id,
+        progress=progress,
+    )
     return replace(state, outcomes=counts)
 
 
-def stage_reports(state: RunState) -> RunState:
+def run_cells(
+    backend: Backend,
+    cells: Sequence[Cell],
+    contexts: Mapping[str, CellContext],
+    *,
+    run_dir: Path,
+    run_id: str,
+    progress: Progress,
+) -> dict[str, int]:
+    """Run ``cells`` in order on ``backend``, saving each result the moment it ends."""
+    counts: dict[str, int] = {}
+    progress.to_run = sum(contexts[c.id].skip_reason is None for c in cells)
+    for cell in cells:
+        context = contexts[cell.id]
+        ran = context.skip_reason is None
+        if ran:
+            progress.start(cell.id)
+        started_at = now_iso()
+        run = run_cell(backend, cell, context)
+        result = cell_result(cell, run, context=context, run_id=run_id, started_at=started_at)
+        store.write_result(run_dir, result, run.execution.log)
+        progress.end(cell.id, result.outcome.value, _short(result.reason), ran=ran)
+        counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1
+    return counts
+
+
+def stage_reports(state: RunState, progress: Progress) -> RunState:
     """Write junit.xml and the compatibility table from the results saved in the run folder."""
     if state.options.dry_run or state.options.prepare_only:
         return state
-    reports.write_reports(state.run_dir)
-    state.progress.note(f"reports written to {state.run_dir}/")
+    write_reports(state.run_dir)
+    progress.note(f"reports written to {state.run_dir}/")
     return state
 
 
 STAGES: tuple[Stage, ...] = (
     stage_plan,
     stage_backend,
-    stage_render,
     stage_dry_run,
+    stage_open,
     stage_prepare,
-    stage_models,
     stage_cells,
     stage_reports,
 )
@@ -219,12 +249,13 @@ STAGES: tuple[Stage, ...] = (
 
 def execute_run(options: RunOptions, progress: Progress | None = None) -> RunState:
     """Run the stages in order; SIGTERM is handled like Ctrl-C, and cleanup always runs."""
-    state = RunState(options, progress or Progress(0))
+    progress = progress or Progress(0)
+    state = RunState(options)
     with interrupts_as_keyboard_interrupt():
         try:
             for stage in STAGES:
                 if not state.done or stage is stage_reports:
-                    state = stage(state)
+                    state = stage(state, progress)
         finally:
             if state.backend is not None:
                 close_backend(state.backend)

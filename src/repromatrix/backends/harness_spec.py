@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from repromatrix.build.tinymodel import tiny_model_for
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.harness import harness
-from repromatrix.model import Cell, FlagValue, LaunchMode, Level
+from repromatrix.model import Cell, FlagValue, Lane, LaunchMode, Level
 from repromatrix.secret_env import SECRET_ENV
 
 SPEC_VERSION = 1
@@ -160,3 +162,11 @@ def _raise(cell: Cell, messages: list[str]) -> None:
 def _problem(cell: Cell, messages: list[str]) -> ConfigError:
     where = cell.scenario.file or f"scenario {cell.scenario.id}"
     return ConfigError([Problem(where, 0, 0, f"{cell.id}: {m}") for m in messages])
+
+
+def model_path(cell: Cell, models_root: Path) -> str:
+    """Where ``cell``'s model is, as the harness sees it (nothing is generated): the tiny
+    model for CPU engine cells, the model's source for GPU cells and probes (no weights)."""
+    if cell.lane is Lane.GPU or cell.level is not Level.ENGINE:
+        return cell.model.source
+    return str(tiny_model_for(cell.model, models_root).path)

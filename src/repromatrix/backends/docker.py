@@ -1,0 +1,169 @@
+"""The Docker backend as the registry knows it: availability, skips, the dry run, opening.
+
+Opening renders each image's build context (``build/render.py``), links the
+host wheelhouses in, and hands the builds to ``oci_container.DockerBackend``,
+the only code that talks to the engine. The dry run describes the same calls
+from the same values (``docker_calls``) without writing a file or starting
+anything: tags come from renders made in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from repromatrix.backends.base import Backend, Host, Prepared, Setup
+from repromatrix.backends.docker_calls import ContainerSettings, ImageBuild, Mount, container_call
+from repromatrix.backends.harness_spec import build_spec, model_path
+from repromatrix.backends.oci_container import DockerBackend, connect, engine_available
+from repromatrix.build import wheelhouse
+from repromatrix.build.render import (
+    ENTRYPOINT,
+    RenderedImage,
+    image_tag,
+    render_files,
+    render_image,
+)
+from repromatrix.errors import InfraError
+from repromatrix.matrix.lanes import Runtime
+from repromatrix.model import Cell, Image, Lane
+from repromatrix.secret_env import SECRET_ENV
+
+
+def container_settings(
+    runtimes: Mapping[Lane, Runtime], models_root: Path
+) -> dict[Lane, ContainerSettings]:
+    """Container settings per lane from the matrix's runtimes.
+
+    The tiny model cache is mounted read-only at its own host path, so a spec
+    names the model by the same path whichever backend runs it.
+    """
+    root = str(models_root)
+    return {
+        lane: ContainerSettings(
+            shm_size=runtime.shm_size,
+            hf_cache=os.path.expanduser(runtime.hf_cache) if runtime.hf_cache else None,
+            mounts=(Mount(root, root),) if lane is Lane.CPU else (),
+            secret_env=SECRET_ENV,
+            entrypoint=ENTRYPOINT,
+        )
+        for lane, runtime in runtimes.items()
+    }
+
+
+def image_builds(
+    rendered: Iterable[RenderedImage], runtimes: Mapping[Lane, Runtime]
+) -> list[ImageBuild]:
+    """One build per rendered image: GPU images pull their base first, CPU ones need theirs."""
+    return [
+        ImageBuild(
+            key=render.key,
+            tag=render.tag,
+            context=render.context,
+            pull=render.base if render.lane is Lane.GPU else None,
+            base=runtimes[render.lane].base if render.lane is Lane.CPU else None,
+        )
+        for render in rendered
+    ]
+
+
+def stage_wheelhouses(rendered: Iterable[RenderedImage], setup: Setup) -> dict[str, str]:
+    """Link each CPU context's wheelhouses in (downloading them once); return errors by key."""
+    errors: dict[str, str] = {}
+    store = setup.cache / "wheelhouse"
+    for render in rendered:
+        if not render.wheelhouses:
+            continue
+        setup.note(f"wheelhouse for {render.key} (downloaded once into {store})")
+        try:
+            wheelhouse.stage_wheelhouses(render.wheelhouses, render.context, store)
+        except (InfraError, OSError) as exc:
+            errors[render.key] = f"wheelhouse for {render.key}: {exc}"
+    return errors
+
+
+class DockerKind:
+    """Cells in containers of a local Docker engine; GPU cells where the host has the GPUs."""
+
+    name = "docker"
+    summary = "containers of a local Docker engine (both lanes)"
+
+    def available(self) -> bool:
+        """Whether a Docker engine answers."""
+        return engine_available()
+
+    def skip_reason(self, cell: Cell, host: Host) -> str | None:
+        """GPU cells need as many GPUs as their runner label says."""
+        if cell.lane is Lane.GPU and host.gpus < cell.gpu.count:
+            have = "no GPU" if host.gpus == 0 else f"{host.gpus} GPU(s)"
+            return f"GPU cell needs {cell.gpu.count} GPU(s) ({cell.gpu.name}); this host has {have}"
+        return None
+
+    def describe(self, setup: Setup, cells: Sequence[Cell], host: Host) -> dict[str, Any]:
+        """Every build and ``containers.create`` the run would make (secrets redacted)."""
+        images = {cell.image.key: cell.image for cell in cells}
+        tags = {key: self._tag(image, setup) for key, image in sorted(images.items())}
+        settings = container_settings(setup.runtimes, setup.models_root)
+        builds = [
+            ImageBuild(
+                key=key,
+                tag=tag,
+                context=setup.dockerfiles / key,
+                pull=images[key].ref if images[key].lane is Lane.GPU else None,
+                base=setup.runtimes[images[key].lane].base
+                if images[key].lane is Lane.CPU
+                else None,
+            )
+            for key, tag in tags.items()
+        ]
+        return {
+            "images": [build.describe() for build in builds],
+            "cells": [self._cell(cell, tags, settings, setup, host) for cell in cells],
+        }
+
+    def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
+        """Connect (``InfraError`` in the engine's words), render and stage every image."""
+        connect().close()
+        rendered = [
+            render_image(image, setup.runtimes[image.lane], setup.dockerfiles)
+            for image in sorted({i.key: i for i in images}.values(), key=lambda i: i.key)
+        ]
+        errors = stage_wheelhouses(rendered, setup)
+        builds = [b for b in image_builds(rendered, setup.runtimes) if b.key not in errors]
+        backend = DockerBackend(
+            setup.run_id,
+            container_settings(setup.runtimes, setup.models_root),
+            builds,
+            log=setup.note,
+            build_logs=setup.logs,
+        )
+        backend.failed.update(
+            {key: Prepared(key, "", error=error) for key, error in errors.items()}
+        )
+        return backend
+
+    @staticmethod
+    def _tag(image: Image, setup: Setup) -> str:
+        return image_tag(image.key, render_files(image, setup.runtimes[image.lane]))
+
+    def _cell(
+        self,
+        cell: Cell,
+        tags: Mapping[str, str],
+        settings: Mapping[Lane, ContainerSettings],
+        setup: Setup,
+        host: Host,
+    ) -> dict[str, Any]:
+        spec = build_spec(cell, model_path(cell, setup.models_root))
+        call = container_call(cell, spec, tags[cell.image.key], settings[cell.lane], setup.run_id)
+        return {
+            "id": cell.id,
+            "skip": self.skip_reason(cell, host),
+            "deadline_s": cell.deadline_s,
+            "create": call.describe(os.environ),
+        }
+
+
+KIND = DockerKind()
