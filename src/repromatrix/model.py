@@ -98,6 +98,18 @@ class Gpu:
     memory_gib: int = 0
 
 
+# The integer config facts of a model's shape: read from matrix.yaml, tested by triggers,
+# and what a tiny model is generated from.
+MODEL_SHAPE = (
+    "intermediate_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+)
+
+
 @dataclass(frozen=True)
 class Model:
     """A model and the config facts that scenario triggers need."""

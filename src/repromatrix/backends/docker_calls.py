@@ -14,15 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repromatrix.build.render import ENTRYPOINT
+from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Lane
 from repromatrix.secret_env import REDACTED, SECRET_ENV, secrets_from
 
 RUN_LABEL = "repromatrix.run"
 CELL_LABEL = "repromatrix.cell"
-# Where the rendered images put the harness; the entrypoint is set on every container
-# too, because GPU base images ship different entrypoints of their own.
-HARNESS_ENTRYPOINT = ("python3", "/opt/repromatrix/harness/harness.py")
 HF_CACHE_TARGET = "/root/.cache/huggingface"
 # Reads the installed vLLM's version inside an image or virtualenv, without importing vLLM.
 VERSION_PROGRAM = """
@@ -89,7 +88,8 @@ class ContainerSettings:
     mounts: tuple[Mount, ...] = ()  # e.g. the tiny model cache, same path inside
     mem_limit: str | None = None
     secret_env: tuple[str, ...] = SECRET_ENV  # passed from the host at run time only
-    entrypoint: tuple[str, ...] = HARNESS_ENTRYPOINT
+    # Set on every container too: GPU base images ship entrypoints of their own.
+    entrypoint: tuple[str, ...] = ENTRYPOINT
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def container_call(
 ) -> ContainerCall:
     """Return the container that runs ``cell``'s harness with ``spec`` in ``image``."""
     mounts = list(settings.mounts)
-    environment = {"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    environment = dict(OFFLINE_ENV)
     if cell.lane is Lane.GPU and settings.hf_cache:
         mounts.append(Mount(settings.hf_cache, HF_CACHE_TARGET))
         environment["HF_HOME"] = HF_CACHE_TARGET
@@ -188,7 +188,7 @@ def tool_plan(
         labels={RUN_LABEL: run_id, CELL_LABEL: name},
         mounts=tuple(mounts),
         secret_env=(),
-        environment={"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"},
+        environment=dict(OFFLINE_ENV),
         user="0",
     )
 

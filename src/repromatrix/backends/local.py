@@ -31,7 +31,7 @@ from repromatrix.backends.docker_calls import VERSION_ARGV
 from repromatrix.backends.harness_spec import build_spec, model_path
 from repromatrix.build import tinymodel
 from repromatrix.build.tinymodel import TinyModel
-from repromatrix.build.wheelhouse import CACHE_ROOT, UNINSTALL, cpu_requirement
+from repromatrix.build.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cpu_requirement
 from repromatrix.errors import ConfigError, InfraError
 from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.secret_env import redact, secrets_from
@@ -43,7 +43,6 @@ KEEP_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER", "TERM")
 STOP_GRACE_S = 30.0  # the harness stops vLLM (up to 15 s) and reports before it is killed
 DRAIN_S = 5.0  # after the harness exits, how long its output may take to end
 CHUNK = 1 << 16
-OUTPUT_TAIL = 2000
 
 
 def harness_path() -> Path:

@@ -315,7 +315,7 @@ class DockerBackend:
         argv = tinymodel.generator_argv(model, str(tiny.path), script=GENERATOR_IN_IMAGE)
         done = self.run_tool(prepared.ref, argv, [Mount(root, root, read_only=False)])
         if not (done.exit_code == 0 and tiny.complete):
-            tail = done.log.decode(errors="replace")[-tinymodel.OUTPUT_TAIL :]
+            tail = done.log.decode(errors="replace")[-images.OUTPUT_TAIL :]
             why = done.infra_error or f"exit code {done.exit_code}"
             raise InfraError(f"generating the tiny model {model.name} failed ({why}):\n{tail}")
         return tiny

@@ -20,28 +20,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from repromatrix.build.wheelhouse import CACHE_ROOT
+from repromatrix.build.wheelhouse import CACHE_ROOT, OUTPUT_TAIL
 from repromatrix.errors import ConfigError, InfraError, Problem, suggest
-from repromatrix.model import Model
+from repromatrix.model import MODEL_SHAPE, Model
 
 MODELS_ROOT = CACHE_ROOT / "models"
 GENERATOR = "make_tiny_model.py"
 # Recipe name (a CPU-lane model's ``source``) → architecture the generator writes.
 RECIPES: Mapping[str, str] = {"tiny-llama": "LlamaForCausalLM"}
 # The facts ENVIRONMENT.md measured vLLM serving on 2 cores; a model may override any.
-DEFAULTS: Mapping[str, int] = {
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 2048,
-}
+# The shape of a tiny model whose matrix entry leaves a fact at 0, in MODEL_SHAPE's order.
+DEFAULTS: Mapping[str, int] = dict(zip(MODEL_SHAPE, (512, 256, 2, 4, 2, 2048), strict=True))
 DTYPES = ("bfloat16", "float16", "float32")
 VOCAB_SIZE = 1024
 SEED = 0
 LORA_RANK = 8
-OUTPUT_TAIL = 2000
 
 
 @dataclass(frozen=True)

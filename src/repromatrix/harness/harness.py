@@ -34,8 +34,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import IO, Any
 
-STATUS_PREFIX = "@@repromatrix-status "
-PROBE_PREFIX = "@@repromatrix-probe "
+# Lines the harness and probes print for the host to read (never evidence for triage).
+PROTOCOL_PREFIX = "@@repromatrix-"
+STATUS_PREFIX = PROTOCOL_PREFIX + "status "
+PROBE_PREFIX = PROTOCOL_PREFIX + "probe "
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # Cells never talk to the outside world, whatever an image's defaults are: no hub
 # downloads, no usage statistics.

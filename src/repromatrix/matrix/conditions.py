@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from repromatrix.errors import suggest
-from repromatrix.model import DTYPE_BYTES, Condition, FlagValue, Gpu, Launch, Model, Op
+from repromatrix.model import DTYPE_BYTES, MODEL_SHAPE, Condition, FlagValue, Gpu, Launch, Model, Op
 
 # vLLM V1's default token budget per step when chunked prefill is on and none is given.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
@@ -32,12 +32,7 @@ MODEL_FACTS = (
     "multimodal",
     "dtype",
     "dtype_bytes",
-    "intermediate_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "max_position_embeddings",
+    *MODEL_SHAPE,
     "head_dim",
 )
 GPU_FACTS = ("name", "runner_label", "count", "compute_capability", "memory_gib")

@@ -15,7 +15,16 @@ from typing import TypeVar
 from packaging.version import InvalidVersion, Version
 
 from repromatrix.matrix.yamlsrc import Reader, Where, YEntry, YMap, YNode, YScalar, describe
-from repromatrix.model import DTYPE_BYTES, FlagSet, Gpu, Image, Lane, Model, frozen_flags
+from repromatrix.model import (
+    DTYPE_BYTES,
+    MODEL_SHAPE,
+    FlagSet,
+    Gpu,
+    Image,
+    Lane,
+    Model,
+    frozen_flags,
+)
 
 T = TypeVar("T")
 
@@ -91,14 +100,7 @@ DEFAULT_DEADLINE_S = {Lane.GPU: 1800.0, Lane.CPU: 900.0}
 DEFAULT_SHM = {Lane.GPU: "16g", Lane.CPU: "2g"}
 SHM_PATTERN = re.compile(r"[1-9][0-9]*[bkmg]?")
 CC_PATTERN = re.compile(r"[0-9]+\.[0-9]+")
-MODEL_INTS = (
-    "intermediate_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "max_position_embeddings",
-)
+MODEL_INTS = MODEL_SHAPE
 
 
 def image_version(tag: str) -> Version | None:

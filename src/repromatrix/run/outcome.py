@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from repromatrix.backends.base import Execution
+from repromatrix.harness.harness import STATUS_PREFIX
 from repromatrix.model import Cell, Level, Outcome
 from repromatrix.results.store import RootCause
 
-STATUS_MARK = b"@@repromatrix-status "
+STATUS_MARK = STATUS_PREFIX.encode()
 PROBE_OUTCOMES = {
     "hit": Outcome.HIT,
     "avoided": Outcome.AVOIDED,

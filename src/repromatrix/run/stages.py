@@ -24,6 +24,7 @@ from types import FrameType
 
 from repromatrix.backends import registry
 from repromatrix.backends.base import Backend, BackendKind, Host, Setup
+from repromatrix.build.wheelhouse import CACHE_ROOT
 from repromatrix.errors import UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
@@ -56,7 +57,7 @@ class RunOptions:
     dry_run: bool = False
     prepare_only: bool = False  # build images and models, run no cell (warms CI caches)
     dockerfiles: Path = Path("dockerfiles")
-    cache: Path = Path(".cache")
+    cache: Path = CACHE_ROOT
 
     @property
     def models_root(self) -> Path:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import not_
 
+from repromatrix.harness.harness import PROTOCOL_PREFIX
 from repromatrix.model import Scenario
 from repromatrix.triage import reasoning
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue
@@ -49,7 +50,7 @@ READY_MARKERS = (
     "init engine (profile, create kv cache, warmup model) took",
 )
 _READY_BYTES = tuple(m.encode() for m in READY_MARKERS)
-_OWN_PROTOCOL = "@@repromatrix-"
+_OWN_PROTOCOL = PROTOCOL_PREFIX
 _LISTING = re.compile(r"-+> *\d+ ")
 
 
