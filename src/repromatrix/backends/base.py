@@ -59,6 +59,8 @@ class Host:
     """What this runner offers cells."""
 
     gpus: int = 0  # NVIDIA GPUs this host has
+    # A rehearsal of the GPU lane: its cells run without a device request, vLLM on its CPU.
+    rehearse: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class Setup:
     dockerfiles: Path = Path("dockerfiles")  # where build contexts are written
     logs: Path | None = None  # where a backend keeps preparation logs (image builds)
     note: Callable[[str], None] = lambda _line: None
+    pull: str | None = None  # a pull policy for every image (``--pull``), else each image's own
+    rehearse: bool = False  # GPU cells without a device request: vLLM runs on its CPU
 
 
 class Backend(Protocol):

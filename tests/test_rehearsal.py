@@ -1,0 +1,147 @@
+"""The GPU-lane rehearsal: pure parts here; the real registry, pulls and vLLM at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from _runner_support import cell
+from repromatrix.backends import docker as docker_kind
+from repromatrix.backends.base import Host
+from repromatrix.backends.docker_calls import ContainerSettings, container_call
+from repromatrix.backends.oci_container import engine_available
+from repromatrix.matrix.config import load_matrix
+from repromatrix.matrix.lanes import image_version
+from repromatrix.model import Image, Lane
+from repromatrix.rehearsal import hfcache
+from repromatrix.rehearsal.registry import LocalRegistry, answers, local_registry
+from repromatrix.rehearsal.rehearse import RehearsalOptions, write_matrix
+from repromatrix.results.store import read_results
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpu_image(tag: str) -> Image:
+    ref = f"vllm/vllm-openai:{tag}"
+    return Image(key=f"gpu-{tag}", lane=Lane.GPU, tag=tag, ref=ref, version=image_version(tag))
+
+
+def test_moving_tags_are_pulled_always_releases_when_missing_and_the_option_wins():
+    assert docker_kind.pull_policy(gpu_image("nightly"), None) == "always"
+    assert docker_kind.pull_policy(gpu_image("v0.31.1rc0"), None) == "always"
+    assert docker_kind.pull_policy(gpu_image("v0.32.0"), None) == "missing"
+    assert docker_kind.pull_policy(gpu_image("v0.32.0"), "always") == "always"
+    assert docker_kind.pull_policy(gpu_image("nightly"), "never") == "never"
+
+
+def test_a_rehearsal_runs_gpu_cells_without_the_device_request():
+    gpu = cell(Lane.GPU, gpus=4)
+    assert docker_kind.KIND.skip_reason(gpu, Host(gpus=0)) is not None
+    assert docker_kind.KIND.skip_reason(gpu, Host(gpus=0, rehearse=True)) is None
+    spec = {"cell": gpu.id}
+    real = container_call(gpu, spec, "img", ContainerSettings(), "run").create_kwargs({})
+    rehearsed = container_call(gpu, spec, "img", ContainerSettings(devices=False), "run")
+    assert real["device_requests"] == [{"count": 4, "capabilities": [["gpu"]]}]
+    assert "device_requests" not in rehearsed.create_kwargs({})
+    assert rehearsed.create_kwargs({})["ipc_mode"] == "host"  # the rest is the GPU lane's
+
+
+def test_the_dry_run_of_a_rehearsal_shows_gpu_cells_without_devices(tmp_path: Path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-m", "repromatrix", "run", "--lane", "gpu", "--rehearse",
+            "--only", "gpu/v0.32.0/h100/gemma-4-e2b-it/default/healthy-gpu/*", "--dry-run",
+            "--backend", "docker", "--results", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    described = json.loads(done.stdout)
+    (only,) = described["cells"]
+    assert only["skip"] is None
+    assert "device_requests" not in only["create"]
+    pulls = [
+        c for image in described["images"] for c in image["calls"] if c["call"] == "images.pull"
+    ]
+    assert pulls == [
+        {"call": "images.pull", "ref": "vllm/vllm-openai:v0.32.0", "if": "no local copy",
+         "records": "RepoDigests"}
+    ]  # fmt: skip
+
+
+def test_a_model_folder_becomes_a_hugging_face_cache_repository(tmp_path: Path):
+    source = tmp_path / "model"
+    (source / "adapters" / "lora-r8").mkdir(parents=True)
+    (source / "config.json").write_text("{}")
+    (source / "adapters" / "lora-r8" / "adapter_config.json").write_text("{}")
+    home = tmp_path / "hf"
+    snapshot = hfcache.lay_out(home, "org/tiny", source, skip=("adapters",))
+    repo = home / "hub" / "models--org--tiny"
+    revision = (repo / "refs" / "main").read_text()
+    assert snapshot == repo / "snapshots" / revision and len(revision) == 40
+    assert sorted(p.name for p in snapshot.iterdir()) == ["config.json"]
+    assert hfcache.lay_out(home, "org/tiny", source, skip=("adapters",)) == snapshot  # again
+    (source / "config.json").write_text('{"changed": 1}')
+    assert hfcache.lay_out(home, "org/tiny", source, skip=("adapters",)) != snapshot
+
+
+def test_the_generated_matrix_is_a_valid_gpu_lane_on_the_local_registry(tmp_path: Path):
+    registry = LocalRegistry("127.0.0.1:5999", tmp_path)
+    options = RehearsalOptions(versions=("0.31.0", "0.32.0"), matrix=ROOT / "matrix.yaml")
+    path = write_matrix(tmp_path, registry, options, tmp_path / "hf")
+    lane = load_matrix(path).lanes[Lane.GPU]
+    assert [image.ref for image in lane.images] == [
+        "127.0.0.1:5999/vllm/vllm-openai:v0.31.0",
+        "127.0.0.1:5999/vllm/vllm-openai:v0.32.0",
+    ]
+    assert lane.runtime.hf_cache == str(tmp_path / "hf")
+    (model,) = lane.models
+    assert model.source == "repromatrix/tiny-llama"
+    assert yaml.safe_load(path.read_text())["lanes"]["gpu"]["gpus"]["rehearsal"]["count"] == 1
+
+
+needs_registry = pytest.mark.skipif(
+    shutil.which("docker-registry") is None, reason="Debian's docker-registry is not installed"
+)
+
+
+@needs_registry
+def test_the_local_registry_starts_on_the_loopback_answers_and_stops(tmp_path: Path):
+    with local_registry(tmp_path / "registry", port=5998) as registry:
+        assert registry.host == "127.0.0.1:5998"
+        config = (tmp_path / "registry" / "config.yml").read_text()
+        assert "addr: 127.0.0.1:5998" in config
+        assert registry.tags("nothing/here") == []  # the registry answers 404: no tags
+    assert not answers("127.0.0.1:5998")
+
+
+@pytest.mark.docker
+@pytest.mark.vllm
+@needs_registry
+@pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
+def test_the_rehearsal_pulls_runs_and_records_a_moved_tag(tmp_path: Path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-m", "repromatrix", "rehearse", "--versions", "0.32.0",
+            "--results", str(tmp_path), "--run-id", "rehearsal", "--port", "5997"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads(done.stdout)
+    ((ref, first),) = summary["pushed"].items()
+    assert summary["moved"][ref] != first
+    results, problems = read_results(tmp_path / "rehearsal")
+    assert problems == []
+    by_scenario = {(r.scenario, r.variant): r for r in results}
+    assert all(r.lane == "gpu" for r in results)
+    healthy = by_scenario[("healthy-gpu", "baseline")]
+    assert healthy.outcome.value == "avoided" and healthy.answered
+    assert healthy.image_digest is not None and healthy.image_digest.endswith(first)
+    hit = by_scenario[("kv-cache-memory-too-small", "trigger")]
+    assert hit.outcome.value == "hit" and hit.root_cause is not None
+    assert "KV cache" in hit.root_cause.line or "max seq len" in hit.root_cause.line
+    moved, _ = read_results(tmp_path / "rehearsal-moved")
+    assert moved and all(r.image_digest and r.image_digest.endswith(summary["moved"][ref])
+                         for r in moved)  # fmt: skip
