@@ -57,6 +57,14 @@ def matrix(session: nox.Session) -> None:
 
 
 @nox.session
+def rehearse(session: nox.Session) -> None:
+    """The GPU lane for real against a local registry, vLLM on the CPU (needs Docker and
+    Debian's docker-registry): a check of the plumbing, not of GPU kernels."""
+    _install(session)
+    session.run("repromatrix", "rehearse", *session.posargs)
+
+
+@nox.session
 def triage(session: nox.Session) -> None:
     """Name the root cause in a vLLM log: ``nox -s triage -- FILE``."""
     _install(session)
