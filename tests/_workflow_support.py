@@ -1,4 +1,4 @@
-"""Run the fleet workflow's shell steps as a runner would, with stand-ins only for CI's own tools."""
+"""Run the fleet workflow's shell steps as a runner would, with stand-ins for CI's own tools."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def step(job: dict[str, Any], name_part: str) -> dict[str, Any]:
 
 
 def workflow_env(workflow: dict[str, Any], **inputs: str) -> dict[str, str]:
-    """The workflow-level env as GitHub would evaluate it for these inputs (defaults for the rest)."""
+    """The workflow-level env as GitHub evaluates it for these inputs (defaults for the rest)."""
     dispatch = workflow[True]["workflow_dispatch"]["inputs"]  # YAML 1.1 reads `on` as true
     values = {name: spec.get("default", "") for name, spec in dispatch.items()}
     values.update(inputs)
@@ -73,9 +73,7 @@ def fake_tool(folder: Path, name: str, body: str) -> Path:
 
 def argv_recorder(folder: Path, name: str, log: Path) -> Path:
     """A stand-in that appends its argv (JSON, one line per call) to ``log``."""
-    return fake_tool(
-        folder, name, f'"{sys.executable}" -c \'{ECHO_ARGV}\' "$@" >> "{log}"\n'
-    )
+    return fake_tool(folder, name, f'"{sys.executable}" -c \'{ECHO_ARGV}\' "$@" >> "{log}"\n')
 
 
 def calls(log: Path) -> list[list[str]]:

@@ -10,8 +10,8 @@ import pytest
 from _matrix_support import GPU_LANE, setup
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
-from repromatrix.matrix.expand import expand
 from repromatrix.matrix.ci_jobs import Budget, brace_glob, github_matrix
+from repromatrix.matrix.expand import expand
 from repromatrix.matrix.listing import format_json, format_table, summary
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell
