@@ -10,12 +10,14 @@ import pytest
 from _matrix_support import GPU_LANE, setup
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
+from repromatrix.matrix.ci_jobs import Budget, brace_glob, github_matrix
 from repromatrix.matrix.expand import expand
-from repromatrix.matrix.listing import brace_glob, format_json, format_table, github_matrix, summary
+from repromatrix.matrix.listing import format_json, format_table, summary
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
+DAY = Budget(job_minutes=24 * 60)  # each small test group fits one job
 
 
 def covered(jobs: list[dict[str, object]], everything: list[str]) -> list[str]:
@@ -70,7 +72,7 @@ def test_github_matrix_groups_by_runner_and_covers_exactly(tmp_path: Path) -> No
     matrix, scenarios = setup(tmp_path)
     cells = list(expand(matrix, scenarios))
     everything = [c.id for c in cells]
-    jobs = github_matrix(cells, everything)["include"]
+    jobs = github_matrix(cells, everything, DAY)["include"]
     assert len(jobs) == 4 * 2  # one per image and GPU
     assert sorted(covered(jobs, everything)) == sorted(everything)  # each cell exactly once
     for job in jobs:
@@ -111,15 +113,18 @@ def many_groups(tmp_path: Path, tags: int, gpus: int) -> list[Cell]:
 def test_github_matrix_stays_within_256_jobs(tmp_path: Path) -> None:
     cells = many_groups(tmp_path, tags=30, gpus=12)  # 360 image/GPU groups on 3 runners
     everything = [c.id for c in cells]
-    jobs = github_matrix(cells, everything)["include"]
+    jobs = github_matrix(cells, everything, DAY)["include"]
     assert len(jobs) <= 256
     assert sorted(covered(jobs, everything)) == sorted(everything)
     assert {job["runner"] for job in jobs} == {"runner-0", "runner-1", "runner-2"}
     assert sum(job["cells"] for job in jobs) == len(cells)
-    small = github_matrix(cells, everything, max_jobs=5)["include"]
+    roomy = Budget(job_minutes=10**6)  # room to pack every group of a runner in one job
+    small = github_matrix(cells, everything, roomy, max_jobs=5)["include"]
     assert len(small) <= 5 and sorted(covered(small, everything)) == sorted(everything)
-    with pytest.raises(UsageError, match="3 runner labels, above the 2-job limit"):
-        github_matrix(cells, everything, max_jobs=2)
+    with pytest.raises(UsageError, match="on 3 runner labels, above the 2-job limit"):
+        github_matrix(cells, everything, roomy, max_jobs=2)
+    with pytest.raises(UsageError, match="above the 5-job limit: raise --job-minutes"):
+        github_matrix(cells, everything, max_jobs=5)  # 6-hour jobs cannot hold it in five
 
 
 def test_the_command_prints_each_format(capsys: pytest.CaptureFixture[str]) -> None:

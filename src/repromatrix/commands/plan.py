@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from repromatrix.errors import UsageError
+from repromatrix.matrix import ci_jobs
 from repromatrix.matrix import listing as output
+from repromatrix.matrix.buildkite import PipelineInputs, format_buildkite
 from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Lane
+from repromatrix.model import Cell, Lane
 
 
 def add_parser(subparsers: Any) -> None:
@@ -28,14 +33,45 @@ def add_parser(subparsers: Any) -> None:
     form = parser.add_mutually_exclusive_group()
     form.add_argument(
         "--format",
-        choices=("table", "json", "github"),
+        choices=("table", "json", "github", "buildkite"),
         default="table",
-        help="table (default), json (a list of cells), github (an Actions job matrix)",
+        help="table (default), json (a list of cells), github (an Actions job matrix), "
+        "buildkite (a dynamic pipeline)",
     )
     form.add_argument(
         "--json", dest="format", action="store_const", const="json", help="same as --format json"
     )
+    add_job_arguments(parser)
     parser.set_defaults(handler=run)
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the CI forms: job size, measured durations, the gate and the install."""
+    jobs = parser.add_argument_group("CI jobs (--format github or buildkite)")
+    jobs.add_argument(
+        "--job-minutes",
+        type=int,
+        default=ci_jobs.DEFAULT_JOB_MINUTES,
+        metavar="N",
+        help="the runner's time limit per job; jobs are sized to fit it with a margin "
+        f"(default {ci_jobs.DEFAULT_JOB_MINUTES}, the workflow's timeout-minutes)",
+    )
+    jobs.add_argument(
+        "--durations",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="RESULTS_DIR",
+        help="earlier results whose measured durations replace the cells' deadlines",
+    )
+    jobs.add_argument("--baseline", metavar="TAG", help="buildkite: the gate's image in use")
+    jobs.add_argument("--candidate", metavar="TAG", help="buildkite: the gate's image to move to")
+    jobs.add_argument(
+        "--package",
+        default=".",
+        metavar="REQUIREMENT",
+        help="buildkite: what each step pip-installs as repromatrix (default: the checkout)",
+    )
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,14 +95,36 @@ def run(args: argparse.Namespace) -> int:
     cells = plan(matrix, scenarios, lane, selector)
     if args.format == "json":
         text = output.format_json(cells)
-    elif args.format == "github":
+    elif args.format in ("github", "buildkite"):
         everything = (
             {cell.id for cell in cells}
             if selector.selects_all
             else {cell.id for cell in expand(matrix, scenarios, lane)}
         )
-        text = output.format_github(cells, everything)
+        text = _ci_form(args, cells, everything)
     else:
         text = output.format_table(cells)
     sys.stdout.write(text)
     return 0
+
+
+def _ci_form(args: argparse.Namespace, cells: Sequence[Cell], everything: set[str]) -> str:
+    if args.job_minutes < 1:
+        raise UsageError("--job-minutes must be at least 1")
+    if bool(args.baseline) != bool(args.candidate):
+        raise UsageError("give both --baseline and --candidate for the upgrade gate, or neither")
+    budget = ci_jobs.Budget(job_minutes=args.job_minutes)
+    estimate = ci_jobs.estimator(ci_jobs.load_durations(args.durations))
+    jobs = ci_jobs.plan_jobs(cells, everything, budget, estimate)
+    if args.format == "github":
+        matrix = {"include": [job.to_json() for job in jobs]}
+        return json.dumps(matrix, separators=(",", ":")) + "\n"
+    inputs = PipelineInputs(
+        matrix=str(args.matrix),
+        scenarios=str(args.scenarios),
+        package=args.package,
+        job_minutes=args.job_minutes,
+        baseline=args.baseline,
+        candidate=args.candidate,
+    )
+    return format_buildkite(jobs, inputs)

@@ -15,14 +15,10 @@ from pathlib import Path
 from types import MappingProxyType
 
 from repromatrix.errors import suggest
+from repromatrix.matrix.keys import AXES, ID_PARTS, section
 from repromatrix.matrix.lanes import DEFAULT_BASE, BaseImage, LaneConfig, Runtime, read_lane
 from repromatrix.matrix.yamlsrc import Reader, Where, YMap, YNode, YScalar, load_yaml
 from repromatrix.model import Flags, Lane, Scenario, frozen_flags
-
-# The axes a rule can name: the parts of a cell id, in order, and its level (engine or probe).
-ID_PARTS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant")
-AXES = (*ID_PARTS, "level")
-INCLUDE_EXTRAS = ("flags", "deadline_s")
 
 __all__ = [
     "AXES",
@@ -86,7 +82,8 @@ def read_matrix(root: YNode, file: str, reader: Reader) -> Matrix | None:
     body = reader.mapping(root, "the matrix")
     if body is None:
         return None
-    reader.keys(body, ("lanes", "include", "exclude"), "the matrix", required=("lanes",))
+    keys = section("matrix")
+    reader.keys(body, keys.names, "the matrix", required=keys.required)
     lanes = _read_lanes(body.get("lanes"), reader)
     exclude = _read_rules(body.get("exclude"), "exclude", lanes, reader)
     include = _read_rules(body.get("include"), "include", lanes, reader)
@@ -134,8 +131,7 @@ def _read_rule(
     body = reader.mapping(node, what)
     if body is None:
         return None
-    extras = INCLUDE_EXTRAS if kind == "include" else ()
-    reader.keys(body, (*AXES, *extras), what)
+    reader.keys(body, section(kind).names, what)
     match: dict[str, frozenset[str]] = {}
     for entry in body:
         if entry.key in AXES:

@@ -14,10 +14,10 @@ from typing import TypeVar
 
 from packaging.version import InvalidVersion, Version
 
+from repromatrix.matrix.keys import BASE_SOURCES, MODEL_INTS, section
 from repromatrix.matrix.yamlsrc import Reader, Where, YEntry, YMap, YNode, YScalar, describe
 from repromatrix.model import (
     DTYPE_BYTES,
-    MODEL_SHAPE,
     FlagSet,
     Gpu,
     Image,
@@ -92,15 +92,10 @@ class LaneConfig:
         return make_image(self.lane, tag, image_version(tag), self.runtime)
 
 
-LANE_KEYS = {
-    Lane.GPU: ("registry", "runtime", "images", "gpus", "models", "flagsets"),
-    Lane.CPU: ("package", "base", "runtime", "images", "gpus", "models", "flagsets"),
-}
 DEFAULT_DEADLINE_S = {Lane.GPU: 1800.0, Lane.CPU: 900.0}
 DEFAULT_SHM = {Lane.GPU: "16g", Lane.CPU: "2g"}
 SHM_PATTERN = re.compile(r"[1-9][0-9]*[bkmg]?")
 CC_PATTERN = re.compile(r"[0-9]+\.[0-9]+")
-MODEL_INTS = MODEL_SHAPE
 
 
 def image_version(tag: str) -> Version | None:
@@ -123,7 +118,8 @@ def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
     if body is None:
         return None
     what = f"lane `{lane}`"
-    reader.keys(body, LANE_KEYS[lane], what, required=("images", "gpus", "models"))
+    keys = section(f"lane_{lane.value}")
+    reader.keys(body, keys.names, what, required=keys.required)
     runtime = _read_runtime(lane, body, reader)
     images = _read_images(lane, body.get("images"), runtime, reader)
     gpus = _read_named(body.get("gpus"), f"{what} `gpus`", reader, lambda e: _gpu(lane, e, reader))
@@ -137,19 +133,14 @@ def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
 def _read_runtime(lane: Lane, body: YMap, reader: Reader) -> Runtime:
     deadline, shm, hf_cache = DEFAULT_DEADLINE_S[lane], DEFAULT_SHM[lane], None
     node = body.get("runtime")
-    section = reader.mapping(node, "`runtime`") if node is not None else None
-    if section is not None:
-        allowed = (
-            ("deadline_s", "shm_size", "hf_cache")
-            if lane is Lane.GPU
-            else ("deadline_s", "shm_size")
-        )
-        reader.keys(section, allowed, "`runtime`")
-        if (value := section.get("deadline_s")) is not None:
+    found = reader.mapping(node, "`runtime`") if node is not None else None
+    if found is not None:
+        reader.keys(found, section(f"runtime_{lane.value}").names, "`runtime`")
+        if (value := found.get("deadline_s")) is not None:
             deadline = reader.number(value, "`deadline_s`", positive=True) or deadline
-        if (value := section.get("shm_size")) is not None:
+        if (value := found.get("shm_size")) is not None:
             shm = _shm(value, reader) or shm
-        if (value := section.get("hf_cache")) is not None:
+        if (value := found.get("hf_cache")) is not None:
             hf_cache = reader.text(value, "`hf_cache`")
     if lane is Lane.GPU:
         registry = _text_or(body.get("registry"), "`registry`", "vllm/vllm-openai", reader)
@@ -177,11 +168,10 @@ def _read_base(node: YNode | None, reader: Reader) -> BaseImage:
     body = reader.mapping(node, "`base`")
     if body is None:
         return DEFAULT_BASE
-    reader.keys(
-        body, ("source", "ref", "suite", "mirror", "packages"), "`base`", required=("source",)
-    )
+    base = section("base")
+    reader.keys(body, base.names, "`base`", required=base.required)
     source = _text_or(body.get("source"), "`source`", DEFAULT_BASE.source, reader)
-    if source not in ("debootstrap", "image"):
+    if source not in BASE_SOURCES:
         reader.error(body.where, f"`source` must be `debootstrap` or `image`, not `{source}`")
     if source == "image" and body.get("ref") is None:
         reader.error(body.where, "`base` with `source: image` needs `ref` (e.g. python:3.11-slim)")
@@ -222,7 +212,8 @@ def _read_images(
 def _image(lane: Lane, node: YNode, runtime: Runtime, reader: Reader) -> Image | None:
     """An image is a tag (``v0.31.0``) or ``{tag: my-build, version: 0.31.0}``."""
     if isinstance(node, YMap):
-        reader.keys(node, ("tag", "version"), "an image", required=("tag",))
+        image = section("image")
+        reader.keys(node, image.names, "an image", required=image.required)
         tag_node = node.get("tag")
         tag = reader.name(tag_node, "image tag") if tag_node is not None else None
         version_node = node.get("version")
@@ -280,8 +271,8 @@ def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:
     body = reader.mapping(entry.value, f"GPU `{entry.key}`")
     if body is None:
         return None
-    keys = ("runner", "count", "compute_capability", "memory_gib")
-    reader.keys(body, keys, f"GPU `{entry.key}`", required=("runner",))
+    keys = section(f"gpu_{lane.value}")
+    reader.keys(body, keys.names, f"GPU `{entry.key}`", required=keys.required)
     runner = _text_or(body.get("runner"), "`runner`", "", reader)
     minimum = 1 if lane is Lane.GPU else 0
     count = minimum
@@ -314,9 +305,8 @@ def _model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
     body = reader.mapping(entry.value, what)
     if body is None:
         return None
-    reader.keys(
-        body, ("source", "moe", "multimodal", "dtype", *MODEL_INTS), what, required=("source",)
-    )
+    keys = section("model")
+    reader.keys(body, keys.names, what, required=keys.required)
     facts: dict[str, int] = {}
     for key in MODEL_INTS:
         if (node := body.get(key)) is not None:

@@ -17,6 +17,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from repromatrix.errors import ConfigError, Problem, suggest
 from repromatrix.matrix.conditions import subject_problem
+from repromatrix.matrix.keys import BASELINE_FORBIDDEN, CRASH_REQUIRED, VARIANT_KINDS, section
 from repromatrix.matrix.yamlsrc import (
     Reader,
     Where,
@@ -43,28 +44,9 @@ from repromatrix.model import (
     frozen_flags,
 )
 
-SCENARIO_KEYS = (
-    "id",
-    "title",
-    "source",
-    "lanes",
-    "trigger",
-    "launch",
-    "signatures",
-    "affected",
-    "fixed",
-    "variants",
-    "avoided",
-    "probe",
-    "baseline",
-)
-REQUIRED = ("id", "title", "lanes", "launch", "avoided")
-CRASH_REQUIRED = ("trigger", "signatures", "affected")  # every scenario but a baseline
 # The first variant of every scenario: the launch as documented, or a baseline's healthy launch.
 TRIGGER = Variant("trigger", "trigger", description="the launch as documented")
 BASELINE = Variant("baseline", "baseline", description="the healthy launch")
-LAUNCH_KEYS = ("mode", "flags", "env", "lora_adapter", "interrupt_after_s", "startup_timeout_s")
-VARIANT_KINDS = ("workaround", "control")
 ORDERING = {Op.GT, Op.GE, Op.LT, Op.LE}
 PROGRAM_PATTERN = re.compile(r"[a-z][a-z0-9_]*\.py")
 # `affected: all`: every version, pre-releases included (contains() is called with prereleases).
@@ -130,10 +112,11 @@ def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
     if body is None:
         return None
     baseline = _flag(body, "baseline", reader)
-    required = REQUIRED if baseline else (*REQUIRED, *CRASH_REQUIRED)
-    reader.keys(body, SCENARIO_KEYS, "a scenario", required=required)
+    keys = section("scenario")
+    required = keys.required if baseline else (*keys.required, *CRASH_REQUIRED)
+    reader.keys(body, keys.names, "a scenario", required=required)
     if baseline:
-        for key in ("trigger", "signatures", "affected", "fixed"):
+        for key in BASELINE_FORBIDDEN:
             if (node := body.get(key)) is not None:
                 reader.error(node.where, f"a baseline expects no crash: remove `{key}`")
     id_node = body.get("id")
@@ -256,7 +239,7 @@ def _launch(node: YNode | None, reader: Reader) -> Launch:
     body = reader.mapping(node, "`launch`") if node is not None else None
     if body is None:
         return Launch()
-    reader.keys(body, LAUNCH_KEYS, "`launch`")
+    reader.keys(body, section("launch").names, "`launch`")
     mode = LaunchMode.SERVER
     if (value := body.get("mode")) is not None:
         text = value.value if isinstance(value, YScalar) else None
@@ -287,7 +270,8 @@ def _signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]:
         body = reader.mapping(item, "a signature")
         if body is None:
             continue
-        reader.keys(body, ("pattern", "process"), "a signature", required=("pattern",))
+        keys = section("signature")
+        reader.keys(body, keys.names, "a signature", required=keys.required)
         pattern = _text(body, "pattern", reader)
         if pattern is None:
             continue
@@ -343,8 +327,8 @@ def _variant(node: YNode, reader: Reader) -> Variant | None:
     body = reader.mapping(node, "a variant")
     if body is None:
         return None
-    keys = ("name", "kind", "flags", "interrupt", "description")
-    reader.keys(body, keys, "a variant", required=("name", "kind"))
+    keys = section("variant")
+    reader.keys(body, keys.names, "a variant", required=keys.required)
     name_node, kind = body.get("name"), _text(body, "kind", reader)
     name = reader.name(name_node, "variant name") if name_node is not None else None
     if kind is not None and kind not in VARIANT_KINDS:
@@ -366,7 +350,7 @@ def _source(node: YNode | None, reader: Reader) -> Source:
     body = reader.mapping(node, "`source`") if node is not None else None
     if body is None:
         return Source()
-    reader.keys(body, ("seed", "issues", "prs"), "`source`")
+    reader.keys(body, section("source").names, "`source`")
     return Source(
         seed=_text(body, "seed", reader),
         issues=_numbers(body.get("issues"), "`issues`", reader),
@@ -384,8 +368,8 @@ def _probe(node: YNode | None, reader: Reader) -> Probe | None:
     body = reader.mapping(node, "`probe`") if node is not None else None
     if body is None:
         return None
-    keys = ("program", "params", "lanes", "note")
-    reader.keys(body, keys, "`probe`", required=("program", "lanes"))
+    keys = section("probe")
+    reader.keys(body, keys.names, "`probe`", required=keys.required)
     program = _text(body, "program", reader)
     if program is not None and not PROGRAM_PATTERN.fullmatch(program):
         where = (body.get("program") or body).where

