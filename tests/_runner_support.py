@@ -147,6 +147,9 @@ RuntimeError: Engine core initialization failed. See root cause above. Failed co
 {'EngineCore': 1}
 """.replace(b"\\\n", b"")
 
+# 1 MiB of INFO lines, as a runaway engine prints them: a flood of 1024 of these is 1 GiB.
+NOISE = (b"(EngineCore pid=7) INFO 11-29 18:28:50 [core.py:1] " + b"x" * 972 + b"\n") * 1024
+
 # A stand-in for the harness, for runs without vLLM: what it does depends on the cell id
 # inside its spec (the variant name), and it uses real processes and real signals.
 FAKE_HARNESS = b"""#!/bin/sh
@@ -156,6 +159,8 @@ case "$2" in
   *'"act": "crash"'*) echo '(EngineCore pid=7) ValueError: the root cause'; exec sleep 600 ;;
   *'"act": "env"'*) env; exit 3 ;;
   */kv-case*) echo "@@t $(date +%s.%N)"; cat /kv.log; exec sleep 600 ;;
+  */flood-case*) i=0; while [ $i -lt 1024 ]; do cat /noise.log; i=$((i+1)); done
+                 cat /kv.log; exec sleep 600 ;;
   *) echo hello; echo '@@repromatrix-status {"ready": true, "answered": true, "exit_code": 0}' ;;
 esac
 """
@@ -164,7 +169,8 @@ esac
 def fake_image(client: object) -> str:
     """Import (once) a tiny image with the fake harness at /harness; return its tag."""
     assert isinstance(client, docker.DockerClient)
-    data = tool_rootfs_tar(extra={"harness": FAKE_HARNESS, "kv.log": KV_EXCERPT})
+    extra = {"harness": FAKE_HARNESS, "kv.log": KV_EXCERPT, "noise.log": NOISE}
+    data = tool_rootfs_tar(extra=extra)
     tag = f"repromatrix-test/tools:{hashlib.sha256(data).hexdigest()[:12]}"
     try:
         client.images.get(tag)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import socket
 import socketserver
 import threading
@@ -21,6 +22,7 @@ from repromatrix.backends import registry
 from repromatrix.backends.base import Host, Prepared, Setup
 from repromatrix.backends.docker_calls import RUN_LABEL, ContainerSettings
 from repromatrix.backends.oci_container import DockerBackend, engine_available
+from repromatrix.backends.output import HEAD_BYTES, TAIL_BYTES
 from repromatrix.build import tinymodel
 from repromatrix.errors import UsageError
 from repromatrix.matrix.config import load_matrix
@@ -31,6 +33,7 @@ from repromatrix.model import Lane, Outcome
 from repromatrix.results import store as results
 from repromatrix.run import prepare
 from repromatrix.run.cell import CellContext
+from repromatrix.run.claim import claim
 from repromatrix.run.progress import Progress
 from repromatrix.run.stages import RunOptions, RunState, pending, resolve_run_dir, stage_cells
 
@@ -242,13 +245,49 @@ def test_an_engine_that_disappears_mid_run_fails_the_cells_not_the_run(tmp_path:
     assert by_variant["fine"].outcome is Outcome.AVOIDED
     assert by_variant["sleep-case"].outcome is Outcome.INFRA_ERROR
     assert "engine" in by_variant["sleep-case"].reason.lower()
-    assert by_variant["after"].outcome is Outcome.INFRA_ERROR
-    # When the engine is back, the run's leftovers are swept by label.
+    # No cell is started against a dead engine: the third keeps no result ...
+    assert "after" not in by_variant
+    assert "stopped answering: 1 cell(s) not started" in out.getvalue()
+    assert pending(state.todo, state.run_dir, resume=True) == (third,)
+    # ... and when the engine is back, the run's leftovers are swept by label and a resume
+    # completes the run.
     again = DockerBackend(run_id, fake_settings())
-    again.close()
+    try:
+        stage_cells(replace(state, todo=(third,), backend=again), Progress(1, out=out))
+    finally:
+        again.close()
+    assert saved(state.run_dir)["after"].outcome is Outcome.AVOIDED
     real = docker.from_env()
     assert real.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}) == []
     real.close()
+
+
+@needs_docker
+def test_a_cell_that_floods_a_gigabyte_keeps_a_bounded_log_and_its_root_cause(
+    tmp_path: Path, image: str
+):
+    kv = next(s for s in load_scenarios(ROOT / "scenarios") if s.id == "cpu-kv-cache-too-small")
+    flood = cell(real=kv, variant="flood-case")
+    backend = DockerBackend("test-runner-flood", fake_settings())
+    try:
+        state = stage_cells(run_state(tmp_path, backend, [flood], image), Progress(1))
+    finally:
+        backend.close()
+    result = saved(state.run_dir)["flood-case"]
+    assert result.outcome is Outcome.HIT
+    assert result.root_cause is not None and "To serve at least one" in result.root_cause.line
+    log = results.cell_dir(state.run_dir, flood.id) / results.LOG_FILE
+    assert log.stat().st_size <= HEAD_BYTES + TAIL_BYTES + 200
+    text = log.read_bytes()
+    assert b"bytes of output dropped here]" in text and b"Engine core initialization" in text
+
+
+def test_a_second_run_of_the_same_run_folder_is_refused_until_the_first_ends(tmp_path: Path):
+    first = claim(tmp_path / "run")
+    with pytest.raises(UsageError, match=f"another run \\(pid {os.getpid()}\\)"):
+        claim(tmp_path / "run")
+    first.release()
+    claim(tmp_path / "run").release()  # free again once the first has ended
 
 
 def test_cells_of_an_image_that_failed_to_build_are_infra_errors_with_the_reason(tmp_path):

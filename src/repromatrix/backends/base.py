@@ -95,6 +95,10 @@ class Backend(Protocol):
         """Generate ``model``'s tiny model (and adapter) with the image's own Python, once."""
         ...
 
+    def alive(self) -> bool:
+        """Whether the backend can still start cells (an engine that died cannot)."""
+        ...
+
     def execute(
         self, cell: Cell, spec: Mapping[str, Any], prepared: Prepared, watch: Watcher
     ) -> Execution:

@@ -29,6 +29,7 @@ from typing import Any
 from repromatrix.backends.base import Backend, Execution, Host, Prepared, Setup, Watcher
 from repromatrix.backends.docker_calls import VERSION_ARGV
 from repromatrix.backends.harness_spec import build_spec, model_path
+from repromatrix.backends.output import BoundedLog
 from repromatrix.build import tinymodel
 from repromatrix.build.tinymodel import TinyModel
 from repromatrix.build.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cpu_requirement
@@ -90,6 +91,10 @@ class LocalBackend:
             return None
         lines = done.stdout.strip().splitlines()
         return lines[-1] if done.returncode == 0 and lines else None
+
+    def alive(self) -> bool:
+        """Always: there is no engine to lose."""
+        return True
 
     def make_model(self, model: Model, prepared: Prepared, models_root: Path) -> TinyModel:
         """Generate the tiny model with the virtualenv's own Python, once."""
@@ -168,7 +173,7 @@ class LocalBackend:
     ) -> tuple[bytes, bool, bool]:
         """Read the harness's output until it ends; stop it on deadline or watcher request."""
         assert proc.stdout is not None
-        log = bytearray()
+        log = BoundedLog()
         deadline = time.monotonic() + deadline_s
         timed_out = stopped_early = False
         stop_at: float | None = None  # when the harness was asked to stop
@@ -190,7 +195,7 @@ class LocalBackend:
                 chunk = os.read(proc.stdout.fileno(), CHUNK)
                 if not chunk:
                     break
-                log += chunk
+                log.add(chunk)
                 if stop_at is None and watch(chunk):
                     stopped_early, stop_at = True, self._terminate(proc)
         proc.wait()

@@ -38,6 +38,7 @@ from repromatrix.backends.docker_calls import (
     split_ref,
     tool_plan,
 )
+from repromatrix.backends.output import BoundedLog
 from repromatrix.build import tinymodel
 from repromatrix.build import wheelhouse as images
 from repromatrix.build.render import CONTAINER_ROOT
@@ -145,7 +146,7 @@ def _pump(container: Container) -> tuple[Chunks, threading.Thread]:
 class _Watch:
     """What happened while a cell's output streamed."""
 
-    log: bytearray = field(default_factory=bytearray)
+    log: BoundedLog = field(default_factory=BoundedLog)
     timed_out: bool = False
     stopped_early: bool = False
     stream_error: str | None = None
@@ -324,6 +325,13 @@ class DockerBackend:
         text = done.log.decode(errors="replace").strip()
         return text.splitlines()[-1] if done.exit_code == 0 and text else None
 
+    def alive(self) -> bool:
+        """Whether the engine still answers."""
+        try:
+            return bool(self.client.ping())
+        except ENGINE_ERRORS:
+            return False
+
     def make_model(self, model: Model, prepared: Prepared, models_root: Path) -> TinyModel:
         """Generate the tiny model inside the image (its torch and transformers), once."""
         tiny = tinymodel.tiny_model_for(model, models_root)
@@ -349,7 +357,7 @@ class DockerBackend:
                 # The watcher keeps what it reads (a root-cause line goes into the result).
                 seen = self._follow(container, started + deadline_s, _redacting(watch, secrets))
                 state = self._final_state(container)
-                log = bytes(seen.log) if seen.stream_error is None else container.logs()
+                log = bytes(seen.log) if seen.stream_error is None else self._logs(container)
         except ENGINE_ERRORS as exc:
             return Execution(
                 exit_code=None,
@@ -394,7 +402,7 @@ class DockerBackend:
             if isinstance(item, BaseException):
                 seen.stream_error = _one_line(item)
                 return seen
-            seen.log += item
+            seen.log.add(item)
             if watch(item):
                 seen.stopped_early = True
                 break
@@ -402,8 +410,17 @@ class DockerBackend:
         reader.join(DRAIN_S)  # the stream ends with the container: keep its last bytes
         while not chunks.empty():
             item = chunks.get_nowait()
-            seen.log += item if isinstance(item, bytes) else b""
+            if isinstance(item, bytes):
+                seen.log.add(item)
         return seen
+
+    @staticmethod
+    def _logs(container: Container) -> bytes:
+        """The container's whole output read again (the live stream broke), kept bounded."""
+        kept = BoundedLog()
+        for chunk in container.logs(stream=True, follow=False):
+            kept.add(chunk)
+        return bytes(kept)
 
     @staticmethod
     def _final_state(container: Container) -> dict[str, Any]:

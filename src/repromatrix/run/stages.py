@@ -31,12 +31,13 @@ from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, Lane
+from repromatrix.model import Cell, Lane, Outcome
 from repromatrix.reports.write import read_plan, write_plan, write_reports
 from repromatrix.results import store
 from repromatrix.results.store import CellResult
 from repromatrix.run import dry_run, prepare
 from repromatrix.run.cell import CellContext, cell_result, now_iso, run_cell
+from repromatrix.run.claim import RunClaim, claim
 from repromatrix.run.host import detect_host
 from repromatrix.run.progress import Progress
 
@@ -78,8 +79,10 @@ class RunState:
     run_dir: Path = Path()
     matrix: Matrix | None = None
     todo: tuple[Cell, ...] = ()
+    planned: tuple[Cell, ...] = ()  # every selected cell, finished earlier or not
     kind: BackendKind | None = None
     host: Host = field(default_factory=Host)
+    claim: RunClaim | None = None  # the run folder, held from stage_claim on; released at the end
     backend: Backend | None = None  # open from stage_open on; execute_run closes it
     contexts: Mapping[str, CellContext] = field(default_factory=dict)
     outcomes: Mapping[str, int] = field(default_factory=dict)
@@ -151,9 +154,18 @@ def stage_plan(state: RunState, progress: Progress) -> RunState:
     if options.prepare_only or options.dry_run:
         progress.note(f"{len(cells)} cells planned; their images are {_doing(options)}")
     else:
-        record_plan(run_dir, cells)
         progress.note(f"run {run_id}: {left} cells to run, results in {run_dir}/")
-    return replace(state, matrix=matrix, run_id=run_id, run_dir=run_dir, todo=todo, done=not todo)
+    planned = replace(state, matrix=matrix, run_id=run_id, run_dir=run_dir, todo=todo)
+    return replace(planned, done=not todo, planned=cells)
+
+
+def stage_claim(state: RunState, progress: Progress) -> RunState:
+    """Hold the run folder for this run (a second run of it is refused), then write the plan."""
+    if state.options.prepare_only or state.options.dry_run:
+        return state
+    held = replace(state, claim=claim(state.run_dir))
+    record_plan(state.run_dir, state.planned)
+    return held
 
 
 def stage_backend(state: RunState, progress: Progress) -> RunState:
@@ -221,7 +233,9 @@ def run_cells(
     """Run ``cells`` in order on ``backend``, saving each result the moment it ends.
 
     Cells this host cannot run are saved as skipped first and summarised in one
-    line per lane and reason, not one line each.
+    line per lane and reason, not one line each. When a cell fails because the
+    backend itself died (the Docker engine stopped answering), no further cell
+    is started against it: they keep no result, so ``--resume`` runs them later.
     """
     counts: dict[str, int] = {}
     skipped = [cell for cell in cells if contexts[cell.id].skip_reason is not None]
@@ -239,7 +253,20 @@ def run_cells(
             backend, cell, contexts[cell.id], run_dir=run_dir, run_id=run_id, counts=counts
         )
         progress.end(cell.id, result.outcome.value, _short(result.reason))
+        if _engine_failed(result, contexts[cell.id]) and not backend.alive():
+            left = len(runnable) - runnable.index(cell) - 1
+            progress.note(
+                f"the {backend.name} backend stopped answering: {left} cell(s) not started; "
+                "`repromatrix run --resume` runs them once it is back"
+            )
+            break
     return counts
+
+
+def _engine_failed(result: CellResult, context: CellContext) -> bool:
+    """Whether the cell ran on a ready image and still failed for the machine's reasons."""
+    ready = context.prepared is not None and context.prepared.error is None
+    return ready and result.outcome is Outcome.INFRA_ERROR
 
 
 def _save(
@@ -271,6 +298,7 @@ def stage_reports(state: RunState, progress: Progress) -> RunState:
 
 STAGES: tuple[Stage, ...] = (
     stage_plan,
+    stage_claim,
     stage_backend,
     stage_dry_run,
     stage_open,
@@ -292,6 +320,8 @@ def execute_run(options: RunOptions, progress: Progress | None = None) -> RunSta
         finally:
             if state.backend is not None:
                 close_backend(state.backend)
+            if state.claim is not None:
+                state.claim.release()
     return state
 
 
