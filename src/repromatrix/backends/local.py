@@ -64,8 +64,10 @@ class LocalBackend:
         python: str = "python3",
         environ: Mapping[str, str] | None = None,
         workdir: bool = True,
+        wheelhouse: Path | None = None,
     ) -> None:
         self.venv_root = venv_root
+        self.wheelhouse = wheelhouse  # host wheelhouses (the Docker images' ones), when made
         self.create = create
         self.python = python
         self.environ = dict(os.environ if environ is None else environ)
@@ -121,7 +123,8 @@ class LocalBackend:
             return Prepared(image.key, str(venv), error=f"virtualenv {venv} does not exist")
         started = time.monotonic()
         try:
-            create_venv(venv, "==".join(cpu_requirement(image)), self.python)
+            links = local_wheels(self.wheelhouse, image) if self.wheelhouse else ()
+            create_venv(venv, "==".join(cpu_requirement(image)), self.python, links)
         except InfraError as exc:
             return Prepared(image.key, str(venv), error=str(exc))
         return Prepared(image.key, str(venv), build_s=time.monotonic() - started, built=True)
@@ -253,16 +256,30 @@ def kill_tagged(token: str) -> int:
     return killed
 
 
-def create_venv(venv: Path, requirement: str, python: str = "python3") -> None:
+def local_wheels(wheelhouse: Path, image: Image) -> tuple[Path, ...]:
+    """The complete host wheelhouses that hold ``image``'s package and its torch, if they all
+    exist (then nothing is downloaded), else none."""
+    package, version = cpu_requirement(image)
+    folders = [wheelhouse / f"{package}-{version}", *sorted(wheelhouse.glob("torch-*/"))]
+    complete = [f for f in folders if f.with_name(f.name + ".complete").is_file()]
+    has_torch = any(f.name.startswith("torch-") for f in complete)
+    return tuple(complete) if complete and complete[0] == folders[0] and has_torch else ()
+
+
+def create_venv(
+    venv: Path, requirement: str, python: str = "python3", links: Sequence[Path] = ()
+) -> None:
     """``python -m venv``, ``pip install requirement``, remove the mismatched torch extras.
 
+    With ``links`` (local wheelhouses) pip installs from them alone, offline.
     Marks the virtualenv complete last; raises ``InfraError`` (and removes the
     half-made virtualenv) when a step fails.
     """
     pip = str(venv / "bin" / "pip")
+    sources = ["--no-index", *(f"--find-links={link}" for link in links)] if links else []
     steps = [
         [python, "-m", "venv", str(venv)],
-        [pip, "install", "--progress-bar", "off", requirement],
+        [pip, "install", "--progress-bar", "off", *sources, requirement],
         [pip, "uninstall", "--yes", *UNINSTALL],
     ]
     for argv in steps:
@@ -308,8 +325,8 @@ class LocalKind:
         }
 
     def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
-        """A backend whose virtualenvs live under the cache."""
-        return LocalBackend(setup.cache / "venvs")
+        """A backend whose virtualenvs live under the cache (made from its wheelhouses)."""
+        return LocalBackend(setup.cache / "venvs", wheelhouse=setup.cache / "wheelhouse")
 
     def _cell(self, cell: Cell, setup: Setup, host: Host) -> dict[str, Any]:
         skip = self.skip_reason(cell, host)
