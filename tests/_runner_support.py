@@ -159,6 +159,7 @@ case "$2" in
   *'"act": "crash"'*) echo '(EngineCore pid=7) ValueError: the root cause'; exec sleep 600 ;;
   *'"act": "env"'*) env; exit 3 ;;
   */kv-case*) echo "@@t $(date +%s.%N)"; cat /kv.log; exec sleep 600 ;;
+  */stubborn-case*) trap '' TERM; echo stubborn; while :; do sleep 1; done ;;
   */flood-case*) i=0; while [ $i -lt 1024 ]; do cat /noise.log; i=$((i+1)); done
                  cat /kv.log; exec sleep 600 ;;
   *) echo hello; echo '@@repromatrix-status {"ready": true, "answered": true, "exit_code": 0}' ;;

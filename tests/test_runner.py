@@ -7,6 +7,7 @@ import io
 import os
 import socket
 import socketserver
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -24,7 +25,7 @@ from repromatrix.backends.docker_calls import RUN_LABEL, ContainerSettings
 from repromatrix.backends.oci_container import DockerBackend, engine_available
 from repromatrix.backends.output import HEAD_BYTES, TAIL_BYTES
 from repromatrix.build import tinymodel
-from repromatrix.errors import UsageError
+from repromatrix.errors import InfraError, UsageError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_scenarios
@@ -280,6 +281,53 @@ def test_a_cell_that_floods_a_gigabyte_keeps_a_bounded_log_and_its_root_cause(
     assert log.stat().st_size <= HEAD_BYTES + TAIL_BYTES + 200
     text = log.read_bytes()
     assert b"bytes of output dropped here]" in text and b"Engine core initialization" in text
+
+
+@needs_docker
+def test_a_container_that_ignores_sigterm_is_still_removed_at_cleanup(tmp_path: Path, image):
+    stubborn = cell(variant="stubborn-case", deadline_s=600)
+    backend = DockerBackend("test-runner-stubborn", fake_settings())
+    state = run_state(tmp_path, backend, [stubborn], image)
+    running = threading.Thread(target=lambda: stage_cells(state, Progress(1, out=io.StringIO())))
+    running.start()
+    real = docker.from_env()
+    label = {"label": f"{RUN_LABEL}=test-runner-stubborn"}
+    try:
+        for _ in range(300):
+            if real.containers.list(filters=label):
+                break
+            threading.Event().wait(0.1)
+        assert real.containers.list(filters=label), "the stubborn cell never started"
+        backend.close()  # what an interrupt does: SIGTERM is ignored, the removal is forced
+        running.join(timeout=120)
+        assert not running.is_alive()
+        assert real.containers.list(all=True, filters=label) == []
+    finally:
+        real.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a full file system needs root")
+@needs_docker
+def test_a_full_results_disk_stops_the_run_with_one_line_and_no_half_written_result(
+    tmp_path: Path, image: str
+):
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+    try:
+        (full / "filler").write_bytes(b"\0" * 60 * 1024)  # leaves less than a result needs
+        fine = cell(variant="fine")
+        backend = DockerBackend("test-runner-disk-full", fake_settings())
+        state = replace(run_state(full, backend, [fine], image), run_dir=full / "run")
+        try:
+            with pytest.raises(InfraError, match=r"cannot save the result of .*No space left"):
+                stage_cells(state, Progress(1, out=io.StringIO()))
+        finally:
+            backend.close()
+        left = sorted(p.name for p in full.rglob("*") if p.is_file())
+        assert left == ["filler"]  # no result, no log, no temporary file
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
 
 
 def test_a_second_run_of_the_same_run_folder_is_refused_until_the_first_ends(tmp_path: Path):

@@ -128,9 +128,13 @@ def atomic_write(path: Path, data: bytes) -> None:
 def write_result(run_dir: Path, result: CellResult, log: bytes) -> Path:
     """Save a cell's log, then its result (the result last: its presence marks the cell done)."""
     folder = cell_dir(run_dir, result.id)
-    atomic_write(folder / LOG_FILE, log)
     body = json.dumps(result.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-    atomic_write(folder / RESULT_FILE, body)
+    atomic_write(folder / LOG_FILE, log)
+    try:
+        atomic_write(folder / RESULT_FILE, body)
+    except BaseException:
+        (folder / LOG_FILE).unlink(missing_ok=True)  # all or nothing: no log without its result
+        raise
     return folder
 
 

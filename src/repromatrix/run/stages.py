@@ -26,7 +26,7 @@ from types import FrameType
 from repromatrix.backends import registry
 from repromatrix.backends.base import Backend, BackendKind, Host, Setup
 from repromatrix.build.wheelhouse import CACHE_ROOT
-from repromatrix.errors import UsageError
+from repromatrix.errors import InfraError, UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
@@ -282,7 +282,13 @@ def _save(
     started_at = now_iso()
     run = run_cell(backend, cell, context)
     result = cell_result(cell, run, context=context, run_id=run_id, started_at=started_at)
-    store.write_result(run_dir, result, run.execution.log)
+    try:
+        store.write_result(run_dir, result, run.execution.log)
+    except OSError as exc:
+        # A full disk or a read-only folder: the write left nothing half-done (it renames a
+        # finished file), and the run must stop here with one clear line.
+        why = exc.strerror or str(exc)
+        raise InfraError(f"cannot save the result of {cell.id} under {run_dir}: {why}") from exc
     counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1
     return result
 
