@@ -27,6 +27,7 @@ from repromatrix.build.render import (
     render_image,
 )
 from repromatrix.errors import InfraError
+from repromatrix.heartbeat import heartbeat
 from repromatrix.matrix.lanes import Runtime
 from repromatrix.model import Cell, Image, Lane
 from repromatrix.secret_env import SECRET_ENV
@@ -94,9 +95,9 @@ def stage_wheelhouses(rendered: Iterable[RenderedImage], setup: Setup) -> dict[s
     for render in rendered:
         if not render.wheelhouses:
             continue
-        setup.note(f"wheelhouse for {render.key} (downloaded once into {store})")
         try:
-            wheelhouse.stage_wheelhouses(render.wheelhouses, render.context, store)
+            with heartbeat(setup.note, f"wheelhouse for {render.key} (made once, in {store})"):
+                wheelhouse.stage_wheelhouses(render.wheelhouses, render.context, store)
         except (InfraError, OSError) as exc:
             errors[render.key] = f"wheelhouse for {render.key}: {exc}"
     return errors

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from importlib import resources
 from pathlib import Path
@@ -34,6 +34,7 @@ from repromatrix.build import tinymodel
 from repromatrix.build.tinymodel import TinyModel
 from repromatrix.build.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cpu_requirement
 from repromatrix.errors import ConfigError, InfraError
+from repromatrix.heartbeat import heartbeat
 from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.secret_env import redact, secrets_from
 
@@ -65,7 +66,9 @@ class LocalBackend:
         environ: Mapping[str, str] | None = None,
         workdir: bool = True,
         wheelhouse: Path | None = None,
+        note: Callable[[str], None] = lambda _line: None,
     ) -> None:
+        self.note = note
         self.venv_root = venv_root
         self.wheelhouse = wheelhouse  # host wheelhouses (the Docker images' ones), when made
         self.create = create
@@ -124,7 +127,8 @@ class LocalBackend:
         started = time.monotonic()
         try:
             links = local_wheels(self.wheelhouse, image) if self.wheelhouse else ()
-            create_venv(venv, "==".join(cpu_requirement(image)), self.python, links)
+            with heartbeat(self.note, f"virtualenv {venv} (pip install, a few minutes)"):
+                create_venv(venv, "==".join(cpu_requirement(image)), self.python, links)
         except InfraError as exc:
             return Prepared(image.key, str(venv), error=str(exc))
         return Prepared(image.key, str(venv), build_s=time.monotonic() - started, built=True)
@@ -326,7 +330,9 @@ class LocalKind:
 
     def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
         """A backend whose virtualenvs live under the cache (made from its wheelhouses)."""
-        return LocalBackend(setup.cache / "venvs", wheelhouse=setup.cache / "wheelhouse")
+        return LocalBackend(
+            setup.cache / "venvs", wheelhouse=setup.cache / "wheelhouse", note=setup.note
+        )
 
     def _cell(self, cell: Cell, setup: Setup, host: Host) -> dict[str, Any]:
         skip = self.skip_reason(cell, host)

@@ -44,6 +44,7 @@ from repromatrix.build import wheelhouse as images
 from repromatrix.build.render import CONTAINER_ROOT
 from repromatrix.build.tinymodel import TinyModel
 from repromatrix.errors import InfraError, RepromatrixError
+from repromatrix.heartbeat import heartbeat
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.secret_env import redact
@@ -246,13 +247,23 @@ class DockerBackend:
         return self._repo_digest(ref) or self._image_id(ref)
 
     def _pull(self, ref: str) -> None:
-        """Pull ``ref`` from its registry (a failure is the image's error)."""
+        """Pull ``ref`` from its registry, saying how many bytes are in (a failure is the
+        image's error)."""
         repository, tag = split_ref(ref)
-        self.log(f"pulling {ref}")
-        try:
-            self.client.images.pull(repository, tag=tag)
-        except DockerException as exc:
-            raise _ImageFailed(f"pull of {ref} failed: {_one_line(exc)}") from exc
+        have: dict[str, int] = {}
+        total: dict[str, int] = {}
+        with heartbeat(self.log, f"pull of {ref}") as beat:
+            try:
+                for event in self.client.api.pull(repository, tag=tag, stream=True, decode=True):
+                    if "error" in event:
+                        raise _ImageFailed(f"pull of {ref} failed: {event['error']}")
+                    detail = event.get("progressDetail") or {}
+                    if event.get("status") == "Downloading" and detail.get("total"):
+                        have[event["id"]] = int(detail.get("current", 0))
+                        total[event["id"]] = int(detail["total"])
+                        beat.progress(sum(have.values()), sum(total.values()))
+            except DockerException as exc:
+                raise _ImageFailed(f"pull of {ref} failed: {_one_line(exc)}") from exc
 
     def _build(self, build: ImageBuild) -> str:
         """Build ``build.context`` with the legacy builder; steps go to ``log``, all to a file."""
@@ -260,7 +271,7 @@ class DockerBackend:
         stream = self.client.api.build(
             path=str(build.context), tag=build.tag, rm=True, forcerm=True, decode=True
         )
-        try:
+        with heartbeat(self.log, f"build of {build.tag}"), self._kept(build.key, lines):
             for event in stream:
                 text = str(event.get("stream") or event.get("status") or "").rstrip()
                 if text:
@@ -270,17 +281,21 @@ class DockerBackend:
                 if "error" in event:
                     tail = "\n".join(lines[-BUILD_TAIL:])
                     raise _ImageFailed(f"build of {build.tag} failed: {event['error']}\n{tail}")
-        finally:
-            self._keep_build_log(build.key, lines)
         image_id = self._image_id(build.tag)
         if image_id is None:
             raise _ImageFailed(f"build of {build.tag} finished without an image")
         return image_id
 
-    def _keep_build_log(self, key: str, lines: list[str]) -> None:
-        if self.build_logs is not None:
-            self.build_logs.mkdir(parents=True, exist_ok=True)
-            (self.build_logs / f"{key}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    @contextmanager
+    def _kept(self, key: str, lines: list[str]) -> Iterator[None]:
+        """Keep a build's whole output in ``<build_logs>/<key>.log``, also when it fails."""
+        try:
+            yield
+        finally:
+            if self.build_logs is not None:
+                self.build_logs.mkdir(parents=True, exist_ok=True)
+                log = self.build_logs / f"{key}.log"
+                log.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def _ensure_base(self, base: BaseImage) -> str | None:
         """Make the base image when missing: pull it, or import a debootstrap root file system."""
@@ -290,10 +305,10 @@ class DockerBackend:
             if base.source == "image":
                 self._pull(base.ref)
                 return None
-            self.log(f"[base] making {base.ref} with debootstrap (about a minute)")
             repository, tag = split_ref(base.ref)
-            stream = self.base_stream(base)
-            self.client.api.import_image_from_stream(stream, repository=repository, tag=tag)
+            with heartbeat(self.log, f"base image {base.ref} (debootstrap, about a minute)"):
+                stream = self.base_stream(base)
+                self.client.api.import_image_from_stream(stream, repository=repository, tag=tag)
             if self._image_id(base.ref) is None:
                 return f"import of base image {base.ref} left no image"
         except _ImageFailed as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 from repromatrix.backends.base import Backend, BackendKind, Host, Prepared
 from repromatrix.build.tinymodel import TinyModel, tiny_model_for
 from repromatrix.errors import InfraError, RepromatrixError
+from repromatrix.heartbeat import heartbeat
 from repromatrix.model import Cell, Image, Lane, Level, Model
 from repromatrix.run.cell import CellContext
 
@@ -64,8 +65,8 @@ def _make_model(
         return tiny
     if image is None:
         raise InfraError(f"tiny model {model.name}: no working image to generate it in")
-    note(f"generating the tiny model {model.name} (once, cached in {tiny.path})")
-    return backend.make_model(model, image, models_root)
+    with heartbeat(note, f"generating the tiny model {model.name} (once, cached in {tiny.path})"):
+        return backend.make_model(model, image, models_root)
 
 
 def image_versions(backend: Backend, prepared: Mapping[str, Prepared]) -> dict[str, str | None]:

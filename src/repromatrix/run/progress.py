@@ -14,17 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-
-def duration(seconds: float) -> str:
-    """Format seconds for a person: ``42s``, ``3m05s``, ``1h02m``."""
-    total = max(0, round(seconds))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
+from repromatrix.heartbeat import seconds as duration
 
 
 def eta(durations: list[float], remaining: int) -> float | None:
