@@ -161,7 +161,7 @@ def _run_options(
         scenarios=options.scenarios,
         lane=Lane.GPU,
         # After the move one cell is enough to show the new digest: the healthy baseline.
-        only=(f"gpu/v{version}/*/healthy-gpu/*",) if version else (),
+        only=(f"gpu/v{version}/*/*/*/healthy-gpu/*",) if version else (),
         backend="docker",
         results=options.results,
         run_id=f"{after}-moved" if after else options.run_id,
