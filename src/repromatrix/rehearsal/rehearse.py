@@ -76,16 +76,21 @@ def rehearse(options: RehearsalOptions, progress: Progress) -> Rehearsal:
                 ref: publish(client, bases[v], ref, "1", progress.note) for v, ref in refs.items()
             }
             matrix = write_matrix(root, registry, options, hf_cache(root, options))
-            first = execute_run(_run_options(options, matrix), progress)
+            first = execute_run(_run_options(options, matrix), _progress_like(progress))
             runs, moved = [first], {}
             if options.move_tag:
                 ref = refs[options.versions[0]]
                 moved[ref] = publish(client, bases[options.versions[0]], ref, "2", progress.note)
                 again = _run_options(options, matrix, first.run_id, options.versions[0])
-                runs.append(execute_run(again, progress))
+                runs.append(execute_run(again, _progress_like(progress)))
     finally:
         client.close()
     return Rehearsal(tuple(runs), pushed, moved)
+
+
+def _progress_like(progress: Progress) -> Progress:
+    """A fresh count of cells for the next run, printed where ``progress`` prints."""
+    return Progress(0, out=progress.out)
 
 
 def cpu_images(options: RehearsalOptions, progress: Progress) -> dict[str, str]:
