@@ -30,7 +30,7 @@ from repromatrix.backends.base import Execution, Prepared, Watcher
 from repromatrix.build.wheelhouse import CACHE_ROOT, cpu_requirement
 from repromatrix.errors import ConfigError, InfraError
 from repromatrix.model import Cell, Image, Lane
-from repromatrix.secret_env import redact, secrets_from
+from repromatrix.secret_env import redact, redacting_watcher, secrets_from
 
 VENV_ROOT = CACHE_ROOT / "venvs"
 COMPLETE = ".complete"  # inside the virtualenv, written last
@@ -130,7 +130,7 @@ class LocalBackend:
         secrets = secrets_from(self.environ)
         try:
             log, timed_out, stopped_early = self._follow(
-                proc, token, cell.deadline_s, lambda chunk: watch(redact(chunk, secrets))
+                proc, token, cell.deadline_s, redacting_watcher(watch, secrets)
             )
         finally:
             self._stop(proc, token, grace_s=0.0)

@@ -40,7 +40,7 @@ from repromatrix.build import wheelhouse as images
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane
-from repromatrix.secret_env import redact
+from repromatrix.secret_env import redact, redacting_watcher
 
 # Errors that mean "the engine or the host failed", never "vLLM failed".
 ENGINE_ERRORS = (DockerException, RequestException, OSError)
@@ -88,10 +88,8 @@ def debootstrap_stream(base: BaseImage) -> Iterable[bytes]:
 
 
 def _redacting(watch: Watcher, secrets: Mapping[str, str]) -> Watcher:
-    """``watch``, given each chunk with the secret values replaced."""
-    if not any(secrets.values()):
-        return watch
-    return lambda chunk: watch(redact(chunk, secrets))
+    """``watch``, given the joined stream with the secret values replaced."""
+    return redacting_watcher(watch, secrets)
 
 
 def _kill(container: Container) -> None:
