@@ -68,7 +68,7 @@ def _triage_in_chunks(chunks: list[bytes]) -> str:
     redacted = redacting_watcher(watch, {"HF_TOKEN": TOKEN})
     for chunk in chunks:
         redacted(chunk)
-    redacted.flush()  # type: ignore[attr-defined]
+    redacted.flush()
     return json.dumps(triager.diagnose().to_json())
 
 

@@ -139,8 +139,10 @@ class RedactingWatcher:
         return self._watch(data) if data else False
 
 
-def redacting_watcher(watch: Watcher, secrets: Mapping[str, str]) -> Watcher:
-    """``watch``, given the stream with every secret value replaced, across chunk boundaries."""
-    if not any(secrets.values()):
-        return watch
+def redacting_watcher(watch: Watcher, secrets: Mapping[str, str]) -> RedactingWatcher:
+    """``watch``, given the stream with every secret value replaced, across chunk boundaries.
+
+    Call ``flush()`` on the result once the stream has ended (without secrets it
+    passes every chunk on at once and ``flush`` has nothing to give).
+    """
     return RedactingWatcher(watch, secrets)
