@@ -383,8 +383,9 @@ def test_a_matrix_key_with_escapes_is_reported_made_visible(
 
 
 def test_visible_escapes_each_control_class() -> None:
-    assert visible("a\x1b[31mb\x07\x9bc\u202ed\ttab") == "a\\x1b[31mb\\x07\\x9bc\\u202ed\ttab"
+    assert visible("a\x1b[2Jb\x07\x9bc\u202ed\ttab") == "a\\x1b[2Jb\\x07\\x9bc\\u202ed\ttab"
     assert visible("one\ntwo") == "one\\x0atwo"
+    assert visible("\x1b[1;36m(EngineCore pid=7)\x1b[0;0m x") == "(EngineCore pid=7) x"
     assert visible("one\ntwo", multiline=True) == "one\ntwo"
 
 
