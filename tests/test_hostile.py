@@ -6,6 +6,7 @@ that backtrack catastrophically). Each class is a rule; the issue's example and 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import json
@@ -18,15 +19,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
+import docker
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
 from _reports_support import cpu_lane, write_run
-from _runner_support import cell
+from _runner_support import cell, tool_rootfs_tar
 from repromatrix.backends.base import Prepared
+from repromatrix.backends.docker_calls import ContainerSettings
 from repromatrix.backends.local import LocalBackend
+from repromatrix.backends.oci_container import DockerBackend, engine_available
 from repromatrix.build import wheelhouse
 from repromatrix.build.render import dockerfile
 from repromatrix.cli import main
@@ -154,6 +158,45 @@ def test_a_cell_that_prints_its_token_in_two_writes_is_redacted_for_triage(
     assert TOKEN.encode() not in b"".join(seen)
 
 
+# A container that prints the token in two writes a second apart, as a crash line.
+SPLIT_HARNESS = f"""#!/bin/sh
+echo '{PREFIX}Traceback (most recent call last):'
+printf '%s' '{PREFIX}ValueError: To serve at least one request with the models max seq len'
+printf '%s' ' for {TOKEN[:20]}'
+sleep 1
+printf '%s\\n' '{TOKEN[20:]}'
+exit 1
+""".encode()
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(not engine_available(), reason="no Docker engine answers")
+def test_a_container_that_prints_its_token_in_two_writes_is_redacted_for_triage() -> None:
+    client = docker.from_env()
+    data = tool_rootfs_tar(extra={"harness": SPLIT_HARNESS})
+    tag = f"repromatrix-test/split-token:{hashlib.sha256(data).hexdigest()[:12]}"
+    repository, _, version = tag.partition(":")
+    client.api.import_image_from_data(data, repository=repository, tag=version)
+    client.close()
+    settings = {Lane.CPU: ContainerSettings(entrypoint=("/bin/sh", "/harness"), shm_size="64m")}
+    backend = DockerBackend("test-split-token", settings, environ={"HF_TOKEN": TOKEN})
+    chunks: list[bytes] = []
+    watch, triager = make_watcher(cell())
+
+    def keep(chunk: bytes) -> bool:
+        chunks.append(chunk)
+        return watch(chunk)
+
+    try:
+        execution = backend.execute(cell(), {}, Prepared("k", tag), keep)
+    finally:
+        backend.close()
+    assert execution.exit_code == 1 and TOKEN.encode() not in execution.log
+    assert len(chunks) >= 2 and TOKEN.encode() not in b"".join(chunks)
+    found = json.dumps(triager.diagnose().to_json())
+    assert TOKEN not in found and "for <redacted>" in found
+
+
 def test_redact_text_uses_this_process_secrets_and_the_progress_line_does_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -222,12 +265,16 @@ HOSTILE_VALUES = [
     ("registry", '"--build-arg=x"'),
     ("registry", '"vllm/vllm-openai:v1"'),
     ("registry", '"vllm//openai"'),
+    ("source", '"--trust-remote-code"'),
+    ("source", '"org/model\\nFROM evil"'),
 ]
 
 
 def _matrix_text(key: str, value: str) -> str:
     if key == "registry":
         return GPU_MATRIX.format(registry=value)
+    if key == "source":
+        return GPU_MATRIX.format(registry="vllm/vllm-openai").replace("org/m", value)
     if key == "package":
         return CPU_MATRIX.format(package=value, base=GOOD_BASE)
     if key == "ref":

@@ -95,6 +95,15 @@ def check_repository(value: str) -> str | None:
     return _text_problem(value) or "it is not a repository like vllm/vllm-openai"
 
 
+def check_model_source(value: str) -> str | None:
+    """A model's source (an HF repo id, a path, a recipe name): it follows ``--model``."""
+    if any(not ch.isprintable() for ch in value):
+        return "it holds a line break or a control character"
+    if value.startswith("-"):
+        return "it starts with `-` and would be read as an option"
+    return None
+
+
 def check_suite(value: str) -> str | None:
     """A Debian suite name (``bookworm``): lower-case letters, digits and ``-``, no paths."""
     if SUITE.fullmatch(value):

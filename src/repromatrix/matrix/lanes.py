@@ -18,6 +18,7 @@ from repromatrix.grammars import (
     check_apt_package,
     check_image_reference,
     check_mirror,
+    check_model_source,
     check_package_name,
     check_repository,
     check_suite,
@@ -349,7 +350,7 @@ def _model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
         reader.error(_where(body, "dtype"), f"unknown dtype `{dtype}`.{hint}")
         dtype = "bfloat16"
     _check_heads(body, facts, reader)
-    source = _text_or(body.get("source"), "`source`", entry.key, reader)
+    source = _text_or(body.get("source"), "`source`", entry.key, reader, check_model_source)
     moe, multimodal = _bool(body, "moe", reader), _bool(body, "multimodal", reader)
     return Model(entry.key, lane, source, moe, multimodal, dtype=dtype, **facts)
 
