@@ -250,7 +250,8 @@ def _one_line(value: object) -> object:
     one (or any other control character) is refused, whatever checked it before.
     """
     if LINE_BREAK_OR_CONTROL.search(str(value)):
-        raise _problem(f"{str(value)!r} cannot go into a Dockerfile: it holds a line break")
+        why = "it holds a line break or a control character"
+        raise _problem(f"{str(value)!r} cannot go into a Dockerfile: {why}")
     return value
 
 
