@@ -19,6 +19,7 @@ from repromatrix import cli
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.triage import Triager, triage_path
 from repromatrix.triage.text import MAX_SHOWN
+from repromatrix.visible import visible
 
 CASES = labelled()
 Case = tuple[Path, dict[str, Any]]
@@ -62,7 +63,8 @@ def test_text_output_shows_the_root_cause_line(
         assert out.startswith("No root cause found in this log.")
     else:
         assert out.startswith("Root cause (line ")
-        assert label["root_cause_line"][:MAX_SHOWN] in out
+        # Shown as `visible` shows it: colour codes dropped, other controls escaped.
+        assert visible(label["root_cause_line"][:MAX_SHOWN]) in out
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
 from repromatrix import __version__
 from repromatrix.commands import COMMANDS
-from repromatrix.errors import EXIT_INTERRUPTED, RepromatrixError
+from repromatrix.errors import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, RepromatrixError
+from repromatrix.visible import visible
 
 
 def _command_modules() -> list[ModuleType]:
@@ -44,13 +46,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         status: int = args.handler(args)
+        sys.stdout.flush()  # a full disk shows here, not as a traceback at exit
     except RepromatrixError as exc:
-        print(f"repromatrix: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
         print("repromatrix: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # `repromatrix plan | head` closes the pipe early; that is not an error.
-        return 0
+        _drop_stdout()
+        return EXIT_OK
+    except RecursionError:
+        return _fail("the input nests too deeply to be read", EXIT_INFRA)
+    except OSError as exc:
+        # The host refused: a full disk, a read-only folder, an output that cannot be written.
+        _drop_stdout()
+        return _fail(os_error_line(exc), EXIT_INFRA)
     return status
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an ``OSError``: what failed, on which file."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    return f"{exc.filename}: {what}" if exc.filename else f"cannot write the output: {what}"
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"repromatrix: error: {visible(message, multiline=True)}", file=sys.stderr)
+    return code
+
+
+def _drop_stdout() -> None:
+    """Point standard output at /dev/null, so the exit does not retry a write that failed."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file behind stdout (a test's StringIO)
+        pass

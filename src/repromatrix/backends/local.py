@@ -36,7 +36,7 @@ from repromatrix.build.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cpu
 from repromatrix.errors import ConfigError, InfraError
 from repromatrix.heartbeat import heartbeat
 from repromatrix.model import Cell, Image, Lane, Model
-from repromatrix.secret_env import redact, secrets_from
+from repromatrix.secret_env import redact, redacting_watcher, secrets_from
 
 VENV_ROOT = CACHE_ROOT / "venvs"
 COMPLETE = ".complete"  # inside the virtualenv, written last
@@ -160,7 +160,7 @@ class LocalBackend:
         secrets = secrets_from(self.environ)
         try:
             log, timed_out, stopped_early = self._follow(
-                proc, token, cell.deadline_s, lambda chunk: watch(redact(chunk, secrets))
+                proc, token, cell.deadline_s, watch, secrets
             )
         finally:
             self._stop(proc, token, grace_s=0.0)
@@ -176,11 +176,20 @@ class LocalBackend:
         )
 
     def _follow(
-        self, proc: subprocess.Popen[bytes], token: str, deadline_s: float, watch: Watcher
+        self,
+        proc: subprocess.Popen[bytes],
+        token: str,
+        deadline_s: float,
+        watch: Watcher,
+        secrets: Mapping[str, str],
     ) -> tuple[bytes, bool, bool]:
-        """Read the harness's output until it ends; stop it on deadline or watcher request."""
+        """Read the harness's output until it ends; stop it on deadline or watcher request.
+
+        The watcher and the kept log both see the joined stream with secrets redacted.
+        """
         assert proc.stdout is not None
-        log = BoundedLog()
+        log = BoundedLog(secrets=secrets)
+        redacted = redacting_watcher(watch, secrets)
         deadline = time.monotonic() + deadline_s
         timed_out = stopped_early = False
         stop_at: float | None = None  # when the harness was asked to stop
@@ -203,9 +212,11 @@ class LocalBackend:
                 if not chunk:
                     break
                 log.add(chunk)
-                if stop_at is None and watch(chunk):
+                if stop_at is None and redacted(chunk):
                     stopped_early, stop_at = True, self._terminate(proc)
         proc.wait()
+        log.finish()
+        redacted.flush()  # the last bytes held back reach triage too
         return bytes(log), timed_out, stopped_early
 
     @staticmethod

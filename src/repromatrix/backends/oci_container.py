@@ -47,7 +47,7 @@ from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.heartbeat import heartbeat
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane, Model
-from repromatrix.secret_env import redact
+from repromatrix.secret_env import redact, redacting_watcher
 
 # Errors that mean "the engine or the host failed", never "vLLM failed".
 ENGINE_ERRORS = (DockerException, RequestException, OSError)
@@ -93,13 +93,6 @@ def debootstrap_stream(base: BaseImage) -> Iterable[bytes]:
     """The base root file system as a tar stream, made with debootstrap (cached on the host)."""
     rootfs = images.make_base_rootfs(base, images.BASE_ROOT)
     return images.rootfs_tar_stream(rootfs)
-
-
-def _redacting(watch: Watcher, secrets: Mapping[str, str]) -> Watcher:
-    """``watch``, given each chunk with the secret values replaced."""
-    if not any(secrets.values()):
-        return watch
-    return lambda chunk: watch(redact(chunk, secrets))
 
 
 def _kill(container: Container) -> None:
@@ -370,9 +363,9 @@ class DockerBackend:
                 container.start()
                 start_s = time.monotonic() - started
                 # The watcher keeps what it reads (a root-cause line goes into the result).
-                seen = self._follow(container, started + deadline_s, _redacting(watch, secrets))
+                seen = self._follow(container, started + deadline_s, watch, secrets)
                 state = self._final_state(container)
-                log = bytes(seen.log) if seen.stream_error is None else self._logs(container)
+                log = self._logs(container, secrets) if seen.stream_error else bytes(seen.log)
         except ENGINE_ERRORS as exc:
             return Execution(
                 exit_code=None,
@@ -400,8 +393,19 @@ class DockerBackend:
             if container is not None:
                 self._remove(container)
 
-    def _follow(self, container: Container, deadline: float, watch: Watcher) -> _Watch:
-        seen = _Watch()
+    def _follow(
+        self, container: Container, deadline: float, watch: Watcher, secrets: Mapping[str, str]
+    ) -> _Watch:
+        """Stream the output to the watcher and the kept log, both redacted on the joined
+        stream; stop at the deadline or when the watcher asks."""
+        seen = _Watch(log=BoundedLog(secrets=secrets))
+        redacted = redacting_watcher(watch, secrets)
+        self._stream(container, deadline, redacted, seen)
+        seen.log.finish()
+        redacted.flush()  # the last bytes held back reach triage too
+        return seen
+
+    def _stream(self, container: Container, deadline: float, watch: Watcher, seen: _Watch) -> None:
         chunks, reader = _pump(container)
         while True:
             remaining = deadline - time.monotonic()
@@ -413,10 +417,10 @@ class DockerBackend:
             except queue.Empty:
                 continue
             if item is None:
-                return seen
+                return
             if isinstance(item, BaseException):
                 seen.stream_error = _one_line(item)
-                return seen
+                return
             seen.log.add(item)
             if watch(item):
                 seen.stopped_early = True
@@ -427,14 +431,14 @@ class DockerBackend:
             item = chunks.get_nowait()
             if isinstance(item, bytes):
                 seen.log.add(item)
-        return seen
 
     @staticmethod
-    def _logs(container: Container) -> bytes:
+    def _logs(container: Container, secrets: Mapping[str, str]) -> bytes:
         """The container's whole output read again (the live stream broke), kept bounded."""
-        kept = BoundedLog()
+        kept = BoundedLog(secrets=secrets)
         for chunk in container.logs(stream=True, follow=False):
             kept.add(chunk)
+        kept.finish()
         return bytes(kept)
 
     @staticmethod

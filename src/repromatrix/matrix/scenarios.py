@@ -16,6 +16,7 @@ from types import MappingProxyType
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from repromatrix.errors import ConfigError, Problem, suggest
+from repromatrix.grammars import unsafe_regex
 from repromatrix.matrix.conditions import subject_problem
 from repromatrix.matrix.keys import BASELINE_FORBIDDEN, CRASH_REQUIRED, VARIANT_KINDS, section
 from repromatrix.matrix.yamlsrc import (
@@ -280,6 +281,9 @@ def _signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]:
         except re.error as exc:
             where = body.get("pattern") or body
             reader.error(where.where, f"`pattern` is not a valid regular expression: {exc}")
+            continue
+        if (why := unsafe_regex(pattern)) is not None:
+            reader.error((body.get("pattern") or body).where, f"`pattern` is refused: {why}")
             continue
         signatures.append(Signature(pattern, _text(body, "process", reader)))
     if not signatures and isinstance(node, YSeq) and not node.items:

@@ -6,13 +6,21 @@ exact key or value that is wrong. Mapping keys are kept as the text written
 in the file (``on:`` stays the key ``"on"``, not ``True``), duplicate keys
 are reported, and anything that is not plain data (custom tags, binary,
 recursive aliases, alias bombs) becomes a problem instead of a value.
+
+The limits hold while the file is read and composed, not after: at most
+``MAX_BYTES`` are read, only from a regular file (a FIFO or a device is
+refused without waiting on it), and composition stops at ``MAX_DEPTH`` levels
+or ``MAX_NODES`` values, so a hostile file never builds a large tree or
+exhausts the interpreter's stack.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
-from collections.abc import Collection, Iterator
+import stat
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
@@ -26,6 +34,7 @@ Scalar: TypeAlias = str | int | float | bool | None
 # Nodes converted per document: far above any real matrix, far below an alias bomb.
 MAX_NODES = 200_000
 MAX_DEPTH = 64
+MAX_BYTES = 4 << 20  # a matrix or scenario file is a few kilobytes
 
 _TAG = "tag:yaml.org,2002:"
 _PLAIN_TAGS = {f"{_TAG}{name}" for name in ("str", "int", "float", "bool", "null")}
@@ -124,7 +133,7 @@ def load_yaml(path: Path, display: str | None = None) -> YNode:
     """
     name = display or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError([Problem(name, 0, 0, "no such file")]) from None
     except IsADirectoryError:
@@ -133,17 +142,47 @@ def load_yaml(path: Path, display: str | None = None) -> YNode:
         raise ConfigError([Problem(name, 0, 0, f"is not UTF-8 text ({exc.reason})")]) from None
     except OSError as exc:
         raise ConfigError([Problem(name, 0, 0, f"cannot be read: {exc.strerror}")]) from None
+    except ValueError as exc:
+        raise ConfigError([Problem(name, 0, 0, str(exc))]) from None
     return parse_yaml(text, name)
+
+
+def read_bounded(path: Path, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of the regular file ``path``; ``ValueError`` for anything else or too large.
+
+    The file is opened without blocking, so a FIFO nobody writes to is refused
+    at once instead of hanging the command.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(0, "is a folder", str(path))
+        if not stat.S_ISREG(mode):
+            raise ValueError("is not a regular file (a FIFO, a socket or a device)")
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"is larger than {limit >> 20} MiB: not a matrix or scenario file")
+    return data
 
 
 def parse_yaml(text: str, file: str) -> YNode:
     """Parse YAML text into located nodes; raise ``ConfigError`` listing every problem found."""
+    if len(text) > MAX_BYTES:
+        raise ConfigError([Problem(file, 0, 0, f"is larger than {MAX_BYTES >> 20} MiB")])
+    loader = _BoundedLoader(text)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = loader.get_single_node()
+    except _TooBig as exc:
+        mark = exc.problem_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        raise ConfigError([Problem(file, line, column, str(exc.problem))]) from None
     except yaml.MarkedYAMLError as exc:
         raise ConfigError([_yaml_problem(exc, file)]) from None
     except yaml.YAMLError as exc:  # errors without a position (e.g. a bad character stream)
         raise ConfigError([Problem(file, 0, 0, f"YAML error: {exc}")]) from None
+    finally:
+        loader.dispose()
     if root is None:
         raise ConfigError([Problem(file, 0, 0, "the file is empty")])
     converter = _Converter(file)
@@ -160,6 +199,36 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
     if mark is None:
         return Problem(file, 0, 0, message)
     return Problem(file, mark.line + 1, mark.column + 1, message)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's composer, stopped at ``MAX_DEPTH`` levels and ``MAX_NODES`` nodes as it goes."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        """Compose one node, refusing the document once it is too deep or too big."""
+        self._depth += 1
+        self._nodes += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                self._refuse(f"the document nests more than {MAX_DEPTH} levels deep")
+            if self._nodes > MAX_NODES:
+                self._refuse(f"the document has more than {MAX_NODES} values")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def _refuse(self, message: str) -> None:
+        mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+        raise _TooBig(None, None, message, mark)
+
+
+class _TooBig(yaml.MarkedYAMLError):
+    """A document past the limits; its message stands alone (it is no syntax error)."""
 
 
 class _Converter:
@@ -297,6 +366,16 @@ class Reader:
             return node.value
         self.error(node.where, f"{what} must be text, not {describe(node)}")
         return None
+
+    def grammar(self, node: YNode, what: str, check: Callable[[str], str | None]) -> str | None:
+        """Return text that ``check`` accepts (``check`` says why a value is refused, or None)."""
+        value = self.text(node, what)
+        if value is None:
+            return None
+        if (why := check(value)) is not None:
+            self.error(node.where, f"{what} {value!r} is refused: {why}")
+            return None
+        return value
 
     def name(self, node: YNode, what: str) -> str | None:
         """Return a name usable in a cell id: lower case letters, digits, ``.``, ``_``, ``-``."""

@@ -4,6 +4,9 @@ A matrix of engine cells takes minutes per cell, so a person watching needs to
 see that it moves and roughly when it will finish. The ETA is the mean time of
 the cells finished so far times the cells left: crude, but honest, and it
 improves as the run goes.
+
+Every line is shown through ``visible`` and ``redact_text``: a reason comes
+from a cell's log, which may hold escape sequences or a secret.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from repromatrix.heartbeat import seconds as duration
+from repromatrix.secret_env import redact_text
+from repromatrix.visible import visible
 
 
 def eta(durations: list[float], remaining: int) -> float | None:
@@ -70,4 +75,4 @@ class Progress:
         return duration(self.clock() - self._started)
 
     def _print(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        print(visible(redact_text(line)), file=self.out, flush=True)

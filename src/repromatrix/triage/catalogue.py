@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from repromatrix.errors import ConfigError, Problem
+from repromatrix.grammars import unsafe_regex
 from repromatrix.triage.literals import required_literal
 
 BUILTIN = "triage_causes.yaml"
@@ -220,5 +221,8 @@ def _compile(
             re.compile(pattern)
         except re.error as exc:
             problems.append(Problem(where, 0, 0, f"bad pattern {pattern!r}: {exc}"))
+            return None
+        if (why := unsafe_regex(pattern)) is not None:
+            problems.append(Problem(where, 0, 0, f"pattern {pattern!r} is refused: {why}"))
             return None
     return re.compile("|".join(f"({p})" for p in patterns))

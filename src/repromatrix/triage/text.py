@@ -1,10 +1,15 @@
-"""A diagnosis as a person reads it: the cause first, then what it means and what to do."""
+"""A diagnosis as a person reads it: the cause first, then what it means and what to do.
+
+Log lines are shown through ``visible``: a log may hold escape sequences that a
+terminal would act on.
+"""
 
 from __future__ import annotations
 
 import textwrap
 
 from repromatrix.triage.diagnosis import Diagnosis
+from repromatrix.visible import visible
 
 WIDTH = 92
 MAX_SHOWN = 400  # characters of a log line shown in text output (JSON keeps all)
@@ -45,7 +50,7 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
         ]
     if diagnosis.excerpt:
         parts += ["Excerpt:", *(_indent_line(line, "  | ") for line in diagnosis.excerpt)]
-    return "\n".join(parts) + "\n"
+    return visible("\n".join(parts), multiline=True) + "\n"
 
 
 def _no_cause(diagnosis: Diagnosis) -> str:
@@ -56,7 +61,7 @@ def _no_cause(diagnosis: Diagnosis) -> str:
     if diagnosis.last_errors:
         parts += ["Last error lines:", *(_indent_line(line) for line in diagnosis.last_errors)]
     parts.append(f"({diagnosis.lines_read} lines read)")
-    return "\n".join(parts) + "\n"
+    return visible("\n".join(parts), multiline=True) + "\n"
 
 
 def _wrap(text: str) -> str:
@@ -65,4 +70,4 @@ def _wrap(text: str) -> str:
 
 def _indent_line(line: str, prefix: str = "  ") -> str:
     shown = line if len(line) <= MAX_SHOWN else line[:MAX_SHOWN] + " [...]"
-    return prefix + shown
+    return prefix + visible(shown)

