@@ -32,9 +32,9 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the answer; the exit status says whether the candidate is worse."""
     from repromatrix.reports import diff  # noqa: PLC0415  (keeps `--help` fast)
-    from repromatrix.reports.write import load_run  # noqa: PLC0415
+    from repromatrix.results.store import read_run  # noqa: PLC0415
 
-    loaded = load_run(require_run_dir(args.results))
+    loaded = read_run(require_run_dir(args.results))
     for problem in loaded.problems:
         print(f"problem: {problem}", file=sys.stderr)
     upgrade = diff.diff(loaded.results, args.baseline, args.candidate)

@@ -121,6 +121,7 @@ def stage_plan(state: RunState) -> RunState:
     cells = plan(matrix, scenarios, options.lane, Selector(options.only, options.skip))
     run_id, run_dir = resolve_run_dir(options)
     todo = pending(cells, run_dir, options.resume)
+    results.start_run(run_dir, [c.id for c in cells], dry=options.dry_run or options.prepare_only)
     state.progress.total = len(todo)
     left = f"{len(todo)} of {len(cells)}" if options.resume else f"{len(cells)}"
     if options.prepare_only or options.dry_run:
