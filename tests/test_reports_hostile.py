@@ -123,6 +123,7 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "nested 100000 deep": deep,
     "a JSON string": raw('"result"'),
     "not UTF-8": lambda path: path.write_bytes(b"\xff\xfe{"),
+    "a 9 MiB file": lambda path: os.truncate(path, 9 * 1024 * 1024),
 }
 
 
@@ -288,6 +289,16 @@ def test_a_cell_folder_linked_out_of_the_run_is_never_written(tmp_path: Path) ->
     assert list(elsewhere.iterdir()) == []
     with pytest.raises(ValueError, match="not a cell id"):
         atomic_write(cell_dir(run_dir, "../x"), b"")
+
+
+def test_a_cells_folder_linked_elsewhere_is_named_not_read(tmp_path: Path) -> None:
+    elsewhere, run_dir = tmp_path / "elsewhere", tmp_path / "run"
+    write_run(elsewhere, cpu_lane())
+    run_dir.mkdir()
+    (run_dir / "cells").symlink_to(elsewhere / "cells", target_is_directory=True)
+    loaded = read_run(run_dir)
+    assert loaded.results == ()
+    assert [(p.kind, p.where) for p in loaded.problems] == [(ProblemKind.CORRUPT, "cells")]
 
 
 def test_every_reader_reads_the_same_folder_the_same_way(run_dir: Path) -> None:

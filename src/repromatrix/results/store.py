@@ -252,6 +252,9 @@ def read_results(run_dir: Path) -> tuple[list[CellResult], list[RunProblem]]:
 def _result_paths(run_dir: Path, problems: list[RunProblem]) -> Iterator[Path]:
     """Every ``result.json`` below ``cells/``; links to folders are named, never followed."""
     cells = run_dir / "cells"
+    if cells.is_symlink():
+        problems.append(RunProblem(ProblemKind.CORRUPT, "cells", "a symbolic link: not followed"))
+        return
     for folder, dirs, files in os.walk(cells, followlinks=False):
         here = Path(folder)
         for name in [d for d in dirs if (here / d).is_symlink()]:
