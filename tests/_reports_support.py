@@ -87,6 +87,7 @@ def result(
         "timings": Timings(build_s=1.0, start_s=0.5, ready_s=0.0, total_s=31.5),
         "run_id": "20260101-000000",
         "started_at": "2026-01-01T00:00:00+00:00",
+        "finished_at": "2026-01-01T00:00:31.500000+00:00",
     }
     defaults.update(fields)
     return CellResult(

@@ -17,6 +17,7 @@ import pytest
 from junitparser.xunit2 import JUnitXml
 
 from repromatrix.cli import main
+from repromatrix.reports.junit import read_facts
 from repromatrix.results.store import read_results
 
 pytestmark = pytest.mark.vllm
@@ -62,13 +63,9 @@ def test_the_real_outcomes(run_dir: Path) -> None:
 
 def test_the_runner_wrote_the_reports(run_dir: Path) -> None:
     xml = JUnitXml.fromfile(str(run_dir / "junit.xml"))
-    cases = {
-        {p.name: p.value for p in case.properties()}["cell_id"]: case
-        for suite in xml
-        for case in suite
-    }
+    cases = {read_facts(case.system_out)["cell_id"]: case for suite in xml for case in suite}
     assert len(cases) == 6
-    hit = {p.name: p.value for p in cases[TRIGGER.format("0.31.0")].properties()}
+    hit = read_facts(cases[TRIGGER.format("0.31.0")].system_out)
     assert hit["level"] == "probe"
     assert hit["observed"] == "hit"
     assert hit["vllm_version"].startswith("0.31.0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from io import BytesIO
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from junitparser.xunit2 import JUnitXml, TestCase
 
 from _reports_support import KV_CAUSE_LINE, MOE_CAUSE, mixed_run, result, write_run
 from repromatrix.model import Expected, Outcome
-from repromatrix.reports.junit import build_junit, xml_text
+from repromatrix.reports.junit import build_junit, read_facts, xml_text
 from repromatrix.reports.write import write_reports
 from repromatrix.results.store import RootCause
 from repromatrix.results.verdicts import ProblemKind, judge_all
@@ -36,13 +37,14 @@ def cases(xml: JUnitXml) -> dict[str, TestCase]:
     found = {}
     for suite in xml:
         for case in suite:
-            props = {p.name: p.value for p in case.properties()}
-            found[props.get("cell_id", f"{case.classname}::{case.name}")] = case
+            found[props(case).get("cell_id", f"{case.classname}::{case.name}")] = case
     return found
 
 
 def props(case: TestCase) -> dict[str, str]:
-    return {p.name: p.value for p in case.properties()}
+    """A cell's facts: the second block of its system-out (cases carry no properties)."""
+    assert list(case.properties()) == []
+    return read_facts(case.system_out or "")
 
 
 def test_one_suite_per_scenario_plus_the_problems(report: JUnitXml) -> None:
@@ -90,6 +92,8 @@ def test_properties_of_a_passing_hit(report: JUnitXml) -> None:
         "root_cause_process": "EngineCore",
         "root_cause_category": "kv_cache_too_small",
         "reason": "cpu-kv-cache-too-small signature seen in EngineCore",
+        "host": socket.gethostname(),
+        "finished_at": "2026-01-01T00:00:31.500000+00:00",
         "log": "cells/cpu/0.31.0/cpu/tiny-llama/default/cpu-kv-cache-too-small/trigger/log.txt",
     }
 
@@ -217,6 +221,6 @@ def test_any_text_gives_xml_that_parses_back(text: str, excerpt: str, outcome: O
     buffer = BytesIO()
     build_junit([judged], [], {cell.id: excerpt}).write(buffer)
     [case] = [c for s in JUnitXml.fromstring(buffer.getvalue()) for c in s]
-    assert {p.name: p.value for p in case.properties()}["cell_id"] == cell.id
+    assert props(case)["cell_id"] == cell.id
     # Trailing line breaks of system-out do not survive the XML round trip; the text does.
     assert xml_text(excerpt).replace("\r", "\n").rstrip() in case.system_out.replace("\r", "\n")

@@ -12,9 +12,9 @@ from _reports_support import mixed_run, result, with_id, write_run
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
 from repromatrix.model import Outcome
-from repromatrix.reports.write import read_plan, write_plan, write_reports
+from repromatrix.reports.write import write_reports
 from repromatrix.results.merge import Copy, choose, merge
-from repromatrix.results.store import cell_dir, read_results
+from repromatrix.results.store import cell_dir, read_plan, read_results, write_plan
 from repromatrix.results.verdicts import ProblemKind
 
 
@@ -81,12 +81,13 @@ def test_conflicting_shards_are_recorded_and_reported(tmp_path: Path) -> None:
     merged = merge([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
     [conflict] = merged.conflicts
     assert conflict.cell_id == hit.id
-    assert conflict.kept.result.outcome is Outcome.HIT  # the first shard, when both decided
+    assert conflict.kept.result.outcome is Outcome.HIT  # the same finish time: the first shard
     [problem] = merged.problems
     assert problem.kind is ProblemKind.CONFLICT
+    finished = "(finished 2026-01-01T00:00:31.500000+00:00)"
     assert problem.message == (
-        f"shards disagree (hit in {tmp_path / 'a'}, avoided in {tmp_path / 'b'}); "
-        f"kept hit from {tmp_path / 'a'}"
+        f"shards disagree (hit in {tmp_path / 'a'} {finished}; avoided in {tmp_path / 'b'} "
+        f"{finished}); kept hit from {tmp_path / 'a'}, the latest attempt that ran"
     )
     summary = write_reports(tmp_path / "out")
     assert summary.problems == (problem,)
@@ -95,17 +96,83 @@ def test_conflicting_shards_are_recorded_and_reported(tmp_path: Path) -> None:
 
 def test_a_real_outcome_is_kept_over_an_infrastructure_error_or_a_skip() -> None:
     ran = result()
+    later = "2026-01-02T00:00:00+00:00"
     copies = [
-        Copy(Path("a"), with_id(ran, outcome=Outcome.SKIPPED)),
-        Copy(Path("b"), with_id(ran, outcome=Outcome.INFRA_ERROR)),
+        Copy(Path("a"), with_id(ran, outcome=Outcome.SKIPPED, finished_at=later)),
+        Copy(Path("b"), with_id(ran, outcome=Outcome.INFRA_ERROR, finished_at=later)),
         Copy(Path("c"), ran),
     ]
-    kept, conflict = choose(copies)
-    assert kept.shard == Path("c")
-    assert conflict is not None
-    assert [c.shard for c in conflict.others] == [Path("a"), Path("b")]
-    kept, _ = choose(copies[:2])
-    assert kept.shard == Path("b")
+    choice = choose(copies)
+    assert choice.kept.shard == Path("c")
+    assert not choice.conflict  # a skip or an infrastructure error says nothing against a hit
+    assert [c.shard for c in choice.replaced] == [Path("a"), Path("b")]
+    assert choose(copies[:2]).kept.shard == Path("b")
+
+
+def attempt(shard: Path, finished_at: str, **changes: object) -> Copy:
+    return Copy(shard, with_id(result(), finished_at=finished_at, **changes))
+
+
+def test_the_latest_attempt_of_a_cell_is_kept_whatever_the_shard_order() -> None:
+    first = attempt(Path("try-1"), "2026-01-01T10:00:00+00:00", outcome=Outcome.TIMEOUT)
+    retry = attempt(Path("try-2"), "2026-01-01T11:00:00+00:00")
+    for copies in ([first, retry], [retry, first]):
+        choice = choose(copies)
+        assert choice.kept.shard == Path("try-2")
+        assert [c.shard for c in choice.replaced] == [Path("try-1")]
+
+
+def test_finish_times_in_other_offsets_are_compared_as_instants() -> None:
+    utc = attempt(Path("utc"), "2026-01-01T10:30:00+00:00")
+    berlin = attempt(Path("berlin"), "2026-01-01T11:00:00+01:00")  # 10:00 UTC: earlier
+    assert choose([berlin, utc]).kept.shard == Path("utc")
+
+
+def test_an_old_result_without_finish_time_is_ordered_by_start_and_duration() -> None:
+    old = attempt(Path("old"), "", started_at="2026-01-01T10:00:00+00:00")  # + 31.5 s
+    new = attempt(Path("new"), "2026-01-01T10:00:40+00:00")
+    assert choose([new, old]).kept.shard == Path("new")
+    unknown = attempt(Path("unknown"), "", started_at="")
+    assert choose([unknown, old]).kept.shard == Path("old")
+
+
+def test_a_retry_that_changed_the_answer_says_what_it_replaced(tmp_path: Path) -> None:
+    cell = result()
+    write_run(tmp_path / "try-1", [with_id(cell, outcome=Outcome.INFRA_ERROR, root_cause=None)])
+    write_run(tmp_path / "try-2", [with_id(cell, finished_at="2026-01-01T01:00:00+00:00")])
+    merged = merge([tmp_path / "try-1", tmp_path / "try-2"], tmp_path / "out")
+    assert merged.conflicts == ()
+    [problem] = merged.problems
+    assert problem.kind is ProblemKind.REPLACED
+    assert problem.message.startswith(f"hit in {tmp_path / 'try-2'} (finished 2026-01-01T01:00")
+    assert f"replaced infra_error in {tmp_path / 'try-1'}" in problem.message
+    record = json.loads((tmp_path / "out" / "merge.json").read_text())
+    [entry] = record["replaced"]
+    assert entry["kept"]["shard"] == str(tmp_path / "try-2")
+    assert [c["shard"] for c in entry["replaced"]] == [str(tmp_path / "try-1")]
+    [kept] = read_results(tmp_path / "out")[0]
+    assert kept.outcome is Outcome.HIT
+    summary = write_reports(tmp_path / "out")
+    assert summary.problems == (problem,)
+    junit = JUnitXml.fromfile(str(tmp_path / "out" / "junit.xml"))
+    [notice] = [c for s in junit if s.name == "repromatrix" for c in s]
+    assert [type(r).__name__ for r in notice.result] == ["Skipped"]  # a notice, not an error
+
+
+def test_a_later_attempt_that_disagrees_is_kept_and_named_a_conflict(tmp_path: Path) -> None:
+    cell = result()
+    write_run(tmp_path / "runner-1", [cell])
+    later = with_id(cell, outcome=Outcome.AVOIDED, root_cause=None, host="gpu-b")
+    write_run(tmp_path / "runner-2", [with_id(later, finished_at="2026-01-02T00:00:00+00:00")])
+    merged = merge([tmp_path / "runner-1", tmp_path / "runner-2"], tmp_path / "out")
+    [conflict] = merged.conflicts
+    assert conflict.kept.shard == tmp_path / "runner-2"
+    [problem] = merged.problems
+    assert problem.kind is ProblemKind.CONFLICT
+    assert problem.message.endswith(
+        f"kept avoided from {tmp_path / 'runner-2'}, the latest attempt that ran"
+    )
+    assert json.loads((tmp_path / "out" / "merge.json").read_text())["replaced"][0]["conflict"]
 
 
 def test_unreadable_files_of_a_shard_are_carried_into_the_merged_reports(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,9 +12,12 @@ from junitparser.xunit2 import JUnitXml
 
 from _reports_support import cpu_lane, write_run
 from repromatrix.cli import main
-from repromatrix.reports.write import load_run, write_plan, write_reports
-from repromatrix.results.store import cell_dir
+from repromatrix.model import Lane
+from repromatrix.reports.write import write_reports
+from repromatrix.results.store import cell_dir, read_run, write_plan
 from repromatrix.results.verdicts import ProblemKind
+from repromatrix.run.progress import Progress
+from repromatrix.run.stages import RunOptions, RunState, stage_claim, stage_plan
 
 HEALTHY_0_32 = "cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/baseline"
 TRIGGER_0_31 = "cpu/0.31.0/cpu/tiny-llama/default/cpu-kv-cache-too-small/trigger"
@@ -61,13 +66,13 @@ def test_a_truncated_result_is_named_and_the_rest_reported(run_dir: Path) -> Non
 
 def test_an_empty_result_file(run_dir: Path) -> None:
     result_file(run_dir, HEALTHY_0_32).write_bytes(b"")
-    [problem] = load_run(run_dir).problems
+    [problem] = read_run(run_dir).problems
     assert problem.message == "empty file (the run was cut off while writing)"
 
 
 def test_a_result_that_is_not_an_object(run_dir: Path) -> None:
     result_file(run_dir, HEALTHY_0_32).write_text("[1, 2]")
-    [problem] = load_run(run_dir).problems
+    [problem] = read_run(run_dir).problems
     assert problem.message == "a JSON list, not an object"
 
 
@@ -76,7 +81,7 @@ def test_a_newer_schema_is_refused_with_the_versions(run_dir: Path) -> None:
     data = json.loads(path.read_text())
     data["schema_version"] = 7
     path.write_text(json.dumps(data))
-    [problem] = load_run(run_dir).problems
+    [problem] = read_run(run_dir).problems
     assert problem.kind is ProblemKind.SCHEMA
     assert "schema_version 7; this one reads up to 1" in problem.message
 
@@ -84,7 +89,7 @@ def test_a_newer_schema_is_refused_with_the_versions(run_dir: Path) -> None:
 def test_an_older_schema_missing_fields_is_named_as_such(run_dir: Path) -> None:
     path = result_file(run_dir, HEALTHY_0_32)
     path.write_text(json.dumps({"id": HEALTHY_0_32, "status": "passed"}))
-    [problem] = load_run(run_dir).problems
+    [problem] = read_run(run_dir).problems
     assert problem.kind is ProblemKind.SCHEMA
     assert problem.message.startswith("written with an older schema (schema_version 0)")
 
@@ -94,7 +99,7 @@ def test_an_older_schema_that_is_complete_is_read(run_dir: Path) -> None:
     data = json.loads(path.read_text())
     del data["schema_version"]
     path.write_text(json.dumps(data))
-    loaded = load_run(run_dir)
+    loaded = read_run(run_dir)
     assert loaded.problems == ()
     assert len(loaded.results) == 6
 
@@ -188,3 +193,28 @@ def test_the_report_command_on_the_wrong_folder(
     assert "is not a results folder" in capsys.readouterr().err
     assert main(["report", str(run_dir / "missing")]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_a_run_writes_its_plan_when_it_starts_so_its_reports_name_what_never_ran(
+    tmp_path: Path,
+) -> None:
+    root = Path(__file__).resolve().parents[1]
+    options = RunOptions(
+        matrix=root / "matrix.yaml",
+        scenarios=root / "scenarios",
+        lane=Lane.CPU,
+        results=tmp_path,
+        run_id="cut-off",
+    )
+    progress = Progress(0, out=io.StringIO())
+    state = stage_claim(stage_plan(RunState(options=options), progress), progress)
+    assert state.claim is not None
+    state.claim.release()
+    planned = read_run(state.run_dir).planned
+    assert planned is not None and planned == {c.id for c in state.todo}
+    [problem] = write_reports(state.run_dir).problems  # the run was stopped before any cell
+    assert problem.message.startswith(f"{len(planned)} of {len(planned)} planned cells never ran")
+
+    dry = replace(options, run_id="dry", dry_run=True)
+    stage_claim(stage_plan(RunState(options=dry), progress), progress)
+    assert not (tmp_path / "dry").exists()

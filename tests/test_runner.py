@@ -62,7 +62,7 @@ def test_resume_leaves_out_cells_with_a_result(tmp_path: Path):
     done, todo = cell(variant="trigger"), cell(variant="max-model-len-64")
     result = results.CellResult(
         id=done.id, outcome=Outcome.HIT, expected=done.expected, lane="cpu", level="engine",
-        image="x", image_tag="0.32.0", gpu="cpu", model="m", flagset="default",
+        image="x", image_tag="0.32.0", gpu="cpu", model="tiny-llama", flagset="default",
         scenario=done.scenario.id, variant="trigger",
     )  # fmt: skip
     results.write_result(tmp_path, result, b"log")

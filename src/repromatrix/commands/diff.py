@@ -10,6 +10,8 @@ from typing import Any
 
 from repromatrix.commands.report import require_run_dir
 from repromatrix.errors import EXIT_FAILURE, EXIT_OK
+from repromatrix.secret_env import redact_text
+from repromatrix.visible import visible
 
 
 def add_parser(subparsers: Any) -> None:
@@ -32,14 +34,14 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the answer; the exit status says whether the candidate is worse."""
     from repromatrix.reports import diff  # noqa: PLC0415  (keeps `--help` fast)
-    from repromatrix.reports.write import load_run  # noqa: PLC0415
+    from repromatrix.results.store import read_run  # noqa: PLC0415
 
-    loaded = load_run(require_run_dir(args.results))
+    loaded = read_run(require_run_dir(args.results))
     for problem in loaded.problems:
-        print(f"problem: {problem}", file=sys.stderr)
+        print(visible(redact_text(f"problem: {problem}")), file=sys.stderr)
     upgrade = diff.diff(loaded.results, args.baseline, args.candidate)
     if args.json:
         print(json.dumps(diff.to_json(upgrade), indent=2))
     else:
-        print(diff.format_diff(upgrade), end="")
+        print(visible(redact_text(diff.format_diff(upgrade)), multiline=True), end="")
     return EXIT_FAILURE if upgrade.worse else EXIT_OK

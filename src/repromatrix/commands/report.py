@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import EXIT_OK, UsageError
+from repromatrix.secret_env import redact_text
+from repromatrix.visible import visible
 
 
 def add_parser(subparsers: Any) -> None:
@@ -34,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     summary = write_reports(run_dir)
     for line in summary.lines():
         stream = sys.stderr if line.startswith("problem:") else sys.stdout
-        print(line, file=stream)
+        print(visible(redact_text(line)), file=stream)
     return EXIT_OK
 
 

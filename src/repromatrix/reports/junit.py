@@ -1,23 +1,35 @@
 """``junit.xml``: one test suite per scenario, one test case per cell, for CI test publishers.
 
-Publishers (EnricoMi/publish-unit-test-result-action, dorny/test-reporter)
-identify a case by file, classname and name, so each cell gets a classname of
-``<scenario>.<variant>`` and a name of ``<lane>/<image-tag>/<gpu>/<model>/<flagset>``
-(with ``@probe`` for probe cells): the pair is unique exactly when the cell id is.
-Verdict mismatches become ``<failure>`` with the root cause as message,
-infrastructure trouble ``<error>``, skips and unreachable probes ``<skipped>``.
-Problems with the run's files become errored cases of a ``repromatrix`` suite,
-so that a CI job cannot pass over a corrupt shard unseen.
+Publishers (EnricoMi/publish-unit-test-result-action, dorny/test-reporter,
+Jenkins) identify a case by file, classname and name, so each cell gets a
+classname of ``<scenario>.<variant>`` and a name of
+``<lane>/<image-tag>/<gpu>/<model>/<flagset>`` (with ``@probe`` for probe
+cells): the pair is unique exactly when the cell id is. Verdict mismatches
+become ``<failure>`` with the root cause as message, infrastructure trouble
+``<error>``, skips and unreachable probes ``<skipped>``. Problems with the
+run's files become errored cases of a ``repromatrix`` suite, so that a CI
+job cannot pass over a corrupt shard unseen (notices, such as a retried
+cell that merge replaced, are skipped cases).
+
+The file follows the JUnit schema publishers validate against (Jenkins'
+``junit-10.xsd``, pytest's ``xunit2``): every suite has ``timestamp`` and
+``hostname``, properties only at suite level (a cell's facts are the first
+lines of its ``<system-out>``), and every text and attribute passes through
+one rule that drops what XML 1.0 cannot carry and caps its size.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+import socket
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from io import BytesIO
 from pathlib import Path
+from xml.etree import ElementTree
 
 import junitparser
 from junitparser import Error, Failure, Skipped
@@ -25,11 +37,14 @@ from junitparser.xunit2 import JUnitXml, TestCase, TestSuite
 
 from repromatrix.model import Level
 from repromatrix.reports.table import log_path
+from repromatrix.results.problems import NOTICES
 from repromatrix.results.store import CellResult, atomic_write
 from repromatrix.results.verdicts import FAILING, Judged, RunProblem, Verdict, one_line
 
 PROBLEM_SUITE = "repromatrix"
 MESSAGE_CHARS = 500
+PROPERTY_CHARS = 2000  # a fact or property value; the excerpt has its own, larger bound
+ATTRIBUTE_CHARS = 4000  # any attribute: names, messages, property values
 # Characters XML 1.0 cannot carry at all; logs are full of them (ANSI escapes, NUL bytes).
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 
@@ -50,11 +65,11 @@ def case_name(result: CellResult) -> str:
     return name + ("@probe" if result.level == Level.PROBE.value else "")
 
 
-def properties(judged: Judged) -> dict[str, str]:
-    """The facts a CI reader filters on, as JUnit properties (empty values are left out)."""
+def facts(judged: Judged) -> dict[str, str]:
+    """The facts a CI reader filters on (empty values are left out), each one line and capped."""
     r = judged.result
     cause = r.root_cause
-    facts = {
+    found = {
         "cell_id": r.id,
         "level": judged.level.value,
         "verdict": judged.verdict.value,
@@ -73,22 +88,26 @@ def properties(judged: Judged) -> dict[str, str]:
         "root_cause_process": (cause.process or "") if cause else "",
         "root_cause_category": (cause.category or "") if cause else "",
         "reason": r.reason,
+        "host": r.host,
+        "finished_at": r.finished_at,
         "log": log_path(r.id),
     }
-    return {k: xml_text(v) for k, v in facts.items() if v}
+    return {k: one_line(xml_text(v), PROPERTY_CHARS) for k, v in found.items() if v.strip()}
 
 
 def test_case(judged: Judged, excerpt: str | None) -> TestCase:
-    """One cell as a test case: properties, its result element and the log excerpt."""
+    """One cell as a test case: its result element, then its facts and the log excerpt."""
     r = judged.result
-    case = TestCase(case_name(r), case_classname(r), r.timings.total_s)
-    for name, value in properties(judged).items():
-        case.add_property(name, value)
+    case = TestCase(case_name(r), case_classname(r), _seconds(r.timings.total_s))
     outcome = _result_element(judged)
     if outcome is not None:
         case.result = [outcome]
-    case.system_out = xml_text(_system_out(judged, excerpt))
+    case.system_out = _system_out(judged, excerpt)
     return case
+
+
+def _seconds(value: float) -> float:
+    return round(max(value, 0.0), 3)
 
 
 def _result_element(judged: Judged) -> Failure | Error | Skipped | None:
@@ -103,7 +122,7 @@ def _result_element(judged: Judged) -> Failure | Error | Skipped | None:
         element = Skipped(message)
     else:
         return None
-    element.text = xml_text(judged.explanation)
+    element.text = judged.explanation
     return element
 
 
@@ -117,13 +136,26 @@ def _message(judged: Judged) -> str:
 
 def _system_out(judged: Judged, excerpt: str | None) -> str:
     head = f"{judged.result.id}\n{judged.explanation}\nfull log: {log_path(judged.result.id)}"
-    return head + ("\n\n" + excerpt if excerpt else "")
+    listed = "\n".join(f"{name}: {value}" for name, value in facts(judged).items())
+    return f"{head}\n\n{listed}" + ("\n\n" + excerpt if excerpt else "")
+
+
+def read_facts(system_out: str) -> dict[str, str]:
+    """The facts block of a case's ``<system-out>``, as ``facts`` wrote it."""
+    blocks = system_out.split("\n\n")
+    lines = blocks[1].splitlines() if len(blocks) > 1 else []
+    return dict(line.split(": ", 1) for line in lines if ": " in line)
 
 
 def problem_case(problem: RunProblem) -> TestCase:
-    """A problem with the run's files as an errored case of the ``repromatrix`` suite."""
-    case = TestCase(xml_text(problem.where), f"{PROBLEM_SUITE}.{problem.kind.value}", 0.0)
-    case.result = [Error(one_line(xml_text(problem.message), MESSAGE_CHARS), problem.kind.value)]
+    """A problem with the run's files: an errored case, or a skipped one for a notice."""
+    case = TestCase(problem.where, f"{PROBLEM_SUITE}.{problem.kind.value}", 0.0)
+    message = one_line(xml_text(problem.message), MESSAGE_CHARS)
+    if problem.kind in NOTICES:
+        case.result = [Skipped(message, problem.kind.value)]
+    else:
+        case.result = [Error(message, problem.kind.value)]
+    case.system_out = problem.message
     return case
 
 
@@ -137,19 +169,87 @@ def build_junit(
     xml = JUnitXml("repromatrix")
     for scenario in sorted(by_scenario):
         cells = sorted(by_scenario[scenario], key=lambda j: j.result.id)
-        xml.add_testsuite(
-            _suite(scenario, [test_case(j, excerpts.get(j.result.id)) for j in cells])
-        )
+        cases = [test_case(j, excerpts.get(j.result.id)) for j in cells]
+        xml.add_testsuite(_suite(scenario, cases, [j.result for j in cells]))
     if problems:
-        xml.add_testsuite(_suite(PROBLEM_SUITE, [problem_case(p) for p in problems]))
+        props = {"problems": str(len(problems))}
+        cases = [problem_case(p) for p in problems]
+        xml.add_testsuite(_suite(PROBLEM_SUITE, cases, [], props))
     xml.update_statistics()  # type: ignore[no-untyped-call]
+    xml.time = _seconds(sum(suite.time or 0.0 for suite in xml))
+    clean_tree(xml._elem)  # junitparser has no public handle on its tree
     return xml
 
 
-def _suite(name: str, cases: list[junitparser.TestCase]) -> TestSuite:
+def suite_properties(results: Sequence[CellResult]) -> dict[str, str]:
+    """What a scenario's suite is about, as the suite properties publishers show."""
+    verdicts = Counter(r.outcome.value for r in results)
+    return {
+        "scenario": ", ".join(sorted({r.scenario for r in results})),
+        "cells": str(len(results)),
+        "lanes": ", ".join(sorted({r.lane for r in results})),
+        "image_tags": ", ".join(sorted({r.image_tag for r in results})),
+        "observed": json.dumps(dict(sorted(verdicts.items()))),
+        "runs": ", ".join(sorted({r.run_id for r in results if r.run_id})),
+    }
+
+
+def _suite(
+    name: str,
+    cases: Sequence[junitparser.TestCase],
+    results: Sequence[CellResult],
+    props: Mapping[str, str] | None = None,
+) -> TestSuite:
     suite = TestSuite(name)  # type: ignore[no-untyped-call]
-    suite.add_testcases(cases)  # one batch: statistics are computed once, not per case
+    suite.timestamp = _timestamp(results)
+    suite.hostname = _hostname(results)
+    # Properties first: the schema puts them before the cases.
+    for key, value in (props or suite_properties(results)).items():
+        if value:
+            suite.add_property(key, value)
+    suite.add_testcases(list(cases))  # one batch: statistics are computed once, not per case
     return suite
+
+
+def _timestamp(results: Iterable[CellResult]) -> str:
+    """When the suite's first cell started (UTC), else now: an ``xs:dateTime``."""
+    moments = []
+    for r in results:
+        try:
+            moment = datetime.fromisoformat(r.started_at or r.finished_at)
+        except ValueError:
+            continue
+        moments.append(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+    first = min(moments) if moments else datetime.now(UTC)
+    return first.astimezone(UTC).replace(microsecond=0).isoformat()
+
+
+def _hostname(results: Iterable[CellResult]) -> str:
+    """The machines that ran the suite's cells; this one when the results do not say."""
+    hosts = sorted({r.host for r in results if r.host})
+    return ", ".join(hosts) if hosts else socket.gethostname()
+
+
+def clean_tree(root: ElementTree.Element) -> None:
+    """Apply the one rule to every element: only XML 1.0 characters, bounded attributes."""
+    for element in root.iter():
+        if element.text:
+            element.text = xml_text(element.text)
+        if element.tail:
+            element.tail = xml_text(element.tail)
+        for key, value in element.attrib.items():
+            limit = PROPERTY_CHARS if element.tag == "property" else ATTRIBUTE_CHARS
+            text = _duration(value) if key == "time" else value
+            element.set(key, one_line(xml_text(text), limit))
+
+
+def _duration(text: str) -> str:
+    """Seconds as the schema's pattern reads them: digits, a point, at most three decimals."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        return "0"
+    return f"{seconds:.3f}" if seconds >= 0 and math.isfinite(seconds) else "0"
 
 
 def write_junit(xml: JUnitXml, path: Path) -> None:

@@ -3,43 +3,55 @@
 Each GPU runner of a fleet runs its share of the matrix and uploads its run
 folder; ``merge`` copies every cell into one folder, so the reports of the
 merged folder are those of a single run of all the shards' cells. When
-several shards hold the same cell, one copy is kept: the one that decided
-most (a real outcome over an infrastructure error over a skip, then the first
-shard given), and if their outcomes differ the conflict is recorded in
-``merge.json`` so that every report names it.
+several shards hold the same cell (a job retried in a later attempt, or two
+runners given the same cell), one copy is kept: a copy that ran over one the
+infrastructure stopped or skipped, then the latest attempt by its finish time,
+then the first shard given. Every copy left out is listed in ``merge.json``;
+when it said something else than the kept one, a problem says which copy
+replaced which, and when copies that ran disagree about the outcome, the
+conflict is named in every report.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from repromatrix.errors import UsageError
 from repromatrix.model import Outcome
-from repromatrix.reports.write import (
-    MERGE_FILE,
-    load_run,
-    merge_problems,
-    read_plan,
-    unfinished_cells,
+from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
+from repromatrix.results.store import (
+    PLAN_FILE,
+    CellResult,
+    copy_cell,
+    read_run,
+    write_merge_record,
     write_plan,
 )
-from repromatrix.results.store import (
-    RESULT_FILE,
-    SCHEMA_VERSION,
-    CellResult,
-    atomic_write,
-    cell_dir,
-)
-from repromatrix.results.verdicts import ProblemKind, RunProblem, unique_problems
 
 # How much a copy of a cell says: a cell that ran beats one the infrastructure stopped.
 _RANK = {Outcome.SKIPPED: 2, Outcome.INFRA_ERROR: 1}
+
+
+def finish_time(result: CellResult) -> datetime | None:
+    """When the attempt ended: ``finished_at``, or for older results its start plus its duration."""
+    try:
+        if result.finished_at:
+            return _utc(datetime.fromisoformat(result.finished_at))
+        if result.started_at:
+            start = _utc(datetime.fromisoformat(result.started_at))
+            return start + timedelta(seconds=result.timings.total_s)
+    except (ValueError, OverflowError):
+        return None
+    return None
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 @dataclass(frozen=True)
@@ -49,24 +61,54 @@ class Copy:
     shard: Path
     result: CellResult
 
+    def describe(self) -> str:
+        """``hit in shards/a (finished 2026-...)``."""
+        moment = finish_time(self.result)
+        when = f"finished {moment.isoformat()}" if moment else "finish time unknown"
+        return f"{self.result.outcome.value} in {self.shard} ({when})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The copy as merge.json lists it."""
+        moment = finish_time(self.result)
+        return {
+            "shard": str(self.shard),
+            "outcome": self.result.outcome.value,
+            "finished_at": moment.isoformat() if moment else None,
+            "run_id": self.result.run_id,
+            "host": self.result.host,
+        }
+
 
 @dataclass(frozen=True)
-class Conflict:
-    """Shards that disagree about one cell, and the copy that was kept."""
+class Choice:
+    """The copies of one cell: the one kept, the ones it replaced, and whether they conflict."""
 
     cell_id: str
     kept: Copy
-    others: tuple[Copy, ...]
+    replaced: tuple[Copy, ...]
+    conflict: bool  # copies that ran disagree about the outcome
 
-    def problem(self) -> RunProblem:
-        """The conflict as a problem every report names."""
-        seen = ", ".join(
-            f"{c.result.outcome.value} in {c.shard}" for c in (self.kept, *self.others)
-        )
-        kept = f"{self.kept.result.outcome.value} from {self.kept.shard}"
-        return RunProblem(
-            ProblemKind.CONFLICT, self.cell_id, f"shards disagree ({seen}); kept {kept}"
-        )
+    def problem(self) -> RunProblem | None:
+        """What the reports say: a conflict, a replacement that changed the answer, or nothing."""
+        kept = f"kept {self.kept.result.outcome.value} from {self.kept.shard}"
+        if self.conflict:
+            seen = "; ".join(c.describe() for c in (self.kept, *self.replaced))
+            message = f"shards disagree ({seen}); {kept}, the latest attempt that ran"
+            return RunProblem(ProblemKind.CONFLICT, self.cell_id, message)
+        changed = [c for c in self.replaced if c.result.outcome is not self.kept.result.outcome]
+        if not changed:
+            return None
+        message = f"{self.kept.describe()} replaced {'; '.join(c.describe() for c in changed)}"
+        return RunProblem(ProblemKind.REPLACED, self.cell_id, message)
+
+    def to_json(self) -> dict[str, Any]:
+        """The choice as merge.json lists it."""
+        return {
+            "cell": self.cell_id,
+            "kept": self.kept.to_json(),
+            "replaced": [c.to_json() for c in self.replaced],
+            "conflict": self.conflict,
+        }
 
 
 @dataclass(frozen=True)
@@ -76,9 +118,18 @@ class MergeResult:
     out: Path
     shards: tuple[Path, ...]
     cells: int
-    duplicates: int
-    conflicts: tuple[Conflict, ...]
-    problems: tuple[RunProblem, ...]  # conflicts and unreadable files of every shard
+    choices: tuple[Choice, ...]  # cells with more than one copy
+    problems: tuple[RunProblem, ...]  # conflicts, replacements and unreadable files
+
+    @property
+    def duplicates(self) -> int:
+        """Copies left out because another copy of the same cell was kept."""
+        return sum(len(c.replaced) for c in self.choices)
+
+    @property
+    def conflicts(self) -> tuple[Choice, ...]:
+        """The cells whose copies that ran disagree."""
+        return tuple(c for c in self.choices if c.conflict)
 
     def lines(self) -> list[str]:
         """A few lines for a terminal."""
@@ -89,13 +140,20 @@ class MergeResult:
         return out + [f"problem: {p}" for p in self.problems]
 
 
-def choose(copies: Sequence[Copy]) -> tuple[Copy, Conflict | None]:
-    """Pick the copy to keep; a conflict when the copies' outcomes differ."""
-    kept = min(copies, key=lambda c: _RANK.get(c.result.outcome, 0))  # stable: first shard wins
-    others = tuple(c for c in copies if c is not kept)
-    if all(c.result.outcome is kept.result.outcome for c in others):
-        return kept, None
-    return kept, Conflict(kept.result.id, kept, others)
+def choose(copies: Sequence[Copy]) -> Choice:
+    """Keep a copy that ran, then the latest to finish, then the first shard's."""
+
+    def order(index: int) -> tuple[int, float, int]:
+        result = copies[index].result
+        moment = finish_time(result)
+        latest = -moment.timestamp() if moment else math.inf
+        return (_RANK.get(result.outcome, 0), latest, index)
+
+    best = min(range(len(copies)), key=order)
+    kept = copies[best]
+    replaced = tuple(c for i, c in enumerate(copies) if i != best)
+    ran = {c.result.outcome for c in copies if c.result.outcome not in _RANK}
+    return Choice(kept.result.id, kept, replaced, len(ran) > 1)
 
 
 def group_copies(shards: Sequence[tuple[Path, Sequence[CellResult]]]) -> dict[str, list[Copy]]:
@@ -116,73 +174,45 @@ def check_folders(shards: Sequence[Path], out: Path) -> None:
             raise UsageError(f"merge: {shard} is not a results folder (it has no cells/ folder)")
         if shard.resolve() == out.resolve():
             raise UsageError(f"merge: --out {out} is also one of the shards")
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"merge: --out {out} is not empty; choose a new folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"merge: --out {out} is not empty (or not a folder); choose a new one")
 
 
 def merge(shards: Sequence[Path], out: Path) -> MergeResult:
-    """Copy every cell of ``shards`` into ``out`` and record conflicts in ``out/merge.json``."""
+    """Copy every cell of ``shards`` into ``out``; record what was chosen in ``merge.json``."""
     check_folders(shards, out)
-    loaded = [(shard, load_run(shard)) for shard in shards]
+    loaded = [(shard, read_run(shard)) for shard in shards]
     problems = [
         RunProblem(p.kind, f"{shard}/{p.where}", p.message)
         for shard, run in loaded
-        for p in (*run.problems, *unfinished_cells(shard), *merge_problems(shard))
+        for p in run.problems
+        if p.kind is not ProblemKind.INCOMPLETE or p.where != PLAN_FILE  # judged again on `out`
     ]
     copies = group_copies([(shard, run.results) for shard, run in loaded])
-    conflicts = []
+    choices = []
     out.mkdir(parents=True, exist_ok=True)
     for cell_id in sorted(copies):
-        kept, conflict = choose(copies[cell_id])
-        copy_cell(kept.shard, out, cell_id)
-        if conflict is not None:
-            conflicts.append(conflict)
-    problems += [c.problem() for c in conflicts]
-    merge_plans(shards, out)
-    record(out, shards, problems)
-    total = sum(len(c) for c in copies.values())
-    return MergeResult(
+        choice = choose(copies[cell_id])
+        for left_out in copy_cell(choice.kept.shard, out, cell_id):
+            where = f"{choice.kept.shard}/cells/{cell_id}"
+            problems.append(RunProblem(ProblemKind.CORRUPT, where, left_out))
+        if len(copies[cell_id]) > 1:
+            choices.append(choice)
+    problems += [p for c in choices if (p := c.problem()) is not None]
+    merge_plans([run.planned for _, run in loaded], out)
+    write_merge_record(
         out,
-        tuple(shards),
-        len(copies),
-        total - len(copies),
-        tuple(conflicts),
-        unique_problems(problems),
+        {
+            "shards": [str(s) for s in shards],
+            "replaced": [c.to_json() for c in choices],
+            "problems": [p.to_json() for p in unique_problems(problems)],
+        },
     )
+    return MergeResult(out, tuple(shards), len(copies), tuple(choices), unique_problems(problems))
 
 
-def copy_cell(shard: Path, out: Path, cell_id: str) -> None:
-    """Copy one cell folder; its result.json last, so a cut-off merge leaves no false result."""
-    source, target = cell_dir(shard, cell_id), cell_dir(out, cell_id)
-    target.mkdir(parents=True, exist_ok=True)
-    for entry in sorted(source.iterdir(), key=lambda p: p.name == RESULT_FILE):
-        if entry.is_file() and not entry.name.startswith("."):
-            _copy_atomic(entry, target / entry.name)
-
-
-def _copy_atomic(source: Path, target: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def merge_plans(shards: Sequence[Path], out: Path) -> None:
-    """The merged plan is the union of the shards' plans (when every shard has one)."""
-    plans = [read_plan(shard)[0] for shard in shards]
-    if plans and all(plan is not None for plan in plans):
-        write_plan(out, set().union(*(p for p in plans if p is not None)))
-
-
-def record(out: Path, shards: Sequence[Path], problems: Sequence[RunProblem]) -> None:
-    """Write merge.json: the shards merged and every problem found."""
-    body = {
-        "schema_version": SCHEMA_VERSION,
-        "shards": [str(s) for s in shards],
-        "problems": [p.to_json() for p in unique_problems(problems)],
-    }
-    atomic_write(out / MERGE_FILE, json.dumps(body, indent=1).encode() + b"\n")
+def merge_plans(plans: Sequence[frozenset[str] | None], out: Path) -> None:
+    """The merged plan is the union of the shards' plans, so it names cells no shard ran."""
+    known = [plan for plan in plans if plan is not None]
+    if known:
+        write_plan(out, set().union(*known))

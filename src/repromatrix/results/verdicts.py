@@ -19,7 +19,26 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from repromatrix.model import Expected, Level, Outcome
-from repromatrix.results.store import CellResult
+from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
+from repromatrix.results.schema import CellResult
+
+# The problem values live in ``problems``; reports have always found them here.
+__all__ = [
+    "DECISIVE",
+    "FAILING",
+    "SEVERITY",
+    "Judged",
+    "ProblemKind",
+    "RunProblem",
+    "Verdict",
+    "cause_line",
+    "explain",
+    "judge",
+    "judge_all",
+    "one_line",
+    "tally",
+    "unique_problems",
+]
 
 
 class Verdict(enum.StrEnum):
@@ -158,42 +177,3 @@ def tally(judged: Iterable[Judged]) -> dict[Verdict, int]:
     """Count cells per verdict, in ``SEVERITY`` order, omitting verdicts with no cell."""
     counts = Counter(j.verdict for j in judged)
     return {v: counts[v] for v in SEVERITY if counts[v]}
-
-
-class ProblemKind(enum.StrEnum):
-    """Kinds of trouble with a run's files, each named once in the reports."""
-
-    CORRUPT = "corrupt"  # unreadable or truncated result.json
-    SCHEMA = "schema"  # written by another schema version
-    INCOMPLETE = "incomplete"  # a cell started but never finished (interrupted run)
-    CONFLICT = "conflict"  # shards disagree about one cell
-    SHARD = "shard"  # a shard that could not be merged
-
-
-@dataclass(frozen=True)
-class RunProblem:
-    """One problem with a run's files: what kind, where, and a sentence for a person."""
-
-    kind: ProblemKind
-    where: str  # a path relative to the run folder, or a cell id
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.message}"
-
-    def to_json(self) -> dict[str, str]:
-        """Return the JSON-ready form."""
-        return {"kind": self.kind.value, "where": self.where, "message": self.message}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> RunProblem:
-        """Build a problem from ``to_json`` output; raises ``ValueError`` when malformed."""
-        try:
-            return cls(ProblemKind(str(data["kind"])), str(data["where"]), str(data["message"]))
-        except KeyError as exc:
-            raise ValueError(f"problem without {exc}") from exc
-
-
-def unique_problems(problems: Iterable[RunProblem]) -> tuple[RunProblem, ...]:
-    """Drop repeats (the same problem seen by merge and again by report), keeping order."""
-    return tuple(dict.fromkeys(problems))

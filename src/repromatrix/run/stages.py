@@ -32,7 +32,7 @@ from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane, Outcome
-from repromatrix.reports.write import read_plan, write_plan, write_reports
+from repromatrix.reports.write import write_reports
 from repromatrix.results import store
 from repromatrix.results.store import CellResult
 from repromatrix.run import dry_run, prepare
@@ -138,8 +138,8 @@ def pending(cells: tuple[Cell, ...], run_dir: Path, resume: bool) -> tuple[Cell,
 def record_plan(run_dir: Path, cells: Sequence[Cell]) -> None:
     """Write ``plan.json`` before any cell runs, so every report of this run, finished or
     not, lists the planned cells that never ran (a resumed run adds to the earlier plan)."""
-    earlier, _ = read_plan(run_dir)
-    write_plan(run_dir, sorted({*(earlier or ()), *(cell.id for cell in cells)}))
+    earlier, _ = store.read_plan(run_dir)
+    store.write_plan(run_dir, {*(earlier or ()), *(cell.id for cell in cells)})
 
 
 def stage_plan(state: RunState, progress: Progress) -> RunState:
