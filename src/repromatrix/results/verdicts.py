@@ -2,9 +2,12 @@
 
 Pure functions over saved ``CellResult`` values. A verdict answers "does this
 cell behave as the scenario's documents say?": ``pass`` when it does,
-``regression`` when a crash documented as fixed is hit, ``unexpected_fix``
-when a crash documented as present is avoided (the scenario's version range
-may be wrong), ``fail`` for a failure of another kind, ``error`` when the
+``outside_range`` when a crash is hit on a version the documents say is not
+affected (evidence that the documented range is too narrow, not that the
+image regressed), ``regression`` only when the same cell was seen fixed on an
+older version after being hit on an even older one (fixed, then broken
+again), ``unexpected_fix`` when a crash documented as present is avoided (the
+scenario's version range may be wrong), ``fail`` for a failure of another kind, ``error`` when the
 infrastructure never let the cell run. Cells whose expectation is unknown
 (``nightly``) and probes that cannot reach their decisive code path get
 verdicts of their own: they are reported, never counted against an image.
@@ -13,10 +16,13 @@ verdicts of their own: they are reported, never counted against an image.
 from __future__ import annotations
 
 import enum
-from collections import Counter
-from collections.abc import Iterable, Mapping
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+
+from packaging.version import InvalidVersion, Version
 
 from repromatrix.model import Expected, Level, Outcome
 from repromatrix.results.store import CellResult
@@ -26,7 +32,8 @@ class Verdict(enum.StrEnum):
     """What a report says about one cell."""
 
     PASS = "pass"
-    REGRESSION = "regression"
+    REGRESSION = "regression"  # hit again after a newer-than-hit older version avoided it
+    OUTSIDE_RANGE = "outside_range"  # hit where the documents say unaffected: range too narrow
     UNEXPECTED_FIX = "unexpected_fix"
     FAIL = "fail"
     ERROR = "error"
@@ -39,6 +46,7 @@ class Verdict(enum.StrEnum):
 SEVERITY: tuple[Verdict, ...] = (
     Verdict.REGRESSION,
     Verdict.FAIL,
+    Verdict.OUTSIDE_RANGE,
     Verdict.UNEXPECTED_FIX,
     Verdict.ERROR,
     Verdict.UNKNOWN,
@@ -47,7 +55,9 @@ SEVERITY: tuple[Verdict, ...] = (
     Verdict.PASS,
 )
 # Verdicts that are a mismatch with the documents or a failure of the image.
-FAILING = frozenset({Verdict.REGRESSION, Verdict.UNEXPECTED_FIX, Verdict.FAIL})
+FAILING = frozenset(
+    {Verdict.REGRESSION, Verdict.OUTSIDE_RANGE, Verdict.UNEXPECTED_FIX, Verdict.FAIL}
+)
 # Outcomes that decide a scenario one way or the other.
 DECISIVE = frozenset({Outcome.HIT, Outcome.AVOIDED})
 
@@ -64,7 +74,7 @@ _CAUSE_LIMIT = 300
 
 
 def judge(result: CellResult) -> Verdict:
-    """Return the verdict for one cell result."""
+    """Return the verdict for one cell result on its own (``judge_all`` adds the history)."""
     verdict = _OUTCOME_VERDICTS.get(result.outcome)
     if verdict is not None:
         return verdict
@@ -73,7 +83,7 @@ def judge(result: CellResult) -> Verdict:
     if result.outcome.value == result.expected.value:
         return Verdict.PASS
     if result.outcome is Outcome.HIT:
-        return Verdict.REGRESSION
+        return Verdict.OUTSIDE_RANGE
     return Verdict.UNEXPECTED_FIX
 
 
@@ -101,8 +111,42 @@ class Judged:
 
 
 def judge_all(results: Iterable[CellResult]) -> tuple[Judged, ...]:
-    """Judge every result, in the order given."""
-    return tuple(Judged(r, judge(r)) for r in results)
+    """Judge every result, in the order given; a hit outside the range that an older
+    version was seen fixed of (after an even older one hit it) is a ``regression``."""
+    everything = tuple(results)
+    history: dict[tuple[str, ...], list[tuple[Version, Outcome]]] = defaultdict(list)
+    for r in everything:
+        version = result_version(r)
+        if version is not None and r.outcome in DECISIVE:
+            history[_lineage(r)].append((version, r.outcome))
+    return tuple(Judged(r, _with_history(r, judge(r), history[_lineage(r)])) for r in everything)
+
+
+def result_version(result: CellResult) -> Version | None:
+    """The vLLM version of a result: the one seen inside the image, else its tag's."""
+    for text in (result.version, result.image_tag.removeprefix("v")):
+        try:
+            return Version(text) if text else None
+        except InvalidVersion:
+            continue
+    return None
+
+
+def _lineage(r: CellResult) -> tuple[str, ...]:
+    return (r.lane, r.gpu, r.model, r.flagset, r.scenario, r.variant, r.level)
+
+
+def _with_history(
+    result: CellResult, verdict: Verdict, seen: Sequence[tuple[Version, Outcome]]
+) -> Verdict:
+    version = result_version(result)
+    if verdict is not Verdict.OUTSIDE_RANGE or version is None:
+        return verdict
+    fixed = [v for v, outcome in seen if outcome is Outcome.AVOIDED and v < version]
+    broken = [v for v, outcome in seen if outcome is Outcome.HIT]
+    if any(hit < fix for fix in fixed for hit in broken):
+        return Verdict.REGRESSION
+    return verdict
 
 
 def cause_line(result: CellResult) -> str:
@@ -125,6 +169,46 @@ def one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
+# Words that identify a cause: they hold a digit, an underscore, a dot or a colon, or mix
+# upper and lower case (``max_lora_rank``, ``64``, ``ValueError:``, ``LoRA``).
+_IDENTIFYING = re.compile(r"[0-9_.:=<>()\[\]{}/]|[a-z][A-Z]|^[A-Z]{2}")
+_ELLIPSIS = "…"
+
+
+def shorten(text: str, limit: int) -> str:
+    """Shorten ``text`` to ``limit`` characters by dropping plain words, never cutting a word.
+
+    Words that identify the cause (numbers, identifiers, the exception name) stay;
+    the plain words between them go first, from the end, each run replaced by
+    ``…``. Only when the identifying words alone are too long is the tail cut,
+    at a word boundary.
+    """
+    words = text.split()
+    flat = " ".join(words)
+    if len(flat) <= limit:
+        return flat
+    kept: list[str | None] = list(words)
+    plain = [i for i, w in enumerate(words) if i > 0 and not _IDENTIFYING.search(w)]
+    for index in reversed(plain):
+        kept[index] = None
+        if len(_joined(kept)) <= limit:
+            return _joined(kept)
+    out = _joined(kept).split(" ")
+    while len(out) > 1 and (len(" ".join(out)) + 2 > limit or out[-1] == _ELLIPSIS):
+        out.pop()
+    return " ".join(out) + " " + _ELLIPSIS
+
+
+def _joined(words: Sequence[str | None]) -> str:
+    out: list[str] = []
+    for word in words:
+        if word is not None:
+            out.append(word)
+        elif not out or out[-1] != _ELLIPSIS:
+            out.append(_ELLIPSIS)
+    return " ".join(out)
+
+
 def explain(judged: Judged) -> str:
     """Say in one sentence why a cell got its verdict."""
     result = judged.result
@@ -134,7 +218,16 @@ def explain(judged: Judged) -> str:
             return f"expected {expected}, observed {observed}"
         case Verdict.REGRESSION:
             cause = judged.cause or result.reason
-            return f"expected avoided, observed hit: {cause}{_evidence(judged)}"
+            return (
+                f"expected avoided, observed hit, although an older version avoided it: "
+                f"{cause}{_evidence(judged)}"
+            )
+        case Verdict.OUTSIDE_RANGE:
+            cause = judged.cause or result.reason
+            return (
+                "expected avoided, observed hit: the documented version range is too narrow "
+                f"for this version: {cause}{_evidence(judged)}"
+            )
         case Verdict.UNEXPECTED_FIX:
             return (
                 "expected hit, observed avoided: the scenario's documented version range "
