@@ -13,11 +13,16 @@ from dataclasses import dataclass
 
 import jinja2
 
+from repromatrix.reports.findings import Findings, ReportOptions, build_findings
+from repromatrix.reports.heatmap import heat_maps
+from repromatrix.reports.move import MOVE_TITLES, Move
 from repromatrix.reports.table import Agreement, Entry, Section, Table, log_path
-from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict
+from repromatrix.reports.upgrade import SAFETY_LABELS
+from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict, shorten
 
 TEMPLATE = "compat.html.j2"
 LABELS = {v: v.value.replace("_", " ") for v in Verdict}
+CAUSE_CHARS = 160  # in the summary line; the full root-cause line is one click away
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ class SectionView:
     rows: tuple[RowView, ...]
 
 
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader("repromatrix.reports", "templates"),
         autoescape=True,
@@ -82,19 +87,36 @@ def _environment() -> jinja2.Environment:
     )
 
 
+def table_judged(table: Table) -> tuple[Judged, ...]:
+    """Every judged cell that has an entry in ``table``."""
+    return tuple(j for s in table.sections for e in s.entries.values() for j in e.levels)
+
+
 def format_html(
     table: Table,
     problems: Sequence[RunProblem],
     run: str,
     excerpts: Mapping[str, str],
+    findings: Findings | None = None,
 ) -> str:
     """Return ``compat.html``; ``excerpts`` maps cell ids to their log excerpts."""
     sections = tuple(_section_view(s, excerpts) for s in table.sections)
+    judged = table_judged(table)
+    if findings is None:
+        findings = build_findings(judged, run, ReportOptions())
+    maps = heat_maps(judged)
     return (
-        _environment()
+        environment()
         .get_template(TEMPLATE)
         .render(
             run=run,
+            title=findings.title,
+            findings=findings,
+            heat_maps=maps,
+            safety_labels={s.value: label for s, label in SAFETY_LABELS.items()},
+            move_titles={m.value: t for m, t in MOVE_TITLES.items()},
+            moves=list(Move),
+            cell_href=lambda cell_id: "#c-" + cell_id,
             cells=table.cells,
             counts=[(v.value, LABELS[v], n) for v, n in table.counts.items()],
             problems=problems,
@@ -155,7 +177,7 @@ def _level_view(judged: Judged, excerpt: str | None) -> LevelView:
         level=judged.level.value,
         verdict=judged.verdict.value,
         verdict_label=LABELS[judged.verdict],
-        cause=judged.cause,
+        cause=shorten(judged.cause, CAUSE_CHARS),
         expected=r.expected.value,
         observed=r.outcome.value.replace("_", " "),
         explanation=judged.explanation,

@@ -169,44 +169,34 @@ def one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
-# Words that identify a cause: they hold a digit, an underscore, a dot or a colon, or mix
-# upper and lower case (``max_lora_rank``, ``64``, ``ValueError:``, ``LoRA``).
-_IDENTIFYING = re.compile(r"[0-9_.:=<>()\[\]{}/]|[a-z][A-Z]|^[A-Z]{2}")
+# Filler words a cause reads well without; negations and comparisons are never filler.
+_FILLER = frozenset(
+    "a an the to at least one with which is are was were be been of for that this please "
+    "use it its by as and or see above".split()
+)
 _ELLIPSIS = "…"
 
 
 def shorten(text: str, limit: int) -> str:
-    """Shorten ``text`` to ``limit`` characters by dropping plain words, never cutting a word.
+    """Shorten ``text`` to ``limit`` characters around its words, never cutting one.
 
-    Words that identify the cause (numbers, identifiers, the exception name) stay;
-    the plain words between them go first, from the end, each run replaced by
-    ``…``. Only when the identifying words alone are too long is the tail cut,
-    at a word boundary.
+    Filler words go first, from the end (``the``, ``which is``, ...), so the
+    numbers and identifiers a cause is recognised by (``max_lora_rank 16``,
+    ``(2048)``) stay; only if that is not enough is the tail cut, at a word
+    boundary, and marked ``…``.
     """
     words = text.split()
-    flat = " ".join(words)
-    if len(flat) <= limit:
-        return flat
-    kept: list[str | None] = list(words)
-    plain = [i for i, w in enumerate(words) if i > 0 and not _IDENTIFYING.search(w)]
-    for index in reversed(plain):
-        kept[index] = None
-        if len(_joined(kept)) <= limit:
-            return _joined(kept)
-    out = _joined(kept).split(" ")
-    while len(out) > 1 and (len(" ".join(out)) + 2 > limit or out[-1] == _ELLIPSIS):
-        out.pop()
-    return " ".join(out) + " " + _ELLIPSIS
-
-
-def _joined(words: Sequence[str | None]) -> str:
-    out: list[str] = []
-    for word in words:
-        if word is not None:
-            out.append(word)
-        elif not out or out[-1] != _ELLIPSIS:
-            out.append(_ELLIPSIS)
-    return " ".join(out)
+    if len(" ".join(words)) <= limit:
+        return " ".join(words)
+    kept = list(words)
+    for index in reversed(range(1, len(words))):
+        if words[index].lower() in _FILLER:
+            del kept[index]
+            if len(" ".join(kept)) <= limit:
+                return " ".join(kept)
+    while len(kept) > 1 and len(" ".join(kept)) + 2 > limit:
+        kept.pop()
+    return " ".join(kept) + " " + _ELLIPSIS
 
 
 def explain(judged: Judged) -> str:
@@ -219,14 +209,14 @@ def explain(judged: Judged) -> str:
         case Verdict.REGRESSION:
             cause = judged.cause or result.reason
             return (
-                f"expected avoided, observed hit, although an older version avoided it: "
-                f"{cause}{_evidence(judged)}"
+                f"expected avoided, observed hit: {cause}{_evidence(judged)}; an older "
+                "version was seen avoiding it after an even older one hit it"
             )
         case Verdict.OUTSIDE_RANGE:
             cause = judged.cause or result.reason
             return (
-                "expected avoided, observed hit: the documented version range is too narrow "
-                f"for this version: {cause}{_evidence(judged)}"
+                f"expected avoided, observed hit: {cause}{_evidence(judged)}; the documented "
+                "version range looks too narrow"
             )
         case Verdict.UNEXPECTED_FIX:
             return (
