@@ -3,8 +3,8 @@
 The upgrade view comes first (per image and configuration: safe, safe with a
 flag change, unsafe, unknown), then what changes between a baseline and a
 candidate, the evidence against documented version ranges, and the cells
-that could not run here, summarised per lane and reason. GitHub refuses a job summary over 1 MiB, so the Markdown degrades in steps
-until it fits: every entry with its short root cause, then symbols only, then
+that could not run here, summarised per lane and reason. GitHub refuses a
+job summary over 1 MiB, so the Markdown degrades in steps until it fits: every entry with its short root cause, then symbols only, then
 a summary (verdict counts per image tag and the cells that need attention).
 The HTML and JSON reports always hold everything.
 """
@@ -93,6 +93,7 @@ def format_markdown(
     problems: Sequence[RunProblem],
     run: str,
     limit: int = MD_LIMIT,
+    *,
     findings: Findings | None = None,
 ) -> str:
     """Return ``compat.md``, as detailed as fits in ``limit`` bytes of UTF-8."""
@@ -137,7 +138,9 @@ def upgrade_lines(findings: Findings) -> list[str]:
             row = [escape(lane.row_label(tag))]
             for configuration in lane.configurations:
                 cell = lane.cell(tag, configuration)
-                row.append("" if cell is None else SAFETY_MARKS[cell.safety] + " " + escape(cell.words))
+                row.append(
+                    "" if cell is None else SAFETY_MARKS[cell.safety] + " " + escape(cell.words)
+                )
             lines.append("| " + " | ".join(row) + " |")
     lines += _move_lines(findings)
     disagreeing = [r for r in findings.ranges if r.disagrees]

@@ -38,6 +38,9 @@ class Documented:
     affected: str
     fixed: str | None
     file: str = ""
+    title: str = ""
+    sources: tuple[str, ...] = ()  # "seed 000_….txt", "vllm issue #…", "vllm PR #…"
+    signatures: tuple[str, ...] = ()  # "pattern (in Process)"
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,11 @@ class RangeEvidence:
             "scenario": self.scenario,
             "documented": None
             if documented is None
-            else {"affected": documented.affected, "fixed": documented.fixed, "file": documented.file},
+            else {
+                "affected": documented.affected,
+                "fixed": documented.fixed,
+                "file": documented.file,
+            },
             "hit": list(self.hit),
             "avoided": list(self.avoided),
             "mixed": list(self.mixed),
@@ -84,10 +91,24 @@ class RangeEvidence:
 def documented_ranges(scenarios: Iterable[Any]) -> dict[str, Documented]:
     """The documented ranges of loaded ``Scenario`` values, by scenario id."""
     return {
-        s.id: Documented(s.id, spec_text(s.affected), spec_text(s.fixed) if s.fixed else None, s.file)
+        s.id: Documented(
+            s.id,
+            spec_text(s.affected),
+            spec_text(s.fixed) if s.fixed else None,
+            s.file,
+            s.title,
+            _sources(s.source),
+            tuple(g.pattern + (f" (in {g.process})" if g.process else "") for g in s.signatures),
+        )
         for s in scenarios
         if not s.baseline
     }
+
+
+def _sources(source: Any) -> tuple[str, ...]:
+    seed = (f"seed {source.seed}",) if source.seed else ()
+    issues = tuple(f"vLLM issue #{n}" for n in source.issues)
+    return seed + issues + tuple(f"vLLM PR #{n}" for n in source.prs)
 
 
 def spec_text(spec: SpecifierSet) -> str:
@@ -151,10 +172,17 @@ def _evidence(
     if outside or missed:
         affected, fixed = suggest(hit, avoided, spec, documented)
     words = _words(hit, outside, missed, documented, affected)
+    if mixed:
+        words += f"; hit and avoided on {_list(mixed)} (cells of one version disagree)"
+    names = [tuple(str(v) for v in vs) for vs in (hit, avoided, mixed, outside, missed)]
     return RangeEvidence(
         scenario,
         documented,
-        *(tuple(str(v) for v in vs) for vs in (hit, avoided, mixed, outside, missed)),
+        hit=names[0],
+        avoided=names[1],
+        mixed=names[2],
+        outside=names[3],
+        missed=names[4],
         suggested_affected=affected,
         suggested_fixed=fixed,
         words=words,
@@ -256,7 +284,7 @@ _KEY = re.compile(r"^(affected|fixed):.*$", re.MULTILINE)
 
 def suggest_patch(evidence: Iterable[RangeEvidence], root: Path) -> str:
     """A unified diff that puts each suggested range into its scenario file under ``root``."""
-    chunks = []
+    chunks: list[str] = []
     for item in evidence:
         documented = item.documented
         if item.suggested_affected is None or documented is None or not documented.file:

@@ -137,6 +137,11 @@ class LaneView:
         version = self.versions.get(tag)
         return f"{tag} ({version})" if version and tag_key(tag)[0] == 1 else tag
 
+    def row_safeties(self, tag: str) -> str:
+        """The safeties in a row, space-separated (what the page's safety filter matches)."""
+        found = {cell.safety.value for (t, _), cell in self.cells.items() if t == tag}
+        return " ".join(sorted(found))
+
 
 @dataclass(frozen=True)
 class UpgradeView:

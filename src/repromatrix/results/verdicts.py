@@ -16,7 +16,6 @@ verdicts of their own: they are reported, never counted against an image.
 from __future__ import annotations
 
 import enum
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -171,8 +170,9 @@ def one_line(text: str, limit: int) -> str:
 
 # Filler words a cause reads well without; negations and comparisons are never filler.
 _FILLER = frozenset(
-    "a an the to at least one with which is are was were be been of for that this please "
-    "use it its by as and or see above".split()
+    {"a", "an", "the", "to", "at", "least", "one", "with", "which", "is", "are", "was", "were"}
+    | {"be", "been", "of", "for", "that", "this", "please", "use", "it", "its", "by", "as"}
+    | {"and", "or", "see", "above"}
 )
 _ELLIPSIS = "…"
 
