@@ -4,8 +4,9 @@ The upgrade view comes first (per image and configuration: safe, safe with a
 flag change, unsafe, unknown), then what changes between a baseline and a
 candidate, the evidence against documented version ranges, and the cells
 that could not run here, summarised per lane and reason. GitHub refuses a
-job summary over 1 MiB, so the Markdown degrades in steps until it fits: every entry with its short root cause, then symbols only, then
-a summary (verdict counts per image tag and the cells that need attention).
+job summary over 1 MiB, so the Markdown degrades in steps until it fits:
+every entry with its short root cause, then symbols only, then a summary
+(verdict counts per image tag and the cells that need attention).
 The HTML and JSON reports always hold everything.
 """
 
