@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from repromatrix.model import Outcome
 from repromatrix.reports import diff
 from repromatrix.reports.upgrade import BASELINE, TRIGGER, Configuration, UpgradeView
 from repromatrix.results.verdicts import Judged, cause_line, shorten
@@ -82,7 +83,7 @@ def build_move(
     chosen: dict[tuple[Configuration, str, str], diff.Pair] = {}
     for pair in upgrade.pairs:
         k = pair.key
-        if k.variant not in (TRIGGER, BASELINE):
+        if k.variant not in (TRIGGER, BASELINE) or _not_run(pair):
             continue
         where = (Configuration(k.lane, k.gpu, k.model, k.flagset), k.scenario, k.variant)
         if where not in chosen or k.level == "engine":
@@ -103,6 +104,12 @@ def build_move(
     order = list(Move)
     items.sort(key=lambda i: (order.index(i.move), i.scenario, i.configuration))
     return MoveSummary(baseline, candidate, tuple(items), unchanged)
+
+
+def _not_run(pair: diff.Pair) -> bool:
+    """Whether neither side ran here (no such hardware): the skips are summarised elsewhere."""
+    sides = [r for r in (pair.baseline, pair.candidate) if r is not None]
+    return all(r.outcome is Outcome.SKIPPED for r in sides)
 
 
 def _detail(pair: diff.Pair) -> str:

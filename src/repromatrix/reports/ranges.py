@@ -230,8 +230,10 @@ def suggest(
     above = min((v for v in avoided if v > high), default=None)
     lower = _bound(spec, (">=",))
     upper = _bound(spec, ("<",))
-    if lower is None or not (lower <= low and (below is None or below < lower)):
-        lower = low if below is not None or spec is not None else None
+    if spec is None or (lower is None and below is not None):
+        lower = low
+    elif lower is not None and not (lower <= low and (below is None or below < lower)):
+        lower = low
     if upper is None or not (high < upper and (above is None or above >= upper)):
         upper = above
     parts = ([f">={lower}"] if lower else []) + ([f"<{upper}"] if upper else [])
