@@ -230,9 +230,7 @@ def suggest(
     above = min((v for v in avoided if v > high), default=None)
     lower = _bound(spec, (">=",))
     upper = _bound(spec, ("<",))
-    if spec is None or (lower is None and below is not None):
-        lower = low
-    elif lower is not None and not (lower <= low and (below is None or below < lower)):
+    if _moves_lower(spec, lower, low, below):
         lower = low
     if upper is None or not (high < upper and (above is None or above >= upper)):
         upper = above
@@ -241,6 +239,17 @@ def suggest(
     if documented and documented.fixed and upper == _bound(spec, ("<",)):
         fixed = documented.fixed
     return ",".join(parts) or None, fixed
+
+
+def _moves_lower(
+    spec: SpecifierSet | None, lower: Version | None, low: Version, below: Version | None
+) -> bool:
+    """Whether the observations contradict the documented lower bound (or there is none)."""
+    if spec is None:
+        return True
+    if lower is None:
+        return below is not None
+    return not (lower <= low and (below is None or below < lower))
 
 
 def _bound(spec: SpecifierSet | None, operators: tuple[str, ...]) -> Version | None:
