@@ -128,3 +128,23 @@ def test_a_broken_history_is_refused(site: Path, tmp_path: Path) -> None:
     (site / "history.json").write_text("{}")
     second = write_day(tmp_path / "results", 3, Outcome.HIT)
     assert publish(str(second), "--out", str(site)) == 2
+
+
+def test_an_archive_of_runs_publishes_at_once(tmp_path: Path) -> None:
+    first = write_day(tmp_path / "results", 2, Outcome.AVOIDED)
+    second = write_day(tmp_path / "results", 3, Outcome.HIT)
+    assert publish(str(second), str(first), "--out", str(tmp_path / "site")) == 0
+    history = json.loads((tmp_path / "site" / "history.json").read_text())
+    assert [r["id"] for r in history["runs"]] == ["20260102-000000", "20260103-000000"]
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "<title>vLLM compatibility: run 20260103-000000</title>" in index  # the newest
+
+
+def test_baseline_and_candidate_go_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = write_day(tmp_path / "results", 2, Outcome.AVOIDED)
+    assert main(["report", str(run), "--baseline", "v0.31.0"]) == 2
+    assert "--baseline and --candidate go together" in capsys.readouterr().err
+    assert main(["report", str(run), "--baseline", "v0.31.0", "--candidate", "v0.32.0"]) == 0
+    assert "## What changes if we move from v0.31.0 to v0.32.0" in (run / "compat.md").read_text()
