@@ -186,3 +186,39 @@ def test_site_scenario_page_filters(browser: Any, site: Path, tmp_path: Path) ->
     assert after != before
     assert page.locator("svg.strip rect").count() == total  # one run: one square each
     page.close()
+
+
+@pytest.fixture(scope="module")
+def real_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from repromatrix.cli import main  # noqa: PLC0415
+    from test_upgrade_real import merged_real_run  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("real-site")
+    run = merged_real_run(root)
+    scenarios = str(Path(__file__).parents[1] / "scenarios")
+    assert main(["publish", str(run), "--out", str(root / "site"), "--scenarios", scenarios]) == 0
+    return root / "site"
+
+
+@pytest.mark.browser
+def test_real_cpu_lane_site_in_chromium(browser: Any, real_site: Path, tmp_path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.goto((real_site / "index.html").as_uri())
+    assert page.title() == "vLLM compatibility: runs ci-cpu-matrix, moe"
+    rows = page.locator('#upgrade table[data-lane="cpu"] tbody tr')
+    assert rows.count() == 3
+    everything = _shot(page, tmp_path / "real-index.png")
+    page.select_option('select[data-filter="safety"]', "workaround")
+    visible = page.locator('#upgrade table[data-lane="cpu"] tbody tr:visible th')
+    assert [visible.nth(i).inner_text() for i in range(visible.count())] == ["0.31.0"]
+    assert _shot(page, tmp_path / "real-index-workaround.png") != everything
+
+    page.goto((real_site / "scenarios" / "moe-lora-rank-over-128.html").as_uri())
+    assert "the observations fit >=0.27.0,<0.31.1rc0" in page.locator("#observed").inner_text()
+    strips = page.locator("table.strips tbody tr")
+    assert strips.count() == 3
+    before = _shot(page, tmp_path / "real-scenario.png")
+    page.select_option('select[data-filter="configuration"]', index=1)
+    assert page.locator("table.strips tbody tr:visible").count() == 3  # one configuration
+    assert _shot(page, tmp_path / "real-scenario-cpu.png").startswith(before[:8])
+    page.close()

@@ -115,7 +115,9 @@ def test_a_merged_report_is_titled_by_its_matrix_and_runs() -> None:
     assert title(None, [], "merged") == "vLLM compatibility: run merged"
     assert title(None, list("abcd"), "x") == "vLLM compatibility: 4 runs, a to d"
     judged = judge_all([*gpu_run("shard-a"), *cpu_probes("shard-b")])
-    assert build_findings(judged, "merged", ReportOptions()).title.endswith("runs shard-a, shard-b")
+    assert build_findings(judged, "merged", ReportOptions()).title.endswith("run shard (2 shards)")
+    fleet = ["gh-42-1-cpu-0", "gh-42-1-gpu-0", "gh-42-1-gpu-1", "gh-42-1-gpu-2"]
+    assert title(None, fleet, "merged") == "vLLM compatibility: run gh-42-1 (4 shards)"
 
 
 def test_skipped_cells_are_summarised_per_lane_and_reason() -> None:

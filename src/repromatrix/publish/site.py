@@ -31,7 +31,7 @@ from repromatrix.publish.history import (
     read_history,
     run_date,
 )
-from repromatrix.reports.findings import Findings, ReportOptions, build_findings
+from repromatrix.reports.findings import Findings, ReportOptions, build_findings, run_name
 from repromatrix.reports.heatmap import heat_maps
 from repromatrix.reports.html import environment
 from repromatrix.reports.move import MOVE_TITLES, Move
@@ -78,17 +78,15 @@ def cell_page(run: str, cell_id: str) -> str:
 
 
 def read_runs(folders: Sequence[Path]) -> tuple[Run, ...]:
-    """Read every run folder, grouping cells by their run id (the folder name where none)."""
+    """Read every run folder as one run (a merge of shards too), named by ``run_name``."""
     cells: dict[str, list[Judged]] = defaultdict(list)
     excerpts: dict[str, dict[str, str]] = defaultdict(dict)
     for folder in folders:
         judged = judge_all(load_run(folder).results)
-        found = load_excerpts(folder, judged, EXCERPT_LIMITS, EXCERPT_BUDGET)
-        for item in judged:
-            run = item.result.run_id or folder.resolve().name
-            cells[run].append(item)
-            if item.result.id in found:
-                excerpts[run][item.result.id] = found[item.result.id]
+        ids = sorted({j.result.run_id for j in judged if j.result.run_id})
+        run = run_name(ids, folder.resolve().name)
+        cells[run] += judged
+        excerpts[run].update(load_excerpts(folder, judged, EXCERPT_LIMITS, EXCERPT_BUDGET))
     return tuple(Run(r, tuple(cells[r]), excerpts[r]) for r in sorted(cells))
 
 

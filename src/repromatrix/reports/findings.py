@@ -23,6 +23,7 @@ from repromatrix.reports.upgrade import UpgradeView, build_upgrade, upgrade_json
 from repromatrix.results.verdicts import Judged, one_line
 
 MAX_RUNS_NAMED = 3
+MIN_PREFIX = 3  # a shorter common prefix of run ids names nothing
 
 
 @dataclass(frozen=True)
@@ -88,16 +89,34 @@ def build_findings(judged: Sequence[Judged], folder: str, options: ReportOptions
 
 
 def title(matrix: str | None, runs: Sequence[str], folder: str) -> str:
-    """``vLLM compatibility: matrix.yaml · run 20260101-000000`` (every run of a merge)."""
-    if not runs:
-        named = f"run {folder}"
-    elif len(runs) == 1:
-        named = f"run {runs[0]}"
+    """``vLLM compatibility: matrix.yaml · run 20260101-000000``, also after a merge.
+
+    The shards of one fleet run share a prefix (``gh-42-1-gpu-0``, ``gh-42-1-cpu-0``):
+    such a merge is ``run gh-42-1 (2 shards)``; unrelated runs are named each.
+    """
+    name = run_name(runs, folder)
+    if len(runs) <= 1:
+        named = f"run {name}"
+    elif name != folder:
+        named = f"run {name} ({len(runs)} shards)"
     elif len(runs) <= MAX_RUNS_NAMED:
         named = "runs " + ", ".join(runs)
     else:
         named = f"{len(runs)} runs, {runs[0]} to {runs[-1]}"
     return "vLLM compatibility: " + (f"{matrix} · " if matrix else "") + named
+
+
+def run_name(runs: Sequence[str], folder: str) -> str:
+    """The name of a folder's cells: their run id, the shards' common prefix, or the folder."""
+    if len(runs) == 1:
+        return runs[0]
+    prefix = ""
+    for letters in zip(*runs, strict=False):
+        if len(set(letters)) > 1:
+            break
+        prefix += letters[0]
+    prefix = prefix.rstrip("-_.")
+    return prefix if runs and len(prefix) >= MIN_PREFIX else folder
 
 
 def skip_groups(judged: Sequence[Judged]) -> tuple[SkipGroup, ...]:

@@ -183,7 +183,14 @@ def _move_lines(findings: Findings) -> list[str]:
 def _code(words: str) -> str:
     """Escape ``words`` but keep its backtick-quoted specifiers as code."""
     parts = words.split("`")
-    return "".join(f"`{p}`" if i % 2 else escape(p) for i, p in enumerate(parts))
+    return "".join(f"`{p}`" if i % 2 else _spaced(p) for i, p in enumerate(parts))
+
+
+def _spaced(text: str) -> str:
+    """``escape`` that keeps one space where ``text`` starts or ends with one."""
+    lead = " " if text[:1].isspace() else ""
+    trail = " " if text[-1:].isspace() else ""
+    return lead + escape(text) + trail
 
 
 def _sections(table: Table, detail: Detail) -> Iterator[str]:
