@@ -32,7 +32,7 @@ MOE = "moe-lora-rank-over-128"
 def merged_real_run(root: Path) -> Path:
     """The two real runs copied under ``root`` and merged into ``root/merged``."""
     shutil.copytree(DATA, root / "shards")
-    shards = sorted(str(p) for p in (root / "shards").iterdir())
+    shards = sorted(str(p) for p in (root / "shards").iterdir() if p.is_dir())
     assert main(["merge", *shards, "--out", str(root / "merged")]) == 0
     return root / "merged"
 

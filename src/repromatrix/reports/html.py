@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import jinja2
 
+from repromatrix.model import Outcome
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings
 from repromatrix.reports.heatmap import heat_maps
 from repromatrix.reports.move import MOVE_TITLES, Move
@@ -48,12 +49,13 @@ class LevelView:
 
 @dataclass(frozen=True)
 class CellView:
-    """One table cell: its levels, the worst verdict (for colour) and the level agreement."""
+    """One table cell: its levels, the worst verdict (the outline), the tone and the agreement."""
 
     scenario: str
     verdict: str
     levels: tuple[LevelView, ...]
     agreement: str | None
+    tone: str = "none"  # the background: what happened (hit, avoided, failure), not the verdict
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,16 @@ def _cell_view(entry: Entry | None, excerpts: Mapping[str, str]) -> CellView | N
         verdict=worst.value,
         levels=tuple(_level_view(j, excerpts.get(j.result.id)) for j in levels),
         agreement=None if agreement is None else _AGREEMENT_TEXT[agreement],
+        tone=_TONES.get(levels[0].result.outcome, "none"),
     )
+
+
+_TONES = {
+    Outcome.HIT: "hit",
+    Outcome.AVOIDED: "avoided",
+    Outcome.OTHER_FAILURE: "failure",
+    Outcome.TIMEOUT: "failure",
+}
 
 
 _AGREEMENT_TEXT = {
