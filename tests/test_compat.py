@@ -185,3 +185,13 @@ def test_an_empty_run_still_gets_every_report(tmp_path: Path, name: str) -> None
     summary = write_reports(tmp_path)
     assert summary.cells == 0
     assert (tmp_path / name).stat().st_size > 0
+
+
+def test_a_huge_upgrade_view_keeps_to_its_marks() -> None:
+    cells = big_matrix(tags=40, gpus=8, models=8, variants=12)
+    judged = judge_all(cells)
+    limit = 40 * 1024  # the upgrade view in words (64 configurations) takes more than half
+    text = format_markdown(build_table(judged), judged, [], "big", limit)
+    assert len(text.encode("utf-8")) <= limit
+    assert "## Can we upgrade?" in text
+    assert "| v0.39.0 | 🟢 | 🟢 |" in text  # marks, no words

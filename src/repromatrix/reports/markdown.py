@@ -21,7 +21,7 @@ from repromatrix.model import Level, Outcome
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings
 from repromatrix.reports.move import MOVE_TITLES, Move
 from repromatrix.reports.table import Agreement, Entry, Table, tag_key
-from repromatrix.reports.upgrade import Safety
+from repromatrix.reports.upgrade import Safety, SafetyCell
 from repromatrix.results.verdicts import (
     FAILING,
     SEVERITY,
@@ -101,6 +101,8 @@ def format_markdown(
     if findings is None:
         findings = build_findings(judged, run, ReportOptions())
     head = _head(table, problems, findings)
+    if len(head.encode("utf-8")) > limit // 2:  # a huge matrix: marks only in the upgrade view
+        head = _head(table, problems, findings, compact=True)
     for detail in (Detail.FULL, Detail.SYMBOLS):
         text = head + "".join(_sections(table, detail))
         if len(text.encode("utf-8")) <= limit:
@@ -108,10 +110,12 @@ def format_markdown(
     return _summary(table, judged, head, limit)
 
 
-def _head(table: Table, problems: Sequence[RunProblem], findings: Findings) -> str:
+def _head(
+    table: Table, problems: Sequence[RunProblem], findings: Findings, *, compact: bool = False
+) -> str:
     counts = " · ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in table.counts.items())
     lines = [f"# {escape(findings.title)}", "", f"{table.cells} cells: {counts or '-'}"]
-    lines += upgrade_lines(findings)
+    lines += upgrade_lines(findings, compact=compact)
     if problems:
         lines += ["", f"**{len(problems)} problem(s) with this run's files:**", ""]
         lines += [
@@ -123,8 +127,11 @@ def _head(table: Table, problems: Sequence[RunProblem], findings: Findings) -> s
     return "\n".join(lines) + "\n"
 
 
-def upgrade_lines(findings: Findings) -> list[str]:
-    """The upgrade view, the move, the range evidence and the skips, as Markdown lines."""
+def upgrade_lines(findings: Findings, *, compact: bool = False) -> list[str]:
+    """The upgrade view, the move, the range evidence and the skips, as Markdown lines.
+
+    ``compact`` keeps only each cell's mark and the crashes it hits by name.
+    """
     lines = ["", "## Can we upgrade?", ""]
     lines.append(
         "🟢 safe · 🟡 safe with a flag change (a variant observed avoided on the same image "
@@ -139,9 +146,7 @@ def upgrade_lines(findings: Findings) -> list[str]:
             row = [escape(lane.row_label(tag))]
             for configuration in lane.configurations:
                 cell = lane.cell(tag, configuration)
-                row.append(
-                    "" if cell is None else SAFETY_MARKS[cell.safety] + " " + escape(cell.words)
-                )
+                row.append("" if cell is None else _safety_text(cell, compact))
             lines.append("| " + " | ".join(row) + " |")
     lines += _move_lines(findings)
     disagreeing = [r for r in findings.ranges if r.disagrees]
@@ -156,6 +161,12 @@ def upgrade_lines(findings: Findings) -> list[str]:
             for g in findings.skipped
         ]
     return lines
+
+
+def _safety_text(cell: SafetyCell, compact: bool) -> str:
+    if not compact:
+        return SAFETY_MARKS[cell.safety] + " " + escape(cell.words)
+    return SAFETY_MARKS[cell.safety] + "".join(" " + escape(c.scenario) for c in cell.crashes)
 
 
 def _move_lines(findings: Findings) -> list[str]:
