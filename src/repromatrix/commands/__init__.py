@@ -5,4 +5,15 @@ arguments and calls into the stage modules, and holds no logic of its own
 beyond turning arguments into calls and results into output.
 """
 
-COMMANDS = ("plan", "render", "run", "rehearse", "triage", "report", "merge", "diff", "schema")
+COMMANDS = (
+    "plan",
+    "render",
+    "run",
+    "rehearse",
+    "triage",
+    "report",
+    "merge",
+    "diff",
+    "publish",
+    "schema",
+)

@@ -13,11 +13,17 @@ from dataclasses import dataclass
 
 import jinja2
 
+from repromatrix.model import Outcome
+from repromatrix.reports.findings import Findings, ReportOptions, build_findings
+from repromatrix.reports.heatmap import heat_maps
+from repromatrix.reports.move import MOVE_TITLES, Move
 from repromatrix.reports.table import Agreement, Entry, Section, Table, log_path
-from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict
+from repromatrix.reports.upgrade import SAFETY_LABELS
+from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict, shorten
 
 TEMPLATE = "compat.html.j2"
 LABELS = {v: v.value.replace("_", " ") for v in Verdict}
+CAUSE_CHARS = 160  # in the summary line; the full root-cause line is one click away
 
 
 @dataclass(frozen=True)
@@ -43,12 +49,13 @@ class LevelView:
 
 @dataclass(frozen=True)
 class CellView:
-    """One table cell: its levels, the worst verdict (for colour) and the level agreement."""
+    """One table cell: its levels, the worst verdict (the outline), the tone and the agreement."""
 
     scenario: str
     verdict: str
     levels: tuple[LevelView, ...]
     agreement: str | None
+    tone: str = "none"  # the background: what happened (hit, avoided, failure), not the verdict
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ class SectionView:
     rows: tuple[RowView, ...]
 
 
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader("repromatrix.reports", "templates"),
         autoescape=True,
@@ -82,19 +89,36 @@ def _environment() -> jinja2.Environment:
     )
 
 
+def table_judged(table: Table) -> tuple[Judged, ...]:
+    """Every judged cell that has an entry in ``table``."""
+    return tuple(j for s in table.sections for e in s.entries.values() for j in e.levels)
+
+
 def format_html(
     table: Table,
     problems: Sequence[RunProblem],
     run: str,
     excerpts: Mapping[str, str],
+    findings: Findings | None = None,
 ) -> str:
     """Return ``compat.html``; ``excerpts`` maps cell ids to their log excerpts."""
     sections = tuple(_section_view(s, excerpts) for s in table.sections)
+    judged = table_judged(table)
+    if findings is None:
+        findings = build_findings(judged, run, ReportOptions())
+    maps = heat_maps(judged)
     return (
-        _environment()
+        environment()
         .get_template(TEMPLATE)
         .render(
             run=run,
+            title=findings.title,
+            findings=findings,
+            heat_maps=maps,
+            safety_labels={s.value: label for s, label in SAFETY_LABELS.items()},
+            move_titles={m.value: t for m, t in MOVE_TITLES.items()},
+            moves=list(Move),
+            cell_href=lambda cell_id: "#c-" + cell_id,
             cells=table.cells,
             counts=[(v.value, LABELS[v], n) for v, n in table.counts.items()],
             problems=problems,
@@ -137,7 +161,16 @@ def _cell_view(entry: Entry | None, excerpts: Mapping[str, str]) -> CellView | N
         verdict=worst.value,
         levels=tuple(_level_view(j, excerpts.get(j.result.id)) for j in levels),
         agreement=None if agreement is None else _AGREEMENT_TEXT[agreement],
+        tone=_TONES.get(levels[0].result.outcome, "none"),
     )
+
+
+_TONES = {
+    Outcome.HIT: "hit",
+    Outcome.AVOIDED: "avoided",
+    Outcome.OTHER_FAILURE: "failure",
+    Outcome.TIMEOUT: "failure",
+}
 
 
 _AGREEMENT_TEXT = {
@@ -155,7 +188,7 @@ def _level_view(judged: Judged, excerpt: str | None) -> LevelView:
         level=judged.level.value,
         verdict=judged.verdict.value,
         verdict_label=LABELS[judged.verdict],
-        cause=judged.cause,
+        cause=shorten(judged.cause, CAUSE_CHARS),
         expected=r.expected.value,
         observed=r.outcome.value.replace("_", " "),
         explanation=judged.explanation,

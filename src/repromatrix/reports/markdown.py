@@ -1,8 +1,12 @@
 """``compat.md``: the compatibility table as GitHub-flavoured Markdown, for job summaries.
 
-GitHub refuses a job summary over 1 MiB, so the Markdown degrades in steps
-until it fits: every entry with its short root cause, then symbols only, then
-a summary (verdict counts per image tag and the cells that need attention).
+The upgrade view comes first (per image and configuration: safe, safe with a
+flag change, unsafe, unknown), then what changes between a baseline and a
+candidate, the evidence against documented version ranges, and the cells
+that could not run here, summarised per lane and reason. GitHub refuses a
+job summary over 1 MiB, so the Markdown degrades in steps until it fits:
+every entry with its short root cause, then symbols only, then a summary
+(verdict counts per image tag and the cells that need attention).
 The HTML and JSON reports always hold everything.
 """
 
@@ -14,7 +18,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 
 from repromatrix.model import Level, Outcome
+from repromatrix.reports.findings import Findings, ReportOptions, build_findings
+from repromatrix.reports.move import MOVE_TITLES, Move
 from repromatrix.reports.table import Agreement, Entry, Table, tag_key
+from repromatrix.reports.upgrade import Safety, SafetyCell
 from repromatrix.results.verdicts import (
     FAILING,
     SEVERITY,
@@ -22,6 +29,7 @@ from repromatrix.results.verdicts import (
     RunProblem,
     Verdict,
     one_line,
+    shorten,
 )
 
 MD_LIMIT = 1000 * 1024  # GitHub's job-summary limit is 1 MiB; keep a margin
@@ -44,6 +52,7 @@ PROBE_MARK = "🔬"
 VERDICT_MARKS: Mapping[Verdict, str] = MappingProxyType(
     {
         Verdict.REGRESSION: " **REGRESSION**",
+        Verdict.OUTSIDE_RANGE: " **OUTSIDE RANGE**",
         Verdict.UNEXPECTED_FIX: " **UNEXPECTED FIX**",
         Verdict.UNKNOWN: " ❔",
     }
@@ -52,8 +61,9 @@ LEGEND = (
     "💥 crash hit · ✅ avoided · ❌ other failure · ⏱️ timeout · ⚠️ infrastructure error · "
     "⏭️ skipped · 🚫 probe could not reach the code path · 🔬 probe level (vLLM's own code "
     "called on the trigger's shapes, no engine start) · ❔ no documented expectation · "
-    "**REGRESSION** hit where the documents say fixed · **UNEXPECTED FIX** avoided where "
-    "the documents say affected"
+    "**OUTSIDE RANGE** hit where the documents say unaffected (the range is too narrow) · "
+    "**REGRESSION** hit again after an older version was seen fixed · **UNEXPECTED FIX** "
+    "avoided where the documents say affected"
 )
 
 
@@ -73,15 +83,26 @@ def escape(text: str) -> str:
     return " ".join(text.split())
 
 
+SAFETY_MARKS: Mapping[Safety, str] = MappingProxyType(
+    {Safety.SAFE: "🟢", Safety.WORKAROUND: "🟡", Safety.UNSAFE: "🔴", Safety.UNKNOWN: "⚪"}
+)
+
+
 def format_markdown(
     table: Table,
     judged: Sequence[Judged],
     problems: Sequence[RunProblem],
     run: str,
     limit: int = MD_LIMIT,
+    *,
+    findings: Findings | None = None,
 ) -> str:
     """Return ``compat.md``, as detailed as fits in ``limit`` bytes of UTF-8."""
-    head = _head(table, problems, run)
+    if findings is None:
+        findings = build_findings(judged, run, ReportOptions())
+    head = _head(table, problems, findings)
+    if len(head.encode("utf-8")) > limit // 2:  # a huge matrix: marks only in the upgrade view
+        head = _head(table, problems, findings, compact=True)
     for detail in (Detail.FULL, Detail.SYMBOLS):
         text = head + "".join(_sections(table, detail))
         if len(text.encode("utf-8")) <= limit:
@@ -89,9 +110,12 @@ def format_markdown(
     return _summary(table, judged, head, limit)
 
 
-def _head(table: Table, problems: Sequence[RunProblem], run: str) -> str:
+def _head(
+    table: Table, problems: Sequence[RunProblem], findings: Findings, *, compact: bool = False
+) -> str:
     counts = " · ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in table.counts.items())
-    lines = [f"# vLLM compatibility: {escape(run)}", "", f"{table.cells} cells: {counts or '-'}"]
+    lines = [f"# {escape(findings.title)}", "", f"{table.cells} cells: {counts or '-'}"]
+    lines += upgrade_lines(findings, compact=compact)
     if problems:
         lines += ["", f"**{len(problems)} problem(s) with this run's files:**", ""]
         lines += [
@@ -99,8 +123,85 @@ def _head(table: Table, problems: Sequence[RunProblem], run: str) -> str:
         ]
         if len(problems) > MAX_PROBLEMS:
             lines.append(f"- … and {len(problems) - MAX_PROBLEMS} more (see compat.json)")
-    lines += ["", LEGEND, ""]
+    lines += ["", "## Every cell", "", LEGEND, ""]
     return "\n".join(lines) + "\n"
+
+
+def upgrade_lines(findings: Findings, *, compact: bool = False) -> list[str]:
+    """The upgrade view, the move, the range evidence and the skips, as Markdown lines.
+
+    ``compact`` keeps only each cell's mark and the crashes it hits by name.
+    """
+    lines = ["", "## Can we upgrade?", ""]
+    lines.append(
+        "🟢 safe · 🟡 safe with a flag change (a variant observed avoided on the same image "
+        "and configuration) · 🔴 unsafe: a documented crash without a verified workaround, or "
+        "the healthy baseline failed · ⚪ unknown"
+    )
+    for lane in findings.upgrade.lanes:
+        header = ["image", *(escape(c.label) for c in lane.configurations)]
+        lines += ["", f"**{escape(lane.lane)} lane**", "", "| " + " | ".join(header) + " |"]
+        lines.append("|" + "---|" * len(header))
+        for tag in lane.tags:
+            row = [escape(lane.row_label(tag))]
+            for configuration in lane.configurations:
+                cell = lane.cell(tag, configuration)
+                row.append("" if cell is None else _safety_text(cell, compact))
+            lines.append("| " + " | ".join(row) + " |")
+    lines += _move_lines(findings)
+    disagreeing = [r for r in findings.ranges if r.disagrees]
+    if disagreeing:
+        lines += ["", "## Documented ranges against the evidence", ""]
+        lines += [f"- **{escape(r.scenario)}**: {_code(r.words)}" for r in disagreeing]
+    if findings.skipped:
+        total = sum(g.count for g in findings.skipped)
+        lines += ["", f"## Not run on this host ({total} cells)", ""]
+        lines += [
+            f"- {escape(g.lane)} lane, {g.count} cell(s): {escape(g.reason)}"
+            for g in findings.skipped
+        ]
+    return lines
+
+
+def _safety_text(cell: SafetyCell, compact: bool) -> str:
+    if not compact:
+        return SAFETY_MARKS[cell.safety] + " " + escape(cell.words)
+    return SAFETY_MARKS[cell.safety] + "".join(" " + escape(c.scenario) for c in cell.crashes)
+
+
+def _move_lines(findings: Findings) -> list[str]:
+    move = findings.move
+    if move is None:
+        return []
+    verdict = "**worse**" if move.worse else "not worse"
+    lines = [
+        "",
+        f"## What changes if we move from {escape(move.baseline)} to {escape(move.candidate)}",
+        "",
+        f"The candidate is {verdict}; {move.unchanged} crash check(s) stay avoided.",
+        "",
+    ]
+    for kind in Move:
+        items = move.of(kind)
+        lines.append(f"- {MOVE_TITLES[kind]}: {len(items)}")
+        lines += [
+            f"  - {escape(i.scenario)} on {escape(i.configuration.label)}: {escape(i.detail)}"
+            for i in items
+        ]
+    return lines
+
+
+def _code(words: str) -> str:
+    """Escape ``words`` but keep its backtick-quoted specifiers as code."""
+    parts = words.split("`")
+    return "".join(f"`{p}`" if i % 2 else _spaced(p) for i, p in enumerate(parts))
+
+
+def _spaced(text: str) -> str:
+    """``escape`` that keeps one space where ``text`` starts or ends with one."""
+    lead = " " if text[:1].isspace() else ""
+    trail = " " if text[-1:].isspace() else ""
+    return lead + escape(text) + trail
 
 
 def _sections(table: Table, detail: Detail) -> Iterator[str]:
@@ -134,7 +235,7 @@ def _level_text(judged: Judged, detail: Detail) -> str:
     mark = PROBE_MARK if judged.level is Level.PROBE else ""
     text = mark + SYMBOLS[judged.result.outcome] + VERDICT_MARKS.get(judged.verdict, "")
     if detail is Detail.FULL and judged.cause:
-        text += " " + escape(one_line(judged.cause, CAUSE_CHARS))
+        text += " " + escape(shorten(judged.cause, CAUSE_CHARS))
     return text
 
 
@@ -179,7 +280,7 @@ def _bounded_list(attention: Sequence[Judged], budget: int) -> str:
     for number, item in enumerate(attention):
         line = (
             f"- {SYMBOLS[item.result.outcome]} {item.verdict.value}: "
-            f"{escape(item.result.id)}: {escape(one_line(item.cause, CAUSE_CHARS))}\n"
+            f"{escape(item.result.id)}: {escape(shorten(item.cause, CAUSE_CHARS))}\n"
         )
         more = f"- … and {len(attention) - number} more (see compat.html)\n"
         too_long = number >= MAX_ATTENTION

@@ -6,7 +6,9 @@ is only comparable with cells that ran on the same hardware with the same
 model and flags. Within a section, rows are image tags (version order, tags
 that are not versions, like ``nightly``, last) and columns are scenario
 variants; each entry holds the engine-level and the probe-level cell, and says
-whether the two agree when both decided.
+whether the two agree when both decided. Skipped cells (no such hardware on
+this host) are counted but get no entry: the reports summarise them per lane
+and reason instead of listing them one by one.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from repromatrix.model import Level
+from repromatrix.model import Level, Outcome
 from repromatrix.results.store import LOG_FILE, cell_dir
 from repromatrix.results.verdicts import DECISIVE, Judged, RunProblem, Verdict, tally
 
-COMPAT_SCHEMA_VERSION = 1
+COMPAT_SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True, order=True)
@@ -144,6 +146,8 @@ def build_table(judged: Iterable[Judged]) -> Table:
     everything = tuple(judged)
     for item in everything:
         r = item.result
+        if r.outcome is Outcome.SKIPPED:
+            continue
         setup = Setup(r.lane, r.gpu, r.model, r.flagset)
         key = (r.image_tag, Column(r.scenario, r.variant))
         grouped[setup][key] = grouped[setup].get(key, Entry()).with_level(item)
@@ -192,12 +196,21 @@ def log_path(cell_id: str) -> str:
 
 
 def compat_json(
-    table: Table, judged: Sequence[Judged], problems: Sequence[RunProblem], run: str
+    table: Table,
+    judged: Sequence[Judged],
+    problems: Sequence[RunProblem],
+    run: str,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``compat.json``: every cell, the agreements between levels, the problems, the counts."""
+    """``compat.json``: every cell, the agreements between levels, the problems, the counts.
+
+    ``extra`` holds the findings (upgrade view, move, ranges, skips) from
+    ``reports.findings``; they come first, as in the other reports.
+    """
     return {
         "schema_version": COMPAT_SCHEMA_VERSION,
         "run": run,
+        **(extra or {}),
         "summary": {
             "cells": table.cells,
             "verdicts": {verdict.value: count for verdict, count in table.counts.items()},

@@ -17,6 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repromatrix.reports.excerpt import ExcerptLimits, log_excerpt
+from repromatrix.reports.findings import (
+    ReportOptions,
+    build_findings,
+    default_options,
+    findings_json,
+)
 from repromatrix.reports.html import format_html
 from repromatrix.reports.junit import build_junit, write_junit
 from repromatrix.reports.markdown import format_markdown
@@ -51,7 +57,7 @@ class ReportSummary:
         return out
 
 
-def write_reports(run_dir: Path) -> ReportSummary:
+def write_reports(run_dir: Path, options: ReportOptions | None = None) -> ReportSummary:
     """Write junit.xml, compat.md, compat.html and compat.json into ``run_dir``."""
     loaded = read_run(run_dir)
     judged = judge_all(loaded.results)
@@ -59,10 +65,12 @@ def write_reports(run_dir: Path) -> ReportSummary:
     table = build_table(judged)
     excerpts = load_excerpts(run_dir, judged, EXCERPT_LIMITS, EXCERPT_BUDGET)
     run = run_dir.resolve().name
+    findings = build_findings(judged, run, options or default_options(run_dir))
     write_junit(build_junit(judged, problems, excerpts), run_dir / JUNIT_FILE)
-    _write_text(run_dir / MARKDOWN_FILE, format_markdown(table, judged, problems, run))
-    _write_text(run_dir / HTML_FILE, format_html(table, problems, run, excerpts))
-    document = compat_json(table, judged, problems, run)
+    markdown = format_markdown(table, judged, problems, run, findings=findings)
+    _write_text(run_dir / MARKDOWN_FILE, markdown)
+    _write_text(run_dir / HTML_FILE, format_html(table, problems, run, excerpts, findings))
+    document = compat_json(table, judged, problems, run, findings_json(findings))
     _write_text(run_dir / JSON_FILE, json.dumps(document, indent=1, ensure_ascii=False) + "\n")
     files = tuple(run_dir / name for name in (JUNIT_FILE, MARKDOWN_FILE, HTML_FILE, JSON_FILE))
     return ReportSummary(run_dir, files, table.cells, table.counts, problems)

@@ -157,13 +157,16 @@ def write_result(run_dir: Path, result: CellResult, log: bytes) -> Path:
     return folder
 
 
-def write_plan(run_dir: Path, cell_ids: Iterable[str]) -> None:
-    """Record the cells a run means to run, so every report can name those that never ran."""
+def write_plan(run_dir: Path, cell_ids: Iterable[str], matrix: str | None = None) -> None:
+    """Record the cells a run means to run, so every report can name those that never ran,
+    and the matrix file they come from, so every report's title can name it."""
     ids = sorted(set(cell_ids))
     bad = [c for c in ids if not is_cell_id(c)]
     if bad:
         raise ValueError(f"not cell ids: {', '.join(map(repr, bad[:3]))}")
-    body = {"schema_version": SCHEMA_VERSION, "cells": ids}
+    body: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "cells": ids}
+    if matrix is not None:
+        body["matrix"] = matrix
     atomic_write(
         _confined(run_dir, run_dir / PLAN_FILE), json.dumps(body, indent=1).encode() + b"\n"
     )
@@ -292,6 +295,13 @@ def unfinished_cells(run_dir: Path) -> list[RunProblem]:
                 )
             )
     return problems
+
+
+def plan_matrix(run_dir: Path) -> str | None:
+    """The matrix file named in plan.json, when the run has a readable one that names it."""
+    document, _ = _read_json(run_dir, PLAN_FILE)
+    matrix = document.get("matrix") if document is not None else None
+    return matrix if isinstance(matrix, str) else None
 
 
 def read_plan(run_dir: Path) -> tuple[frozenset[str] | None, list[RunProblem]]:

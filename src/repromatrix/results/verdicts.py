@@ -2,9 +2,12 @@
 
 Pure functions over saved ``CellResult`` values. A verdict answers "does this
 cell behave as the scenario's documents say?": ``pass`` when it does,
-``regression`` when a crash documented as fixed is hit, ``unexpected_fix``
-when a crash documented as present is avoided (the scenario's version range
-may be wrong), ``fail`` for a failure of another kind, ``error`` when the
+``outside_range`` when a crash is hit on a version the documents say is not
+affected (evidence that the documented range is too narrow, not that the
+image regressed), ``regression`` only when the same cell was seen fixed on an
+older version after being hit on an even older one (fixed, then broken
+again), ``unexpected_fix`` when a crash documented as present is avoided (the
+scenario's version range may be wrong), ``fail`` for a failure of another kind, ``error`` when the
 infrastructure never let the cell run. Cells whose expectation is unknown
 (``nightly``) and probes that cannot reach their decisive code path get
 verdicts of their own: they are reported, never counted against an image.
@@ -13,10 +16,12 @@ verdicts of their own: they are reported, never counted against an image.
 from __future__ import annotations
 
 import enum
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+
+from packaging.version import InvalidVersion, Version
 
 from repromatrix.model import Expected, Level, Outcome
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
@@ -45,7 +50,8 @@ class Verdict(enum.StrEnum):
     """What a report says about one cell."""
 
     PASS = "pass"
-    REGRESSION = "regression"
+    REGRESSION = "regression"  # hit again after a newer-than-hit older version avoided it
+    OUTSIDE_RANGE = "outside_range"  # hit where the documents say unaffected: range too narrow
     UNEXPECTED_FIX = "unexpected_fix"
     FAIL = "fail"
     ERROR = "error"
@@ -58,6 +64,7 @@ class Verdict(enum.StrEnum):
 SEVERITY: tuple[Verdict, ...] = (
     Verdict.REGRESSION,
     Verdict.FAIL,
+    Verdict.OUTSIDE_RANGE,
     Verdict.UNEXPECTED_FIX,
     Verdict.ERROR,
     Verdict.UNKNOWN,
@@ -66,7 +73,9 @@ SEVERITY: tuple[Verdict, ...] = (
     Verdict.PASS,
 )
 # Verdicts that are a mismatch with the documents or a failure of the image.
-FAILING = frozenset({Verdict.REGRESSION, Verdict.UNEXPECTED_FIX, Verdict.FAIL})
+FAILING = frozenset(
+    {Verdict.REGRESSION, Verdict.OUTSIDE_RANGE, Verdict.UNEXPECTED_FIX, Verdict.FAIL}
+)
 # Outcomes that decide a scenario one way or the other.
 DECISIVE = frozenset({Outcome.HIT, Outcome.AVOIDED})
 
@@ -83,7 +92,7 @@ _CAUSE_LIMIT = 300
 
 
 def judge(result: CellResult) -> Verdict:
-    """Return the verdict for one cell result."""
+    """Return the verdict for one cell result on its own (``judge_all`` adds the history)."""
     verdict = _OUTCOME_VERDICTS.get(result.outcome)
     if verdict is not None:
         return verdict
@@ -92,7 +101,7 @@ def judge(result: CellResult) -> Verdict:
     if result.outcome.value == result.expected.value:
         return Verdict.PASS
     if result.outcome is Outcome.HIT:
-        return Verdict.REGRESSION
+        return Verdict.OUTSIDE_RANGE
     return Verdict.UNEXPECTED_FIX
 
 
@@ -120,8 +129,42 @@ class Judged:
 
 
 def judge_all(results: Iterable[CellResult]) -> tuple[Judged, ...]:
-    """Judge every result, in the order given."""
-    return tuple(Judged(r, judge(r)) for r in results)
+    """Judge every result, in the order given; a hit outside the range that an older
+    version was seen fixed of (after an even older one hit it) is a ``regression``."""
+    everything = tuple(results)
+    history: dict[tuple[str, ...], list[tuple[Version, Outcome]]] = defaultdict(list)
+    for r in everything:
+        version = result_version(r)
+        if version is not None and r.outcome in DECISIVE:
+            history[_lineage(r)].append((version, r.outcome))
+    return tuple(Judged(r, _with_history(r, judge(r), history[_lineage(r)])) for r in everything)
+
+
+def result_version(result: CellResult) -> Version | None:
+    """The vLLM version of a result: the one seen inside the image, else its tag's."""
+    for text in (result.version, result.image_tag.removeprefix("v")):
+        try:
+            return Version(text) if text else None
+        except InvalidVersion:
+            continue
+    return None
+
+
+def _lineage(r: CellResult) -> tuple[str, ...]:
+    return (r.lane, r.gpu, r.model, r.flagset, r.scenario, r.variant, r.level)
+
+
+def _with_history(
+    result: CellResult, verdict: Verdict, seen: Sequence[tuple[Version, Outcome]]
+) -> Verdict:
+    version = result_version(result)
+    if verdict is not Verdict.OUTSIDE_RANGE or version is None:
+        return verdict
+    fixed = [v for v, outcome in seen if outcome is Outcome.AVOIDED and v < version]
+    broken = [v for v, outcome in seen if outcome is Outcome.HIT]
+    if any(hit < fix for fix in fixed for hit in broken):
+        return Verdict.REGRESSION
+    return verdict
 
 
 def cause_line(result: CellResult) -> str:
@@ -144,6 +187,37 @@ def one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
+# Filler words a cause reads well without; negations and comparisons are never filler.
+_FILLER = frozenset(
+    {"a", "an", "the", "to", "at", "least", "one", "with", "which", "is", "are", "was", "were"}
+    | {"be", "been", "of", "for", "that", "this", "please", "use", "it", "its", "by", "as"}
+    | {"and", "or", "see", "above"}
+)
+_ELLIPSIS = "…"
+
+
+def shorten(text: str, limit: int) -> str:
+    """Shorten ``text`` to ``limit`` characters around its words, never cutting one.
+
+    Filler words go first, from the end (``the``, ``which is``, ...), so the
+    numbers and identifiers a cause is recognised by (``max_lora_rank 16``,
+    ``(2048)``) stay; only if that is not enough is the tail cut, at a word
+    boundary, and marked ``…``.
+    """
+    words = text.split()
+    if len(" ".join(words)) <= limit:
+        return " ".join(words)
+    kept = list(words)
+    for index in reversed(range(1, len(words))):
+        if words[index].lower() in _FILLER:
+            del kept[index]
+            if len(" ".join(kept)) <= limit:
+                return " ".join(kept)
+    while len(kept) > 1 and len(" ".join(kept)) + 2 > limit:
+        kept.pop()
+    return " ".join(kept) + " " + _ELLIPSIS
+
+
 def explain(judged: Judged) -> str:
     """Say in one sentence why a cell got its verdict."""
     result = judged.result
@@ -153,7 +227,16 @@ def explain(judged: Judged) -> str:
             return f"expected {expected}, observed {observed}"
         case Verdict.REGRESSION:
             cause = judged.cause or result.reason
-            return f"expected avoided, observed hit: {cause}{_evidence(judged)}"
+            return (
+                f"expected avoided, observed hit: {cause}{_evidence(judged)}; an older "
+                "version was seen avoiding it after an even older one hit it"
+            )
+        case Verdict.OUTSIDE_RANGE:
+            cause = judged.cause or result.reason
+            return (
+                f"expected avoided, observed hit: {cause}{_evidence(judged)}; the documented "
+                "version range looks too narrow"
+            )
         case Verdict.UNEXPECTED_FIX:
             return (
                 "expected hit, observed avoided: the scenario's documented version range "

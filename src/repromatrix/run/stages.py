@@ -135,11 +135,12 @@ def pending(cells: tuple[Cell, ...], run_dir: Path, resume: bool) -> tuple[Cell,
     return tuple(cell for cell in cells if cell.id not in done)
 
 
-def record_plan(run_dir: Path, cells: Sequence[Cell]) -> None:
+def record_plan(run_dir: Path, cells: Sequence[Cell], matrix: Path) -> None:
     """Write ``plan.json`` before any cell runs, so every report of this run, finished or
     not, lists the planned cells that never ran (a resumed run adds to the earlier plan)."""
     earlier, _ = store.read_plan(run_dir)
-    store.write_plan(run_dir, {*(earlier or ()), *(cell.id for cell in cells)})
+    ids = {*(earlier or ()), *(cell.id for cell in cells)}
+    store.write_plan(run_dir, ids, matrix=matrix.name)
 
 
 def stage_plan(state: RunState, progress: Progress) -> RunState:
@@ -164,7 +165,7 @@ def stage_claim(state: RunState, progress: Progress) -> RunState:
     if state.options.prepare_only or state.options.dry_run:
         return state
     held = replace(state, claim=claim(state.run_dir))
-    record_plan(state.run_dir, state.planned)
+    record_plan(state.run_dir, state.planned, state.options.matrix)
     return held
 
 

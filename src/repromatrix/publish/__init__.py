@@ -1,0 +1,1 @@
+"""The published site: every run's upgrade view, per-scenario and per-cell pages, and history."""

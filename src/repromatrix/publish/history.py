@@ -1,0 +1,139 @@
+"""``history.json``: every cell's outcome in every published run, and since when it holds.
+
+Pure apart from reading and writing the file. A published site keeps its
+history; publishing again adds the new runs' cells (a run id already in the
+history is replaced, so republishing a run is idempotent) and every page is
+rebuilt from the merged history. ``since`` answers "since when does this
+cell behave like this?": the oldest run of the current streak of one outcome,
+with its image digest and date.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repromatrix.errors import UsageError
+from repromatrix.results.verdicts import Judged
+
+HISTORY_FILE = "history.json"
+HISTORY_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Point:
+    """One cell in one run."""
+
+    run: str
+    date: str
+    outcome: str
+    verdict: str
+    version: str | None
+    digest: str | None
+    cause: str
+    page: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON-ready form."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One published run."""
+
+    id: str
+    date: str
+    title: str
+    cells: int
+
+
+@dataclass(frozen=True)
+class History:
+    """Every published run (oldest first) and each cell's points (oldest first)."""
+
+    runs: tuple[RunInfo, ...]
+    cells: Mapping[str, tuple[Point, ...]]
+
+    @property
+    def newest(self) -> RunInfo | None:
+        """The newest run, or None for an empty history."""
+        return self.runs[-1] if self.runs else None
+
+    def since(self, cell_id: str) -> Point | None:
+        """The first point of the cell's current streak of one outcome."""
+        points = self.cells.get(cell_id, ())
+        if not points:
+            return None
+        first = points[-1]
+        for point in reversed(points):
+            if point.outcome != first.outcome:
+                break
+            first = point
+        return first
+
+    def to_json(self) -> dict[str, Any]:
+        """The document written to ``history.json``."""
+        return {
+            "schema_version": HISTORY_SCHEMA_VERSION,
+            "runs": [dict(r.__dict__) for r in self.runs],
+            "cells": {
+                cell: [p.to_json() for p in points] for cell, points in sorted(self.cells.items())
+            },
+        }
+
+
+EMPTY = History((), {})
+
+
+def read_history(site: Path) -> History:
+    """The history of a published site, or an empty one when there is none yet."""
+    path = site / HISTORY_FILE
+    if not path.is_file():
+        return EMPTY
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("schema_version") != HISTORY_SCHEMA_VERSION:
+            raise ValueError(f"schema_version {data.get('schema_version')!r}")
+        runs = tuple(RunInfo(**r) for r in data["runs"])
+        cells = {c: tuple(Point(**p) for p in pts) for c, pts in data["cells"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(
+            f"{path}: not a history this repromatrix can extend ({exc}); publish into an "
+            "empty folder, or give the previous site"
+        ) from exc
+    return History(runs, cells)
+
+
+def run_date(judged: Sequence[Judged]) -> str:
+    """A run's date: the earliest start time of its cells (ISO 8601, UTC)."""
+    return min((j.result.started_at for j in judged if j.result.started_at), default="")
+
+
+def extend(
+    history: History, run: RunInfo, judged: Iterable[Judged], pages: Mapping[str, str]
+) -> History:
+    """Add one run (replacing an earlier copy of it); ``pages`` maps cell ids to their page."""
+    cells = {c: tuple(p for p in pts if p.run != run.id) for c, pts in history.cells.items()}
+    for item in judged:
+        r = item.result
+        point = Point(
+            run.id,
+            run.date,
+            r.outcome.value,
+            item.verdict.value,
+            r.version,
+            r.image_digest,
+            item.cause,
+            pages.get(r.id, ""),
+        )
+        cells[r.id] = tuple(sorted((*cells.get(r.id, ()), point), key=_order))
+    runs = sorted((*(r for r in history.runs if r.id != run.id), run), key=lambda r: (r.date, r.id))
+    return History(tuple(runs), {c: pts for c, pts in cells.items() if pts})
+
+
+def _order(point: Point) -> tuple[str, str]:
+    return (point.date, point.run)

@@ -1,0 +1,250 @@
+"""``repromatrix publish``: a static site from run folders, extending the site published before.
+
+The site needs no server and nothing from outside (styles, scripts and
+pictures are inline; links are relative), so it works from ``file://`` and
+from GitHub Pages alike:
+
+- ``index.html``: the upgrade view, range evidence and heat map of the newest run;
+- ``scenarios/<id>.html``: a scenario's source documents, signatures,
+  documented and observed ranges, and per image a timeline strip over runs;
+- ``cells/<run>/<cell>.html``: one cell run's root cause, process, excerpt,
+  digest and timings, and since when the cell behaves like this;
+- ``history.json``: every cell's outcome in every run, for machines.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repromatrix.errors import UsageError
+from repromatrix.publish.history import (
+    HISTORY_FILE,
+    History,
+    Point,
+    RunInfo,
+    extend,
+    read_history,
+    run_date,
+)
+from repromatrix.reports.findings import Findings, ReportOptions, build_findings, run_name
+from repromatrix.reports.heatmap import heat_maps
+from repromatrix.reports.html import environment
+from repromatrix.reports.move import MOVE_TITLES, Move
+from repromatrix.reports.upgrade import SAFETY_LABELS, TRIGGER, Configuration
+from repromatrix.reports.write import EXCERPT_LIMITS, load_excerpts
+from repromatrix.results.store import atomic_write, read_run
+from repromatrix.results.verdicts import Judged, judge_all
+
+EXCERPT_BUDGET = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's cells, read from one or more folders (shards of a run share its id)."""
+
+    id: str
+    judged: tuple[Judged, ...]
+    excerpts: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Strip:
+    """One timeline strip: a cell's outcome in each published run (None where absent)."""
+
+    label: str
+    configuration: str
+    cell: str
+    points: tuple[Point | None, ...]
+    since: Point | None
+
+
+@dataclass(frozen=True)
+class PublishSummary:
+    """What ``publish`` wrote."""
+
+    out: Path
+    runs: tuple[str, ...]
+    pages: int
+
+
+def cell_page(run: str, cell_id: str) -> str:
+    """The page of one cell run, relative to the site root."""
+    return f"cells/{run}/{cell_id.replace('/', '~')}.html"
+
+
+def read_runs(folders: Sequence[Path]) -> tuple[Run, ...]:
+    """Read every run folder as one run (a merge of shards too), named by ``run_name``."""
+    cells: dict[str, list[Judged]] = defaultdict(list)
+    excerpts: dict[str, dict[str, str]] = defaultdict(dict)
+    for folder in folders:
+        judged = judge_all(read_run(folder).results)
+        ids = sorted({j.result.run_id for j in judged if j.result.run_id})
+        run = run_name(ids, folder.resolve().name)
+        cells[run] += judged
+        excerpts[run].update(load_excerpts(folder, judged, EXCERPT_LIMITS, EXCERPT_BUDGET))
+    return tuple(Run(r, tuple(cells[r]), excerpts[r]) for r in sorted(cells))
+
+
+def publish(
+    folders: Sequence[Path], out: Path, options: ReportOptions, previous: Path | None = None
+) -> PublishSummary:
+    """Build or extend the site in ``out`` from run folders (and a previous site, if given)."""
+    runs = read_runs(folders)
+    if not runs:
+        raise UsageError("no cell results in " + ", ".join(str(f) for f in folders))
+    if previous is not None and previous.resolve() != out.resolve():
+        if not (previous / HISTORY_FILE).is_file():
+            raise UsageError(f"{previous}: not a published site (no {HISTORY_FILE})")
+        shutil.copytree(previous, out, dirs_exist_ok=True)
+    history = read_history(out)
+    findings: dict[str, Findings] = {}
+    pages = 0
+    for run in runs:
+        findings[run.id] = build_findings(run.judged, run.id, options)
+        info = RunInfo(run.id, run_date(run.judged), findings[run.id].title, len(run.judged))
+        history = extend(
+            history,
+            info,
+            run.judged,
+            {j.result.id: cell_page(run.id, j.result.id) for j in run.judged},
+        )
+    newest = max(runs, key=lambda r: (run_date(r.judged), r.id))
+    site = _Site(out, history, options)
+    for run in runs:
+        pages += site.cell_pages(run)
+    pages += site.scenario_pages(newest, findings[newest.id])
+    site.index(newest, findings[newest.id])
+    atomic_write(out / HISTORY_FILE, _json(history.to_json()))
+    return PublishSummary(out, tuple(r.id for r in runs), pages + 1)
+
+
+def _json(document: Mapping[str, Any]) -> bytes:
+    import json  # noqa: PLC0415
+
+    return (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode()
+
+
+def _href(prefix: str) -> Callable[[str, str], str]:
+    return lambda run, cell_id: prefix + cell_page(run, cell_id)
+
+
+class _Site:
+    """Renders pages into one site folder."""
+
+    def __init__(self, out: Path, history: History, options: ReportOptions) -> None:
+        self.out = out
+        self.history = history
+        self.options = options
+        self.env = environment()
+
+    def _write(self, page: str, template: str, **values: Any) -> None:
+        depth = page.count("/")
+        html = self.env.get_template(template).render(
+            root="../" * depth,
+            safety_labels={s.value: label for s, label in SAFETY_LABELS.items()},
+            move_titles={m.value: t for m, t in MOVE_TITLES.items()},
+            moves=list(Move),
+            **values,
+        )
+        atomic_write(self.out / page, html.encode("utf-8"))
+
+    def index(self, run: Run, findings: Findings) -> None:
+        """The front page: the newest run's upgrade view, evidence and heat map."""
+        href = _href("")
+        self._write(
+            "index.html",
+            "site_index.html.j2",
+            title=findings.title,
+            findings=findings,
+            heat_maps=heat_maps(run.judged),
+            cell_href=lambda cell_id: href(run.id, cell_id),
+            runs=list(reversed(self.history.runs)),
+            scenarios=sorted({_part(c, 5) for c in self.history.cells}),
+            changed=self._changed(run),
+        )
+
+    def _changed(self, run: Run) -> list[tuple[str, Point]]:
+        """Cells of the newest run whose outcome changed since an earlier run."""
+        out = []
+        for item in run.judged:
+            since = self.history.since(item.result.id)
+            first = self.history.cells[item.result.id][0]
+            if since is not None and since is not first:
+                out.append((item.result.id, since))
+        return sorted(out)
+
+    def cell_pages(self, run: Run) -> int:
+        """One page per cell of ``run``."""
+        for item in run.judged:
+            r = item.result
+            self._write(
+                cell_page(run.id, r.id),
+                "site_cell.html.j2",
+                title=f"{r.id} · run {run.id}",
+                judged=item,
+                excerpt=run.excerpts.get(r.id),
+                since=self.history.since(r.id),
+                points=self.history.cells.get(r.id, ()),
+                scenario_page=f"scenarios/{r.scenario}.html",
+            )
+        return len(run.judged)
+
+    def scenario_pages(self, newest: Run, findings: Findings) -> int:
+        """One page per scenario in the history."""
+        evidence = {r.scenario: r for r in findings.ranges}
+        by_scenario: dict[str, list[str]] = defaultdict(list)
+        for cell_id in self.history.cells:
+            by_scenario[_part(cell_id, 5)].append(cell_id)
+        for scenario, cells in sorted(by_scenario.items()):
+            strips = self.strips(cells)
+            self._write(
+                f"scenarios/{scenario}.html",
+                "site_scenario.html.j2",
+                title=f"{scenario} · {findings.title}",
+                scenario=scenario,
+                documented=self.options.documents.get(scenario),
+                evidence=evidence.get(scenario),
+                strips=strips,
+                configurations=sorted({s.configuration for s in strips}),
+                runs=self.history.runs,
+            )
+        return len(by_scenario)
+
+    def strips(self, cells: Sequence[str]) -> list[Strip]:
+        """Timeline strips of a scenario's trigger and baseline cells, per image over runs."""
+        runs = [r.id for r in self.history.runs]
+        strips = []
+        for cell_id in sorted(cells, key=_strip_key):
+            if _part(cell_id, 6).split("@")[0] not in (TRIGGER, "baseline"):
+                continue
+            by_run = {p.run: p for p in self.history.cells[cell_id]}
+            parts = cell_id.split("/")
+            configuration = Configuration(parts[0], parts[2], parts[3], parts[4])
+            level = " (probe)" if cell_id.endswith("@probe") else ""
+            strips.append(
+                Strip(
+                    parts[1] + level,
+                    f"{configuration.lane}/{configuration.label}",
+                    cell_id,
+                    tuple(by_run.get(r) for r in runs),
+                    self.history.since(cell_id),
+                )
+            )
+        return strips
+
+
+def _part(cell_id: str, index: int) -> str:
+    parts = cell_id.split("/")
+    return parts[index] if len(parts) > index else ""
+
+
+def _strip_key(cell_id: str) -> tuple[Any, ...]:
+    from repromatrix.reports.table import tag_key  # noqa: PLC0415
+
+    parts = cell_id.split("/")
+    return (parts[0], parts[2:5], tag_key(parts[1]), cell_id)

@@ -1,0 +1,139 @@
+"""What the reports say above the detailed table: title, upgrade view, move, ranges, skips.
+
+Pure once the documents are loaded: ``build_findings`` turns judged cells and
+``ReportOptions`` into ``Findings``, which compat.md, compat.html,
+compat.json and the published site share, so they never tell different
+stories.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from repromatrix.model import Outcome
+from repromatrix.reports.move import MoveSummary, build_move, move_json
+from repromatrix.reports.ranges import Documented, RangeEvidence, load_documents, range_evidence
+from repromatrix.reports.upgrade import UpgradeView, build_upgrade, upgrade_json
+from repromatrix.results.store import plan_matrix
+from repromatrix.results.verdicts import Judged, one_line
+
+MAX_RUNS_NAMED = 3
+MIN_PREFIX = 3  # a shorter common prefix of run ids names nothing
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What a report knows beyond the cell results."""
+
+    documents: Mapping[str, Documented] = field(default_factory=lambda: MappingProxyType({}))
+    baseline: str | None = None
+    candidate: str | None = None
+    matrix: str | None = None  # the matrix file the run expanded, when known
+
+
+@dataclass(frozen=True)
+class SkipGroup:
+    """Cells of one lane that could not run on this host, for one reason."""
+
+    lane: str
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Everything the reports say above the detailed table."""
+
+    title: str
+    runs: tuple[str, ...]
+    upgrade: UpgradeView
+    move: MoveSummary | None
+    ranges: tuple[RangeEvidence, ...]
+    skipped: tuple[SkipGroup, ...]
+
+
+def default_options(run_dir: Path) -> ReportOptions:
+    """Options for a report nobody configured: ``./scenarios`` and plan.json's matrix name."""
+    return ReportOptions(
+        documents=MappingProxyType(load_documents(None)), matrix=plan_matrix(run_dir)
+    )
+
+
+def build_findings(judged: Sequence[Judged], folder: str, options: ReportOptions) -> Findings:
+    """Derive the findings; ``folder`` names the run when no cell says its run id."""
+    view = build_upgrade(judged)
+    move = None
+    if options.baseline and options.candidate:
+        move = build_move(judged, view, options.baseline, options.candidate)
+    runs = tuple(sorted({j.result.run_id for j in judged if j.result.run_id}))
+    return Findings(
+        title(options.matrix, runs, folder),
+        runs,
+        view,
+        move,
+        range_evidence(judged, options.documents),
+        skip_groups(judged),
+    )
+
+
+def title(matrix: str | None, runs: Sequence[str], folder: str) -> str:
+    """``vLLM compatibility: matrix.yaml · run 20260101-000000``, also after a merge.
+
+    The shards of one fleet run share a prefix (``gh-42-1-gpu-0``, ``gh-42-1-cpu-0``):
+    such a merge is ``run gh-42-1 (2 shards)``; unrelated runs are named each.
+    """
+    name = run_name(runs, folder)
+    if len(runs) <= 1:
+        named = f"run {name}"
+    elif name != folder:
+        named = f"run {name} ({len(runs)} shards)"
+    elif len(runs) <= MAX_RUNS_NAMED:
+        named = "runs " + ", ".join(runs)
+    else:
+        named = f"{len(runs)} runs, {runs[0]} to {runs[-1]}"
+    return "vLLM compatibility: " + (f"{matrix} · " if matrix else "") + named
+
+
+def run_name(runs: Sequence[str], folder: str) -> str:
+    """The name of a folder's cells: their run id, the shards' common prefix, or the folder."""
+    if len(runs) == 1:
+        return runs[0]
+    prefix = ""
+    for letters in zip(*runs, strict=False):
+        if len(set(letters)) > 1:
+            break
+        prefix += letters[0]
+    prefix = prefix.rstrip("-_.")
+    return prefix if runs and len(prefix) >= MIN_PREFIX else folder
+
+
+def skip_groups(judged: Sequence[Judged]) -> tuple[SkipGroup, ...]:
+    """Skipped cells counted per lane and reason, largest group first."""
+    counts = Counter(
+        (j.result.lane, one_line(j.result.reason or "no reason recorded", 200))
+        for j in judged
+        if j.result.outcome is Outcome.SKIPPED
+    )
+    return tuple(
+        SkipGroup(lane, reason, n)
+        for (lane, reason), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+
+
+def findings_json(findings: Findings) -> dict[str, Any]:
+    """The keys compat.json adds for the findings."""
+    return {
+        "title": findings.title,
+        "runs": list(findings.runs),
+        "upgrade": upgrade_json(findings.upgrade),
+        "move": move_json(findings.move) if findings.move else None,
+        "ranges": [r.to_json() for r in findings.ranges],
+        "skipped": [
+            {"lane": g.lane, "reason": g.reason, "cells": g.count} for g in findings.skipped
+        ],
+    }

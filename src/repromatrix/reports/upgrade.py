@@ -1,0 +1,287 @@
+"""The upgrade view: per image and configuration, is it safe, and what do we change if not?
+
+Pure: judged cells in, an ``UpgradeView`` out. A configuration is what a user
+runs (lane, GPU, model, flag set); an image is a row. Each cell of the view
+says, in terms of SAFETY rather than agreement with the documents:
+
+- ``safe``: no documented crash was hit and the healthy baseline (where there
+  is one) served;
+- ``workaround``: documented crashes were hit, and for each one a variant with
+  a flag change was observed ``avoided`` on the same image and configuration;
+- ``unsafe``: a documented crash was hit with no verified workaround, or the
+  healthy baseline failed;
+- ``unknown``: nothing was decided (errors, timeouts, unreachable probes).
+
+Agreement with the documents stays a second dimension (``disagreements``).
+Cells that were only skipped (no such hardware here) are left out: the
+reports summarise them per lane and reason instead.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from repromatrix.model import Level, Outcome
+from repromatrix.reports.table import tag_key
+from repromatrix.results.verdicts import FAILING, Judged, shorten
+
+TRIGGER, BASELINE = "trigger", "baseline"
+CAUSE_CHARS = 90
+_FAILED = frozenset({Outcome.OTHER_FAILURE, Outcome.TIMEOUT, Outcome.HIT})
+
+
+class Safety(enum.StrEnum):
+    """Whether an image is safe to run in one configuration."""
+
+    UNSAFE = "unsafe"
+    WORKAROUND = "workaround"
+    UNKNOWN = "unknown"
+    SAFE = "safe"
+
+
+SAFETY_LABELS: Mapping[Safety, str] = MappingProxyType(
+    {
+        Safety.SAFE: "safe",
+        Safety.WORKAROUND: "safe with a flag change",
+        Safety.UNSAFE: "unsafe",
+        Safety.UNKNOWN: "unknown",
+    }
+)
+
+
+@dataclass(frozen=True, order=True)
+class Configuration:
+    """What a user runs: lane, GPU, model and flag set."""
+
+    lane: str
+    gpu: str
+    model: str
+    flagset: str
+
+    @property
+    def label(self) -> str:
+        """``h100 · qwen3-30b-a3b · default``."""
+        return f"{self.gpu} · {self.model} · {self.flagset}"
+
+
+@dataclass(frozen=True)
+class Workaround:
+    """A variant observed ``avoided`` where the trigger hit: its exact flag change."""
+
+    variant: str
+    change: str
+    cell: str
+
+
+@dataclass(frozen=True)
+class Crash:
+    """A documented crash hit on one image and configuration."""
+
+    scenario: str
+    cause: str
+    cell: str
+    level: str
+    workarounds: tuple[Workaround, ...]
+
+
+@dataclass(frozen=True)
+class SafetyCell:
+    """One image in one configuration."""
+
+    safety: Safety
+    crashes: tuple[Crash, ...]
+    failures: tuple[str, ...]  # cell ids of failures that are not a documented crash
+    disagreements: int  # cells whose verdict disagrees with the documents
+    cells: int
+
+    @property
+    def words(self) -> str:
+        """One line for people: the safety, then each crash and its fix."""
+        parts = [SAFETY_LABELS[self.safety]]
+        for crash in self.crashes:
+            fix = "; ".join(f"{w.change} ({w.variant})" for w in crash.workarounds)
+            parts.append(f"hits {crash.scenario}" + (f", avoided with {fix}" if fix else ""))
+        if self.failures:
+            parts.append(f"{len(self.failures)} other failure(s)")
+        return "; ".join(parts)
+
+    @property
+    def docs(self) -> str:
+        """Agreement with the documents, the second dimension."""
+        if not self.disagreements:
+            return "as documented"
+        return f"{self.disagreements} cell(s) differ from the documents"
+
+
+@dataclass(frozen=True)
+class LaneView:
+    """The upgrade view of one lane: image rows against configuration columns."""
+
+    lane: str
+    tags: tuple[str, ...]
+    configurations: tuple[Configuration, ...]
+    cells: Mapping[tuple[str, Configuration], SafetyCell]
+    versions: Mapping[str, str]
+
+    def cell(self, tag: str, configuration: Configuration) -> SafetyCell | None:
+        """The cell at a row and column, or None where nothing ran."""
+        return self.cells.get((tag, configuration))
+
+    def row_label(self, tag: str) -> str:
+        """The tag, with the vLLM version inside when the tag does not say it."""
+        version = self.versions.get(tag)
+        return f"{tag} ({version})" if version and tag_key(tag)[0] == 1 else tag
+
+    def row_safeties(self, tag: str) -> str:
+        """The safeties in a row, space-separated (what the page's safety filter matches)."""
+        found = {cell.safety.value for (t, _), cell in self.cells.items() if t == tag}
+        return " ".join(sorted(found))
+
+
+@dataclass(frozen=True)
+class UpgradeView:
+    """Every lane's view."""
+
+    lanes: tuple[LaneView, ...]
+
+
+def build_upgrade(judged: Iterable[Judged]) -> UpgradeView:
+    """Arrange judged cells by lane, image tag and configuration, and decide each one's safety."""
+    grouped: dict[str, dict[tuple[str, Configuration], list[Judged]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    versions: dict[str, dict[str, str]] = defaultdict(dict)
+    for item in judged:
+        r = item.result
+        if r.outcome is Outcome.SKIPPED:
+            continue
+        configuration = Configuration(r.lane, r.gpu, r.model, r.flagset)
+        grouped[r.lane][r.image_tag, configuration].append(item)
+        if r.version:
+            versions[r.lane].setdefault(r.image_tag, r.version)
+    return UpgradeView(
+        tuple(_lane(lane, grouped[lane], versions[lane]) for lane in sorted(grouped))
+    )
+
+
+def _lane(
+    lane: str, cells: Mapping[tuple[str, Configuration], list[Judged]], versions: dict[str, str]
+) -> LaneView:
+    return LaneView(
+        lane,
+        tuple(sorted({tag for tag, _ in cells}, key=tag_key)),
+        tuple(sorted({c for _, c in cells})),
+        MappingProxyType({key: safety_cell(items) for key, items in cells.items()}),
+        MappingProxyType(versions),
+    )
+
+
+def safety_cell(items: Sequence[Judged]) -> SafetyCell:
+    """Decide the safety of one image in one configuration from all its cells."""
+    by_scenario: dict[str, list[Judged]] = defaultdict(list)
+    for item in items:
+        by_scenario[item.result.scenario].append(item)
+    crashes = tuple(
+        crash for scenario in sorted(by_scenario) if (crash := _crash(by_scenario[scenario]))
+    )
+    failures = tuple(
+        sorted(
+            j.result.id
+            for j in items
+            if j.result.variant in (TRIGGER, BASELINE)
+            and j.level is Level.ENGINE
+            and j.result.outcome in _FAILED
+            and not (j.result.variant == TRIGGER and j.result.outcome is Outcome.HIT)
+        )
+    )
+    decided = any(j.result.outcome in (Outcome.HIT, Outcome.AVOIDED) for j in items)
+    if failures or any(not c.workarounds for c in crashes):
+        safety = Safety.UNSAFE
+    elif crashes:
+        safety = Safety.WORKAROUND
+    else:
+        safety = Safety.SAFE if decided else Safety.UNKNOWN
+    disagreements = sum(1 for j in items if j.verdict in FAILING)
+    return SafetyCell(safety, crashes, failures, disagreements, len(items))
+
+
+def _crash(items: Sequence[Judged]) -> Crash | None:
+    triggers = sorted(
+        (j for j in items if j.result.variant == TRIGGER and j.result.outcome is Outcome.HIT),
+        key=lambda j: j.level is not Level.ENGINE,
+    )
+    if not triggers:
+        return None
+    hit = triggers[0]
+    workarounds = {
+        j.result.variant: Workaround(
+            j.result.variant, flag_change(hit.result.flags, j.result.flags), j.result.id
+        )
+        for j in sorted(items, key=lambda j: j.level is not Level.ENGINE)
+        if j.result.variant not in (TRIGGER, BASELINE) and j.result.outcome is Outcome.AVOIDED
+    }
+    return Crash(
+        hit.result.scenario,
+        shorten(hit.cause, CAUSE_CHARS),
+        hit.result.id,
+        hit.level.value,
+        tuple(workarounds[name] for name in sorted(workarounds)),
+    )
+
+
+def flag_change(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    """The exact flag change from ``before`` to ``after``, as server arguments."""
+    parts = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if new is None or new is False:
+            parts.append(f"without {flag}")
+        elif new is True:
+            parts.append(flag)
+        else:
+            was = f" (was {old})" if old is not None and old is not True else ""
+            parts.append(f"{flag} {new}{was}")
+    return ", ".join(parts) or "same flags"
+
+
+def upgrade_json(view: UpgradeView) -> list[dict[str, Any]]:
+    """The machine form: one entry per image and configuration."""
+    return [
+        {
+            "lane": lane.lane,
+            "image_tag": tag,
+            "version": lane.versions.get(tag),
+            "gpu": c.gpu,
+            "model": c.model,
+            "flagset": c.flagset,
+            "safety": cell.safety.value,
+            "words": cell.words,
+            "documents": cell.docs,
+            "crashes": [
+                {
+                    "scenario": crash.scenario,
+                    "cause": crash.cause,
+                    "cell": crash.cell,
+                    "level": crash.level,
+                    "workarounds": [
+                        {"variant": w.variant, "change": w.change, "cell": w.cell}
+                        for w in crash.workarounds
+                    ],
+                }
+                for crash in cell.crashes
+            ],
+            "other_failures": list(cell.failures),
+        }
+        for lane in view.lanes
+        for tag in lane.tags
+        for c in lane.configurations
+        if (cell := lane.cell(tag, c)) is not None
+    ]
