@@ -14,10 +14,10 @@ from _harness_support import make_cell, offline_launch
 from repromatrix.errors import ConfigError
 from repromatrix.model import Launch, Level, Probe
 from repromatrix.run.harness_spec import (
+    STORE_TRUE_FLAGS,
     build_spec,
     offline_kwargs,
     server_argv,
-    STORE_TRUE_FLAGS,
     server_command,
 )
 

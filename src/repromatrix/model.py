@@ -234,7 +234,9 @@ class Cell:
 
     ``id`` is canonical and readable, e.g.
     ``gpu/v0.31.0/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger``
-    (probe cells end in ``@probe``). ``flags`` are the merged launch flags.
+    (probe cells end in ``@probe``). ``flags`` are the effective launch flags and
+    ``flag_sources`` names, per flag, the layer it came from (``scenario``,
+    ``flagset``, ``include``, ``variant``; see ``matrix.effective``).
     """
 
     id: str
@@ -252,3 +254,21 @@ class Cell:
     deadline_s: float = 900.0
     # SIGTERM the server this long after start: the launch's, unless the variant drops it.
     interrupt_after_s: float | None = None
+    flag_sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # A baseline's: the crash scenarios whose trigger holds for its effective flags.
+    predicted: tuple[Scenario, ...] = ()
+    # The scenario an expected hit (or unknown) names: the cell's own, or a predicted one.
+    expected_scenario: str | None = None
+    # Ids of identical effective cells this one is planned and run for.
+    same_as: tuple[str, ...] = ()
+
+    @property
+    def watched(self) -> tuple[Scenario, ...]:
+        """The scenarios whose signatures triage watches for in this cell's log."""
+        return (self.scenario, *self.predicted)
+
+    @property
+    def hit_scenarios(self) -> tuple[str, ...]:
+        """The scenario ids whose signature makes this cell a ``hit``."""
+        own = () if self.scenario.baseline else (self.scenario.id,)
+        return (*own, *(scenario.id for scenario in self.predicted))

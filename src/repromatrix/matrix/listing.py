@@ -22,6 +22,9 @@ from repromatrix.model import Cell
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions' limit on jobs per matrix
 TABLE_COLUMNS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant", "level")
+# How the table marks where an effective flag came from (``matrix.effective``).
+SOURCE_MARKS = {"flagset": "f", "include": "i", "scenario": "s", "variant": "v"}
+SOURCE_LEGEND = "flag sources: [f] flag set, [i] include, [s] scenario launch, [v] variant"
 
 
 def cell_json(cell: Cell) -> dict[str, Any]:
@@ -42,7 +45,11 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "variant": cell.variant.name,
         "variant_kind": cell.variant.kind,
         "expected": cell.expected.value,
+        "expected_scenario": cell.expected_scenario,
+        "predicted": [scenario.id for scenario in cell.predicted],
         "flags": dict(cell.flags),
+        "flag_sources": dict(cell.flag_sources),
+        "same_as": list(cell.same_as),
         "env": dict(cell.env),
         "deadline_s": cell.deadline_s,
         "interrupt_after_s": cell.interrupt_after_s,
@@ -56,18 +63,29 @@ def format_json(cells: Iterable[Cell]) -> str:
 
 def _row(cell: Cell) -> tuple[str, ...]:
     parts = cell.id.removesuffix("@probe").split("/")
-    return (*parts, cell.level.value, cell.expected.value)
+    expected = cell.expected.value
+    if cell.scenario.baseline and cell.expected_scenario:
+        expected += f":{cell.expected_scenario}"  # the crash the baseline's flags trigger
+    return (*parts, cell.level.value, expected, flags_text(cell))
+
+
+def flags_text(cell: Cell) -> str:
+    """The effective flags, each marked with its source: ``max_lora_rank=256[f]``."""
+    return " ".join(
+        f"{name}={json.dumps(value)}[{SOURCE_MARKS.get(cell.flag_sources.get(name, ''), '?')}]"
+        for name, value in cell.flags.items()
+    )
 
 
 def format_table(cells: Sequence[Cell]) -> str:
-    """Return an aligned text table of the cells and a one-line summary."""
-    header = (*TABLE_COLUMNS, "expected")
+    """Return an aligned text table of the cells, the flag-source legend and a summary."""
+    header = (*TABLE_COLUMNS, "expected", "flags")
     rows = [header, *(_row(cell) for cell in cells)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [
         "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
-    return "\n".join([*lines, "", summary(cells)]) + "\n"
+    return "\n".join([*lines, "", SOURCE_LEGEND, summary(cells)]) + "\n"
 
 
 def summary(cells: Sequence[Cell]) -> str:
@@ -77,7 +95,9 @@ def summary(cells: Sequence[Cell]) -> str:
     counts = ", ".join(f"{expected[name]} {name}" for name in ("hit", "avoided", "unknown"))
     per_lane = ", ".join(f"{lane} {n}" for lane, n in sorted(lanes.items()))
     noun = "cell" if len(cells) == 1 else "cells"
-    return f"{len(cells)} {noun}: {counts} ({per_lane})"
+    twins = sum(len(cell.same_as) for cell in cells)
+    once = f"; {twins} identical cells planned once" if twins else ""
+    return f"{len(cells)} {noun}: {counts} ({per_lane}){once}"
 
 
 @dataclass(frozen=True)
