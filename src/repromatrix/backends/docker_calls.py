@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from repromatrix.backends.gpus import pending_devices, select_devices
+from repromatrix.errors import InfraError
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Lane
 from repromatrix.secret_env import REDACTED, SECRET_ENV, secrets_from
@@ -90,6 +92,9 @@ class ContainerSettings:
     mem_limit: str | None = None
     secret_env: tuple[str, ...] = SECRET_ENV  # passed from the host at run time only
     entrypoint: tuple[str, ...] = HARNESS_ENTRYPOINT
+    # The GPU ids this runner may use (``gpus.runner_gpus``); None: not known here (a dry
+    # run on a machine without the runner's GPUs), so device ids are chosen at run time.
+    gpu_ids: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,8 @@ class ContainerCall:
     secret_env: tuple[str, ...]
     shm_size: str | None = None
     ipc_mode: str | None = None
-    gpu_count: int = 0
+    gpus_needed: int = 0  # the cell's GPU count
+    device_ids: tuple[str, ...] = ()  # exactly which GPUs: never "the first N"
     mem_limit: str | None = None
     network_mode: str = "none"  # the harness talks to vLLM on the container's own loopback
     environment: Mapping[str, str] = field(default_factory=dict)
@@ -135,14 +141,29 @@ class ContainerCall:
         if self.mem_limit:
             kwargs["mem_limit"] = self.mem_limit
             kwargs["memswap_limit"] = self.mem_limit
-        if self.gpu_count:
-            # docker-py's DeviceRequest keywords: exactly this cell's GPUs, any driver.
-            kwargs["device_requests"] = [{"count": self.gpu_count, "capabilities": [["gpu"]]}]
+        if self.gpus_needed:
+            if len(self.device_ids) != self.gpus_needed:
+                raise InfraError(
+                    f"{self.labels.get(CELL_LABEL)}: needs {self.gpus_needed} GPU(s) but was "
+                    f"given device ids {list(self.device_ids)}"
+                )
+            kwargs["device_requests"] = [self.device_request(self.device_ids)]
         return kwargs
 
+    def device_request(self, ids: Sequence[str] | str) -> dict[str, Any]:
+        """docker-py's DeviceRequest keywords: exactly these GPUs, any driver."""
+        return {"device_ids": ids if isinstance(ids, str) else list(ids), "capabilities": [["gpu"]]}
+
     def describe(self, environ: Mapping[str, str]) -> dict[str, Any]:
-        """The create call as JSON-ready data, every secret value replaced by a marker."""
-        described = self.create_kwargs(environ)
+        """The create call as JSON-ready data, every secret value replaced by a marker.
+
+        Device ids not chosen yet (the runner's GPUs unknown here) show as what will be.
+        """
+        pending = self.gpus_needed and not self.device_ids
+        call = replace(self, gpus_needed=0) if pending else self
+        described = call.create_kwargs(environ)
+        if pending:
+            described["device_requests"] = [self.device_request(pending_devices(self.gpus_needed))]
         described["environment"] = {
             **self.environment,
             **dict.fromkeys(self.secrets(environ), REDACTED),
@@ -151,15 +172,30 @@ class ContainerCall:
 
 
 def container_call(
-    cell: Cell, spec: Mapping[str, Any], image: str, settings: ContainerSettings, run_id: str
+    cell: Cell,
+    spec: Mapping[str, Any],
+    image: str,
+    settings: ContainerSettings,
+    run_id: str,
+    *,
+    device_ids: Sequence[str] | None = None,
 ) -> ContainerCall:
-    """Return the container that runs ``cell``'s harness with ``spec`` in ``image``."""
+    """Return the container that runs ``cell``'s harness with ``spec`` in ``image``.
+
+    A GPU cell gets ``device_ids`` (the scheduler's pick, from ``gpus.select_devices``),
+    else the first free ones of ``settings.gpu_ids``; with neither they stay to be chosen.
+    """
     mounts = list(settings.mounts)
     environment = {"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     if cell.lane is Lane.GPU and settings.hf_cache:
         mounts.append(Mount(settings.hf_cache, HF_CACHE_TARGET))
         environment["HF_HOME"] = HF_CACHE_TARGET
     gpu = cell.lane is Lane.GPU
+    needed = cell.gpu.count if gpu else 0
+    ids = _device_ids(needed, device_ids, settings.gpu_ids)
+    if ids:
+        # The NVIDIA runtime reads this too; inside the container CUDA numbers them from 0.
+        environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(ids)
     return ContainerCall(
         image=image,
         entrypoint=settings.entrypoint,
@@ -171,10 +207,21 @@ def container_call(
         # vLLM's docs run them; CPU cells get a private, larger /dev/shm.
         shm_size=None if gpu else settings.shm_size,
         ipc_mode="host" if gpu else None,
-        gpu_count=cell.gpu.count if gpu else 0,
+        gpus_needed=needed,
+        device_ids=ids,
         mem_limit=settings.mem_limit,
         environment=environment,
     )
+
+
+def _device_ids(
+    needed: int, given: Sequence[str] | None, usable: tuple[str, ...] | None
+) -> tuple[str, ...]:
+    if not needed:
+        return ()
+    if given is not None:
+        return tuple(given)
+    return select_devices(needed, usable) if usable is not None else ()
 
 
 def tool_plan(
