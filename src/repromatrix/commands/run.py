@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.build.wheelhouse import CACHE_ROOT
-from repromatrix.commands.plan import add_selection_arguments
+from repromatrix.commands.plan import add_runner_arguments, add_selection_arguments
 from repromatrix.errors import EXIT_INFRA, EXIT_OK
 from repromatrix.model import Lane, Outcome
 from repromatrix.run.prepare import BACKENDS
@@ -28,6 +28,7 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     add_selection_arguments(parser)
+    add_runner_arguments(parser)
     parser.add_argument(
         "--backend",
         choices=BACKENDS,

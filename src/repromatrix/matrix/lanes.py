@@ -12,8 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from packaging.version import InvalidVersion, Version
-
+from repromatrix.matrix.images import image_version, make_image, read_image
 from repromatrix.matrix.yamlsrc import Reader, Where, YEntry, YMap, YNode, YScalar, describe
 from repromatrix.model import DTYPE_BYTES, FlagSet, Gpu, Image, Lane, Model, frozen_flags
 
@@ -80,7 +79,8 @@ class LaneConfig:
         for image in self.images:
             if image.tag == tag:
                 return image
-        return make_image(self.lane, tag, image_version(tag), self.runtime)
+        runtime = self.runtime
+        return make_image(self.lane, tag, image_version(tag), runtime.registry, runtime.package)
 
 
 LANE_KEYS = {
@@ -99,20 +99,6 @@ MODEL_INTS = (
     "num_key_value_heads",
     "max_position_embeddings",
 )
-
-
-def image_version(tag: str) -> Version | None:
-    """Return the vLLM version a tag names (``v0.31.0`` is 0.31.0), or ``None`` (``nightly``)."""
-    try:
-        return Version(tag)
-    except InvalidVersion:
-        return None
-
-
-def make_image(lane: Lane, tag: str, version: Version | None, runtime: Runtime) -> Image:
-    """Return the ``Image`` for a tag: pulled from the registry (GPU) or a pip requirement (CPU)."""
-    ref = f"{runtime.registry}:{tag}" if lane is Lane.GPU else f"{runtime.package}=={tag}"
-    return Image(key=f"{lane.value}-{tag}", lane=lane, tag=tag, ref=ref, version=version)
 
 
 def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
@@ -205,7 +191,7 @@ def _read_images(
         return ()
     images: list[Image] = []
     for item in reader.sequence(node, "`images`") or ():
-        image = _image(lane, item, runtime, reader)
+        image = read_image(lane, item, runtime.registry, runtime.package, reader)
         if image is None:
             continue
         if any(image.tag == seen.tag for seen in images):
@@ -215,44 +201,6 @@ def _read_images(
     if not images and not reader.problems:
         reader.error(node.where, f"lane `{lane}` lists no images")
     return tuple(images)
-
-
-def _image(lane: Lane, node: YNode, runtime: Runtime, reader: Reader) -> Image | None:
-    """An image is a tag (``v0.31.0``) or ``{tag: my-build, version: 0.31.0}``."""
-    if isinstance(node, YMap):
-        reader.keys(node, ("tag", "version"), "an image", required=("tag",))
-        tag_node = node.get("tag")
-        tag = reader.name(tag_node, "image tag") if tag_node is not None else None
-        version_node = node.get("version")
-        if tag is None:
-            return None
-        version = image_version(tag)
-        if version_node is not None:
-            version = _version(version_node, reader)
-    else:
-        tag = reader.name(node, "image tag")
-        if tag is None:
-            return None
-        version = image_version(tag)
-    if lane is Lane.CPU and version is None:
-        reader.error(
-            node.where, f"CPU image `{tag}` must be a {runtime.package} version (pip installs it)"
-        )
-        return None
-    return make_image(lane, tag, version, runtime)
-
-
-def _version(node: YNode, reader: Reader) -> Version | None:
-    value = node.value if isinstance(node, YScalar) else None
-    if value is None:
-        return None
-    try:
-        return Version(str(value))
-    except InvalidVersion:
-        reader.error(
-            node.where, f"`version` must be a version like 0.31.0 or null, not {describe(node)}"
-        )
-        return None
 
 
 def _read_named(

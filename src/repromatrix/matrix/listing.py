@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from repromatrix.errors import UsageError
-from repromatrix.model import Cell
+from repromatrix.model import Cell, Lane
 
 GITHUB_MAX_JOBS = 256  # GitHub Actions' limit on jobs per matrix
 TABLE_COLUMNS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant", "level")
@@ -35,6 +35,7 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "level": cell.level.value,
         "image": cell.image.ref,
         "image_tag": cell.image.tag,
+        "image_pull": cell.image.pull.value if cell.lane is Lane.GPU else None,
         "version": str(cell.image.version) if cell.image.version is not None else None,
         "gpu": cell.gpu.name,
         "runner": cell.gpu.runner_label,
