@@ -109,8 +109,22 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter of a model: an HF repo id (from the runner's HF cache) or a local folder."""
+
+    name: str  # what the request asks for, and what a scenario's ``launch.lora_adapter`` names
+    source: str | None = None  # HF repo id
+    path: str | None = None  # absolute host folder, mounted read-only
+
+
+@dataclass(frozen=True)
 class Model:
-    """A model and the config facts that scenario triggers need."""
+    """A model and the config facts that scenario triggers need.
+
+    On the GPU lane the weights are an HF repo id (``source``, from the runner's HF
+    cache) or a local folder (``path``, absolute, mounted read-only; ``source`` is then
+    the same folder). On the CPU lane ``source`` names a local tiny-model recipe.
+    """
 
     name: str
     lane: Lane
@@ -124,11 +138,17 @@ class Model:
     num_key_value_heads: int = 0
     dtype: str = "bfloat16"
     max_position_embeddings: int = 0
+    path: str | None = None  # GPU lane: a local folder instead of a repo id
+    adapters: tuple[Adapter, ...] = ()
 
     @property
     def dtype_bytes(self) -> int:
         """Bytes per element of the model's dtype."""
         return DTYPE_BYTES[self.dtype]
+
+    def adapter(self, name: str) -> Adapter | None:
+        """The model's adapter called ``name``, if it has one."""
+        return next((adapter for adapter in self.adapters if adapter.name == name), None)
 
 
 DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
@@ -195,6 +215,7 @@ class Launch:
     flags: Flags = field(default_factory=frozen_flags)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     lora_adapter: str | None = None  # name of a LoRA adapter the request goes through
+    lora_adapter_line: int = 0  # where the scenario file names it, for errors
     interrupt_after_s: float | None = None  # SIGTERM the server this long after start
     startup_timeout_s: float = 600.0
 
@@ -271,6 +292,14 @@ class Cell:
     expected_scenario: str | None = None
     # Ids of identical effective cells this one is planned and run for.
     same_as: tuple[str, ...] = ()
+
+    @property
+    def adapter(self) -> Adapter | None:
+        """The model's adapter the request goes through: the scenario names it, LoRA is on."""
+        name = self.scenario.launch.lora_adapter
+        if name is None or not self.flags.get("enable_lora"):
+            return None
+        return self.model.adapter(name)
 
     @property
     def watched(self) -> tuple[Scenario, ...]:

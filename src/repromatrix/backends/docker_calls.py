@@ -26,6 +26,9 @@ CELL_LABEL = "repromatrix.cell"
 # too, because GPU base images ship different entrypoints of their own.
 HARNESS_ENTRYPOINT = ("python3", "/opt/repromatrix/harness/harness.py")
 HF_CACHE_TARGET = "/root/.cache/huggingface"
+# Where a GPU cell's local model and adapter folders appear inside its container.
+MODELS_TARGET = "/opt/repromatrix/models"
+ADAPTERS_TARGET = "/opt/repromatrix/adapters"
 # Reads the installed vLLM's version inside an image or virtualenv, without importing vLLM.
 VERSION_PROGRAM = """
 import importlib.metadata as metadata
@@ -194,7 +197,7 @@ def container_call(
     A GPU cell gets ``device_ids`` (the scheduler's pick, from ``gpus.select_devices``),
     else the first free ones of ``settings.gpu_ids``; with neither they stay to be chosen.
     """
-    mounts = list(settings.mounts)
+    mounts = [*settings.mounts, *model_mounts(cell)]
     environment = {"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     if cell.lane is Lane.GPU and settings.hf_cache:
         mounts.append(Mount(settings.hf_cache, HF_CACHE_TARGET))
@@ -221,6 +224,37 @@ def container_call(
         mem_limit=settings.mem_limit,
         environment=environment,
     )
+
+
+def model_mounts(cell: Cell) -> tuple[Mount, ...]:
+    """A GPU cell's local model folder and adapter folder, read-only (repo ids need none)."""
+    if cell.lane is not Lane.GPU:
+        return ()
+    mounts = []
+    if cell.model.path is not None:
+        mounts.append(Mount(cell.model.path, f"{MODELS_TARGET}/{cell.model.name}"))
+    adapter = cell.adapter
+    if adapter is not None and adapter.path is not None:
+        target = f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
+        mounts.append(Mount(adapter.path, target))
+    return tuple(mounts)
+
+
+def container_model_path(cell: Cell) -> str:
+    """Where a GPU cell's harness finds the model: its mounted folder, or the repo id (HF cache)."""
+    if cell.model.path is not None:
+        return f"{MODELS_TARGET}/{cell.model.name}"
+    return cell.model.source
+
+
+def container_adapter_path(cell: Cell) -> str | None:
+    """Where a GPU cell's harness finds the adapter: its mounted folder, or the repo id."""
+    adapter = cell.adapter
+    if adapter is None:
+        return None
+    if adapter.path is not None:
+        return f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
+    return adapter.source
 
 
 def _device_ids(

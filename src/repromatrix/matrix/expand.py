@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from repromatrix.errors import UsageError, suggest
+from repromatrix.errors import ConfigError, UsageError, suggest
 from repromatrix.matrix.conditions import Facts, holds
 from repromatrix.matrix.config import LaneConfig, Matrix, Rule, check_references
 from repromatrix.matrix.effective import (
@@ -36,6 +36,7 @@ from repromatrix.matrix.effective import (
     predicted_crashes,
 )
 from repromatrix.matrix.selector import Selector
+from repromatrix.matrix.sources import check_adapters
 from repromatrix.model import (
     Cell,
     Expected,
@@ -330,6 +331,9 @@ def plan(
     if lane is not None and lane not in matrix.lanes:
         raise UsageError(f"{matrix.file} defines no `{lane}` lane")
     cells = plan_once(tuple(expand(matrix, scenarios, lane, selector)))
+    problems = check_adapters(cells)
+    if problems:
+        raise ConfigError(problems)
     if cells:
         return cells
     everything = [cell.id for cell in expand(matrix, scenarios, lane)]

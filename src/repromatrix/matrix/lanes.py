@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from repromatrix.matrix.images import image_version, make_image, read_image
-from repromatrix.matrix.yamlsrc import Reader, Where, YEntry, YMap, YNode, YScalar, describe
-from repromatrix.model import DTYPE_BYTES, FlagSet, Gpu, Image, Lane, Model, frozen_flags
+from repromatrix.matrix.models import read_model
+from repromatrix.matrix.yamlsrc import Reader, YEntry, YMap, YNode, YScalar, describe
+from repromatrix.model import FlagSet, Gpu, Image, Lane, Model, frozen_flags
 
 T = TypeVar("T")
 
@@ -91,14 +92,6 @@ DEFAULT_DEADLINE_S = {Lane.GPU: 1800.0, Lane.CPU: 900.0}
 DEFAULT_SHM = {Lane.GPU: "16g", Lane.CPU: "2g"}
 SHM_PATTERN = re.compile(r"[1-9][0-9]*[bkmg]?")
 CC_PATTERN = re.compile(r"[0-9]+\.[0-9]+")
-MODEL_INTS = (
-    "intermediate_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "max_position_embeddings",
-)
 
 
 def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
@@ -112,7 +105,7 @@ def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
     images = _read_images(lane, body.get("images"), runtime, reader)
     gpus = _read_named(body.get("gpus"), f"{what} `gpus`", reader, lambda e: _gpu(lane, e, reader))
     models = _read_named(
-        body.get("models"), f"{what} `models`", reader, lambda e: _model(lane, e, reader)
+        body.get("models"), f"{what} `models`", reader, lambda e: read_model(lane, e, reader)
     )
     flagsets = _read_flagsets(lane, body.get("flagsets"), reader)
     return LaneConfig(lane, images, gpus, models, flagsets, runtime)
@@ -253,55 +246,6 @@ def _capability(node: YNode, reader: Reader) -> str | None:
         node.where, f"`compute_capability` must look like 9.0 or 12.0, not {describe(node)}"
     )
     return None
-
-
-def _model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
-    what = f"model `{entry.key}`"
-    body = reader.mapping(entry.value, what)
-    if body is None:
-        return None
-    reader.keys(
-        body, ("source", "moe", "multimodal", "dtype", *MODEL_INTS), what, required=("source",)
-    )
-    facts: dict[str, int] = {}
-    for key in MODEL_INTS:
-        if (node := body.get(key)) is not None:
-            value = reader.integer(node, f"`{key}`", minimum=1)
-            if value is not None:
-                facts[key] = value
-    dtype = _text_or(body.get("dtype"), "`dtype`", "bfloat16", reader)
-    if dtype not in DTYPE_BYTES:
-        hint = f" Known: {', '.join(sorted(DTYPE_BYTES))}."
-        reader.error(_where(body, "dtype"), f"unknown dtype `{dtype}`.{hint}")
-        dtype = "bfloat16"
-    _check_heads(body, facts, reader)
-    source = _text_or(body.get("source"), "`source`", entry.key, reader)
-    moe, multimodal = _bool(body, "moe", reader), _bool(body, "multimodal", reader)
-    return Model(entry.key, lane, source, moe, multimodal, dtype=dtype, **facts)
-
-
-def _bool(body: YMap, key: str, reader: Reader) -> bool:
-    node = body.get(key)
-    return bool(reader.boolean(node, f"`{key}`")) if node is not None else False
-
-
-def _where(body: YMap, key: str) -> Where:
-    node = body.get(key)
-    return (node or body).where
-
-
-def _check_heads(body: YMap, facts: dict[str, int], reader: Reader) -> None:
-    hidden, heads = facts.get("hidden_size"), facts.get("num_attention_heads")
-    if hidden and heads and hidden % heads:
-        reader.error(
-            body.where, f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
-        )
-    kv_heads = facts.get("num_key_value_heads")
-    if heads and kv_heads and heads % kv_heads:
-        reader.error(
-            body.where,
-            f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
-        )
 
 
 def _read_flagsets(lane: Lane, node: YNode | None, reader: Reader) -> tuple[FlagSet, ...]:

@@ -41,6 +41,8 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "runner": cell.gpu.runner_label,
         "model": cell.model.name,
         "model_source": cell.model.source,
+        "model_path": cell.model.path,
+        "adapter": _adapter_json(cell),
         "flagset": cell.flagset.name,
         "scenario": cell.scenario.id,
         "variant": cell.variant.name,
@@ -55,6 +57,13 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "deadline_s": cell.deadline_s,
         "interrupt_after_s": cell.interrupt_after_s,
     }
+
+
+def _adapter_json(cell: Cell) -> dict[str, str | None] | None:
+    adapter = cell.adapter
+    if adapter is None:
+        return None
+    return {"name": adapter.name, "source": adapter.source, "path": adapter.path}
 
 
 def format_json(cells: Iterable[Cell]) -> str:

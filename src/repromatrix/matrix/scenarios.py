@@ -274,9 +274,14 @@ def _launch(node: YNode | None, reader: Reader) -> Launch:
         flags=frozen_flags(flags),
         env=MappingProxyType(dict(env or {})),
         lora_adapter=_text(body, "lora_adapter", reader),
+        lora_adapter_line=_line(body.get("lora_adapter")),
         interrupt_after_s=_number(body, "interrupt_after_s", reader),
         startup_timeout_s=_number(body, "startup_timeout_s", reader) or Launch.startup_timeout_s,
     )
+
+
+def _line(node: YNode | None) -> int:
+    return node.where.line if node is not None else 0
 
 
 def _signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]:
