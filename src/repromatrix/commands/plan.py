@@ -43,7 +43,14 @@ def add_parser(subparsers: Any) -> None:
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --matrix, --scenarios, --lane, --only and --skip (shared with other commands)."""
     parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
-    parser.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="DIR")
+    parser.add_argument(
+        "--scenarios",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="a folder of scenario files; repeat to combine folders, e.g. --scenarios "
+        "scenarios --scenarios my-scenarios (default: scenarios)",
+    )
     parser.add_argument("--lane", choices=[lane.value for lane in Lane], help="one lane only")
     parser.add_argument(
         "--only", action="append", default=[], metavar="GLOB", help="keep cells whose id matches"
@@ -77,6 +84,20 @@ def gpu_ids_argument(text: str) -> str:
     except UsageError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
     return text
+
+
+def check_output_folder(path: Path, option: str) -> Path:
+    """Raise ``UsageError`` (one line) where a file is in the way of an output folder.
+
+    The folder itself may not exist yet; the first part of it that does must be a folder.
+    """
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                where = "is" if part == path else f"is under {part}, which is"
+                raise UsageError(f"{option} {path} {where} a file, not a folder")
+            break
+    return path
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import add_selection_arguments
+from repromatrix.commands.plan import add_selection_arguments, check_output_folder
 from repromatrix.errors import EXIT_OK, ConfigError, InfraError, UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
@@ -74,10 +74,10 @@ def run(args: argparse.Namespace, download: Downloader | None = None) -> int:
 def hf_home(given: Path | None, matrix: Matrix) -> Path:
     """``--hf-cache``, else the GPU lane's ``runtime.hf_cache``; ``UsageError`` with neither."""
     if given is not None:
-        return given.expanduser()
+        return check_output_folder(given.expanduser(), "--hf-cache")
     config = matrix.lanes.get(Lane.GPU)
     if config is None or config.runtime.hf_cache is None:
         raise UsageError(
             f"{matrix.file}: the GPU lane sets no runtime.hf_cache: pass --hf-cache DIR"
         )
-    return Path(config.runtime.hf_cache).expanduser()
+    return check_output_folder(Path(config.runtime.hf_cache).expanduser(), "runtime.hf_cache")

@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.build.wheelhouse import CACHE_ROOT
-from repromatrix.commands.plan import add_runner_arguments, add_selection_arguments
+from repromatrix.commands.plan import (
+    add_runner_arguments,
+    add_selection_arguments,
+    check_output_folder,
+)
 from repromatrix.errors import EXIT_INFRA, EXIT_OK
 from repromatrix.model import Lane, Outcome
 from repromatrix.run.prepare import BACKENDS
@@ -85,6 +89,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
 def run(args: argparse.Namespace) -> int:
     """Run the matrix. Exit 0 when every cell ran (whatever vLLM did: ``report`` and ``diff``
     gate on outcomes), 3 when the machine failed some cell (``infra_error``), 130 on Ctrl-C."""
+    check_output_folder(args.results, "--results")
     state = execute_run(options_from(args))
     if args.prepare_only:
         return _prepared_status(state)

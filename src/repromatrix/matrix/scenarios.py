@@ -42,6 +42,7 @@ from repromatrix.model import (
     Variant,
     frozen_flags,
 )
+from repromatrix.triage.signatures import same_process
 
 SCENARIO_KEYS = (
     "id",
@@ -67,6 +68,21 @@ LAUNCH_KEYS = ("mode", "flags", "env", "lora_adapter", "interrupt_after_s", "sta
 VARIANT_KINDS = ("workaround", "control")
 ORDERING = {Op.GT, Op.GE, Op.LT, Op.LE}
 PROGRAM_PATTERN = re.compile(r"[a-z][a-z0-9_]*\.py")
+# How vLLM names its processes in line prefixes, ``(EngineCore_DP0 pid=7)``, across the
+# versions in tests/data/logs: a signature's ``process`` must be able to match one of them
+# (``triage.signatures.same_process``), or it could never match a line.
+KNOWN_PROCESSES = (
+    "APIServer",
+    "EngineCore",
+    "EngineCore_0",
+    "EngineCore_DP0",
+    "Worker",
+    "Worker_TP0",
+    "Worker_PP0_TP0_EP0",
+    "VllmWorker-0",
+    "VllmWorkerProcess",
+    "RayWorkerWrapper",
+)
 # `affected: all`: every version, pre-releases included (contains() is called with prereleases).
 ALL_VERSIONS = SpecifierSet(">=0")
 NO_VERSION = SpecifierSet("<0")
@@ -84,6 +100,22 @@ def load_scenarios(directory: Path) -> tuple[Scenario, ...]:
     for path in paths:
         try:
             scenarios.append(load_scenario(path))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    problems.extend(_duplicates(scenarios))
+    if problems:
+        raise ConfigError(problems)
+    return tuple(sorted(scenarios, key=lambda s: s.id))
+
+
+def load_catalogue(directories: Sequence[Path]) -> tuple[Scenario, ...]:
+    """Read the scenario files of several folders as one catalogue (an id defined twice, in
+    one folder or two, is a problem naming both files); raise ``ConfigError`` for all."""
+    problems: list[Problem] = []
+    scenarios: list[Scenario] = []
+    for directory in dict.fromkeys(directories):
+        try:
+            scenarios.extend(load_scenarios(directory))
         except ConfigError as exc:
             problems.extend(exc.problems)
     problems.extend(_duplicates(scenarios))
@@ -302,10 +334,25 @@ def _signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]:
             where = body.get("pattern") or body
             reader.error(where.where, f"`pattern` is not a valid regular expression: {exc}")
             continue
-        signatures.append(Signature(pattern, _text(body, "process", reader)))
+        signatures.append(Signature(pattern, _process(body.get("process"), reader)))
     if not signatures and isinstance(node, YSeq) and not node.items:
         reader.error(node.where, "`signatures` must list at least one pattern")
     return tuple(signatures)
+
+
+def _process(node: YNode | None, reader: Reader) -> str | None:
+    """A process name that matches some process vLLM prints (``EngineCore``, ``Worker``...)."""
+    if node is None:
+        return None
+    name = reader.text(node, "`process`")
+    if name is None or any(same_process(name, known) for known in KNOWN_PROCESSES):
+        return name
+    reader.error(
+        node.where,
+        f"unknown process `{name}`: a signature's process is one vLLM prints, such as "
+        f"APIServer, EngineCore, Worker or VllmWorker.{suggest(name, KNOWN_PROCESSES)}",
+    )
+    return None
 
 
 def _specifiers(node: YNode | None, what: str, reader: Reader) -> SpecifierSet | None:
