@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from dataclasses import replace
 
 import pytest
 from hypothesis import assume, given
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from _harness_support import make_cell, offline_launch
 from repromatrix.errors import ConfigError
-from repromatrix.model import Launch, Level, Probe
+from repromatrix.model import Adapter, Lane, Launch, Level, Probe
 from repromatrix.run.harness_spec import (
     STORE_TRUE_FLAGS,
     build_spec,
@@ -166,6 +167,19 @@ def test_adapter_without_a_local_path_is_named_by_itself() -> None:
     cell = make_cell({"enable_lora": True}, launch=Launch(lora_adapter="org/adapter"))
     spec = build_spec(cell, "org/model")
     assert spec["argv"][-1] == "org/adapter=org/adapter"
+
+
+def test_a_gpu_cells_adapter_is_the_models_mounted_folder_or_repo() -> None:
+    launch = Launch(lora_adapter="seed-adapter")
+    cell = make_cell({"enable_lora": True}, lane=Lane.GPU, launch=launch)
+    local = replace(cell.model, adapters=(Adapter("seed-adapter", path="/srv/lora"),))
+    spec = build_spec(replace(cell, model=local), "/opt/repromatrix/models/qwen3")
+    target = "/opt/repromatrix/adapters/qwen3/seed-adapter"
+    assert spec["argv"][-2:] == ["--lora-modules", f"seed-adapter={target}"]
+    assert spec["request"]["model"] == "seed-adapter"
+    hub = replace(cell.model, adapters=(Adapter("seed-adapter", source="org/lora"),))
+    spec = build_spec(replace(cell, model=hub), "Qwen/Qwen3-0.6B")
+    assert spec["argv"][-1] == "seed-adapter=org/lora"
 
 
 def test_a_variant_with_lora_off_asks_the_base_model() -> None:

@@ -17,9 +17,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from repromatrix.backends.docker_calls import container_adapter_path
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.harness import harness
-from repromatrix.model import Cell, FlagValue, LaunchMode, Level
+from repromatrix.model import Cell, FlagValue, Lane, LaunchMode, Level
 from repromatrix.secret_env import SECRET_ENV
 
 SPEC_VERSION = 1
@@ -159,11 +160,16 @@ def _probe(cell: Cell) -> dict[str, Any]:
 
 
 def _adapter(cell: Cell, adapter_path: str | None) -> dict[str, str] | None:
-    """The LoRA adapter the request goes through, when the scenario names one and LoRA is on."""
+    """The LoRA adapter the request goes through, when the scenario names one and LoRA is on.
+
+    Its path: ``adapter_path`` when given (the CPU lane's tiny adapter), else where a GPU
+    container sees the model's adapter (its mounted folder or repo id), else its name.
+    """
     name = cell.scenario.launch.lora_adapter
     if name is None or not cell.flags.get("enable_lora"):
         return None
-    return {"name": name, "path": adapter_path or name}
+    located = container_adapter_path(cell) if cell.lane is Lane.GPU else None
+    return {"name": name, "path": adapter_path or located or name}
 
 
 def _request(cell: Cell, model_path: str, adapter: Mapping[str, str] | None) -> dict[str, Any]:
