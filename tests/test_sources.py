@@ -101,13 +101,20 @@ def test_downloads_list_each_repo_the_cells_read_once(tmp_path: Path) -> None:
     ]
 
 
+def line(needle: str) -> str:
+    """The line of ``needle`` in MODELS as written (at() gives line:column)."""
+    return at(MODELS, needle).split(":")[0]
+
+
 def test_a_missing_folder_is_named_before_anything_starts(tmp_path: Path) -> None:
     cells = list(cells_of(tmp_path).values())
     problems = [str(p) for p in check_local(cells, "matrix.yaml", is_dir=lambda _: False)]
     assert problems == [
-        f"matrix.yaml: model `local-moe`: the folder {tmp_path / 'weights' / 'moe'} does not "
+        f"matrix.yaml:{line('path: weights/moe')}: model `local-moe`: the folder "
+        f"{tmp_path / 'weights' / 'moe'} does not "
         "exist on this runner",
-        "matrix.yaml: adapter `seed-adapter` of model `local-moe`: the folder /srv/adapters/moe "
+        f"matrix.yaml:{line('seed-adapter: {path')}: adapter `seed-adapter` of model "
+        "`local-moe`: the folder /srv/adapters/moe "
         "does not exist on this runner",
     ]
     assert check_local(cells, "matrix.yaml", is_dir=lambda _: True) == []

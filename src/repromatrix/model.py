@@ -115,6 +115,7 @@ class Adapter:
     name: str  # what the request asks for, and what a scenario's ``launch.lora_adapter`` names
     source: str | None = None  # HF repo id
     path: str | None = None  # absolute host folder, mounted read-only
+    line: int = 0  # where matrix.yaml gives it, for errors
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class Model:
     max_position_embeddings: int = 0
     path: str | None = None  # GPU lane: a local folder instead of a repo id
     adapters: tuple[Adapter, ...] = ()
+    path_line: int = 0  # where matrix.yaml gives ``path``, for errors
 
     @property
     def dtype_bytes(self) -> int:

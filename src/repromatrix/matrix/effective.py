@@ -89,7 +89,7 @@ def run_key(cell: Cell) -> tuple[object, ...]:
     return (
         cell.lane,
         cell.level,
-        cell.image.ref,
+        cell.image.key,  # two tags of one reference may still differ (a tag moves)
         cell.gpu.name,
         cell.model.name,
         cell.scenario.id,

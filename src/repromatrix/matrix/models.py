@@ -55,8 +55,18 @@ def read_model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
     source, path = _weights(lane, entry.key, body, reader)
     adapters = _adapters(lane, body.get("adapters"), reader)
     moe, multimodal = _bool(body, "moe", reader), _bool(body, "multimodal", reader)
+    line = path_node.where.line if (path_node := body.get("path")) is not None else 0
     return Model(
-        entry.key, lane, source, moe, multimodal, dtype=dtype, path=path, adapters=adapters, **facts
+        entry.key,
+        lane,
+        source,
+        moe,
+        multimodal,
+        dtype=dtype,
+        path=path,
+        adapters=adapters,
+        path_line=line,
+        **facts,
     )
 
 
@@ -130,7 +140,7 @@ def _adapters(lane: Lane, node: YNode | None, reader: Reader) -> tuple[Adapter, 
             reader.error(source.where if source is not None else value.where, message)
         folder = _folder(path, reader) if path is not None else None
         if name is not None and (repo or folder):
-            adapters.append(Adapter(name, repo, folder))
+            adapters.append(Adapter(name, repo, folder, entry.where.line))
     return tuple(adapters)
 
 

@@ -62,14 +62,15 @@ def check_local(
     for cell in cells:
         if not _needs_weights(cell):
             continue
-        folders = [(f"model `{cell.model.name}`", cell.model.path)]
+        folders = [(f"model `{cell.model.name}`", cell.model.path, cell.model.path_line)]
         adapter = cell.adapter
         if adapter is not None:
-            folders.append((f"adapter `{adapter.name}` of model `{cell.model.name}`", adapter.path))
-        for what, folder in folders:
+            what = f"adapter `{adapter.name}` of model `{cell.model.name}`"
+            folders.append((what, adapter.path, adapter.line))
+        for what, folder, line in folders:
             if folder is not None and folder not in missing and not is_dir(folder):
                 message = f"{what}: the folder {folder} does not exist on this runner"
-                missing[folder] = Problem(matrix_file, 0, 0, message)
+                missing[folder] = Problem(matrix_file, line, 0, message)
     return list(missing.values())
 
 
