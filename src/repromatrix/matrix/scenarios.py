@@ -8,7 +8,6 @@ controls that follow it, each a flag change on that launch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -17,6 +16,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from repromatrix.errors import ConfigError, Problem, suggest
 from repromatrix.matrix.conditions import subject_problem
+from repromatrix.matrix.scenario_parts import read_lanes, read_probe, read_signatures, read_source
 from repromatrix.matrix.yamlsrc import (
     Reader,
     Where,
@@ -31,18 +31,13 @@ from repromatrix.matrix.yamlsrc import (
 from repromatrix.model import (
     Condition,
     FlagValue,
-    Lane,
     Launch,
     LaunchMode,
     Op,
-    Probe,
     Scenario,
-    Signature,
-    Source,
     Variant,
     frozen_flags,
 )
-from repromatrix.triage.signatures import same_process
 
 SCENARIO_KEYS = (
     "id",
@@ -67,22 +62,6 @@ BASELINE = Variant("baseline", "baseline", description="the healthy launch")
 LAUNCH_KEYS = ("mode", "flags", "env", "lora_adapter", "interrupt_after_s", "startup_timeout_s")
 VARIANT_KINDS = ("workaround", "control")
 ORDERING = {Op.GT, Op.GE, Op.LT, Op.LE}
-PROGRAM_PATTERN = re.compile(r"[a-z][a-z0-9_]*\.py")
-# How vLLM names its processes in line prefixes, ``(EngineCore_DP0 pid=7)``, across the
-# versions in tests/data/logs: a signature's ``process`` must be able to match one of them
-# (``triage.signatures.same_process``), or it could never match a line.
-KNOWN_PROCESSES = (
-    "APIServer",
-    "EngineCore",
-    "EngineCore_0",
-    "EngineCore_DP0",
-    "Worker",
-    "Worker_TP0",
-    "Worker_PP0_TP0_EP0",
-    "VllmWorker-0",
-    "VllmWorkerProcess",
-    "RayWorkerWrapper",
-)
 # `affected: all`: every version, pre-releases included (contains() is called with prereleases).
 ALL_VERSIONS = SpecifierSet(">=0")
 NO_VERSION = SpecifierSet("<0")
@@ -170,19 +149,19 @@ def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
                 reader.error(node.where, f"a baseline expects no crash: remove `{key}`")
     id_node = body.get("id")
     scenario_id = reader.name(id_node, "scenario id") if id_node is not None else None
-    probe = _probe(body.get("probe"), reader)
+    probe = read_probe(body.get("probe"), reader)
     scenario = Scenario(
         id=scenario_id or "",
         title=_text(body, "title", reader) or "",
-        lanes=_lanes(body.get("lanes"), "`lanes`", reader, allow_empty=probe is not None),
+        lanes=read_lanes(body.get("lanes"), "`lanes`", reader, allow_empty=probe is not None),
         trigger=_trigger(body.get("trigger"), reader),
         launch=_launch(body.get("launch"), reader),
-        signatures=_signatures(body.get("signatures"), reader),
+        signatures=read_signatures(body.get("signatures"), reader),
         affected=_specifiers(body.get("affected"), "`affected`", reader) or NO_VERSION,
         fixed=_specifiers(body.get("fixed"), "`fixed`", reader),
         variants=_variants(body.get("variants"), reader, BASELINE if baseline else TRIGGER),
         avoided=_text(body, "avoided", reader) or "",
-        source=_source(body.get("source"), reader),
+        source=read_source(body.get("source"), reader),
         probe=probe,
         baseline=baseline,
         file=file,
@@ -205,25 +184,6 @@ def _number(body: YMap, key: str, reader: Reader) -> float | None:
     if node is None or (isinstance(node, YScalar) and node.value is None):
         return None
     return reader.number(node, f"`{key}`", positive=True)
-
-
-def _lanes(
-    node: YNode | None, what: str, reader: Reader, allow_empty: bool = False
-) -> tuple[Lane, ...]:
-    if node is None:
-        return ()
-    if isinstance(node, YSeq) and not node.items and allow_empty:
-        return ()
-    lanes: list[Lane] = []
-    for item in reader.sequence(node, what) or ():
-        value = item.value if isinstance(item, YScalar) else None
-        if isinstance(value, str) and value in set(Lane) and Lane(value) not in lanes:
-            lanes.append(Lane(value))
-        else:
-            reader.error(item.where, f"{what} must list `cpu` and/or `gpu` once each")
-    if not lanes and not allow_empty:
-        reader.error(node.where, f"{what} must name at least one lane")
-    return tuple(lanes)
 
 
 def _trigger(node: YNode | None, reader: Reader) -> tuple[Condition, ...]:
@@ -316,45 +276,6 @@ def _line(node: YNode | None) -> int:
     return node.where.line if node is not None else 0
 
 
-def _signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]:
-    if node is None:
-        return ()
-    signatures = []
-    for item in reader.sequence(node, "`signatures`") or ():
-        body = reader.mapping(item, "a signature")
-        if body is None:
-            continue
-        reader.keys(body, ("pattern", "process"), "a signature", required=("pattern",))
-        pattern = _text(body, "pattern", reader)
-        if pattern is None:
-            continue
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            where = body.get("pattern") or body
-            reader.error(where.where, f"`pattern` is not a valid regular expression: {exc}")
-            continue
-        signatures.append(Signature(pattern, _process(body.get("process"), reader)))
-    if not signatures and isinstance(node, YSeq) and not node.items:
-        reader.error(node.where, "`signatures` must list at least one pattern")
-    return tuple(signatures)
-
-
-def _process(node: YNode | None, reader: Reader) -> str | None:
-    """A process name that matches some process vLLM prints (``EngineCore``, ``Worker``...)."""
-    if node is None:
-        return None
-    name = reader.text(node, "`process`")
-    if name is None or any(same_process(name, known) for known in KNOWN_PROCESSES):
-        return name
-    reader.error(
-        node.where,
-        f"unknown process `{name}`: a signature's process is one vLLM prints, such as "
-        f"APIServer, EngineCore, Worker or VllmWorker.{suggest(name, KNOWN_PROCESSES)}",
-    )
-    return None
-
-
 def _specifiers(node: YNode | None, what: str, reader: Reader) -> SpecifierSet | None:
     """A PEP 440 specifier set (``>=0.31.0,<0.31.1rc0``), ``all``, or null for none."""
     if node is None or (isinstance(node, YScalar) and node.value is None):
@@ -412,41 +333,3 @@ def _variant(node: YNode, reader: Reader) -> Variant | None:
         return None
     description = _text(body, "description", reader) or ""
     return Variant(name, kind, frozen_flags(flags), description, interrupt is not False)
-
-
-def _source(node: YNode | None, reader: Reader) -> Source:
-    body = reader.mapping(node, "`source`") if node is not None else None
-    if body is None:
-        return Source()
-    reader.keys(body, ("seed", "issues", "prs"), "`source`")
-    return Source(
-        seed=_text(body, "seed", reader),
-        issues=_numbers(body.get("issues"), "`issues`", reader),
-        prs=_numbers(body.get("prs"), "`prs`", reader),
-    )
-
-
-def _numbers(node: YNode | None, what: str, reader: Reader) -> tuple[int, ...]:
-    items = reader.sequence(node, what) if node is not None else ()
-    numbers = (reader.integer(item, f"{what} entry", minimum=1) for item in items or ())
-    return tuple(n for n in numbers if n is not None)
-
-
-def _probe(node: YNode | None, reader: Reader) -> Probe | None:
-    body = reader.mapping(node, "`probe`") if node is not None else None
-    if body is None:
-        return None
-    keys = ("program", "params", "lanes", "note")
-    reader.keys(body, keys, "`probe`", required=("program", "lanes"))
-    program = _text(body, "program", reader)
-    if program is not None and not PROGRAM_PATTERN.fullmatch(program):
-        where = (body.get("program") or body).where
-        reader.error(where, "`program` must be a file name under probes/, like moe_lora_rank.py")
-        program = None
-    params_node = body.get("params")
-    params = reader.flags(params_node, "`params`") if params_node is not None else None
-    lanes = _lanes(body.get("lanes"), "probe `lanes`", reader)
-    if program is None:
-        return None
-    note = _text(body, "note", reader) or ""
-    return Probe(program, MappingProxyType(dict(params or {})), lanes, note)
