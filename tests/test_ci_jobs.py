@@ -143,8 +143,8 @@ def test_a_shorter_job_limit_makes_more_smaller_jobs(tmp_path: Path) -> None:
     matrix, scenarios = setup(tmp_path)
     cells = list(expand(matrix, scenarios))
     everything = [c.id for c in cells]
-    hours = {m: plan_jobs(cells, everything, Budget(job_minutes=m)) for m in (120, 360, 24 * 60)}
-    assert len(hours[120]) > len(hours[360]) > len(hours[24 * 60]) == 8
+    hours = {m: plan_jobs(cells, everything, Budget(job_minutes=m)) for m in (60, 360, 24 * 60)}
+    assert len(hours[60]) > len(hours[360]) >= len(hours[24 * 60]) == 8
     for minutes, jobs in hours.items():
         assert all(job.estimate_s <= Budget(job_minutes=minutes).seconds for job in jobs)
         assert sum(job.cells for job in jobs) == len(cells)
@@ -171,10 +171,13 @@ def test_measured_durations_replace_deadlines(tmp_path: Path) -> None:
             timings=Timings(total_s=120.0),
         )  # fmt: skip
         write_result(runs / "earlier", result, b"")
-    by_deadline = plan_jobs(cells, everything)
+    budget = Budget(job_minutes=180)  # the cells of one image fit it only once they are short
+    by_deadline = plan_jobs(cells, everything, budget)
     measured = load_durations([runs])
     assert measured == dict.fromkeys(everything, 120.0)
-    by_measure = plan_jobs(cells, everything, estimate=lambda c: measured.get(c.id, c.deadline_s))
+    by_measure = plan_jobs(
+        cells, everything, budget, estimate=lambda c: measured.get(c.id, c.deadline_s)
+    )
     assert len(by_measure) == 4 < len(by_deadline)  # one job per image once cells are short
     assert {job.only for job in by_measure} == {(f"gpu/{t}/h100/*",) for t in IMAGE_TAGS}
     with pytest.raises(UsageError, match="no results here"):

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
+from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from _harness_support import make_cell, offline_launch
 from repromatrix.backends.harness_spec import (
+    STORE_TRUE_FLAGS,
     build_spec,
     offline_kwargs,
     server_argv,
     server_command,
 )
 from repromatrix.errors import ConfigError
-from repromatrix.model import Launch, Level, Probe
+from repromatrix.model import Adapter, Lane, Launch, Level, Probe
 
 
 def test_flags_become_kebab_case_options_one_element_each() -> None:
@@ -32,9 +35,36 @@ def test_flags_become_kebab_case_options_one_element_each() -> None:
     ]
 
 
-def test_true_is_a_bare_flag_false_and_none_are_left_out() -> None:
-    argv = server_argv({"enforce_eager": True, "enable_lora": False, "max_lora_rank": None})
-    assert argv == ["--enforce-eager"]
+def vllm_like_parser(flags: dict[str, object]) -> argparse.ArgumentParser:
+    """A parser declaring ``flags`` the way vLLM's does: booleans as BooleanOptionalAction."""
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    for name, value in flags.items():
+        option = "--" + name.replace("_", "-")
+        if isinstance(value, bool) and name in STORE_TRUE_FLAGS:
+            parser.add_argument(option, action="store_true", default=False)
+        elif isinstance(value, bool):
+            parser.add_argument(option, action=argparse.BooleanOptionalAction, default=None)
+        else:
+            parser.add_argument(option, default=None)
+    return parser
+
+
+def test_true_and_false_are_sent_as_vllm_parses_them_and_none_is_left_out() -> None:
+    flags = {"enforce_eager": True, "enable_prefix_caching": False, "max_lora_rank": None}
+    argv = server_argv(flags)
+    assert argv == ["--no-enable-prefix-caching", "--enforce-eager"]
+    parsed = vllm_like_parser(flags).parse_args(argv)
+    assert parsed.enable_prefix_caching is False
+    assert parsed.enforce_eager is True
+    assert parsed.max_lora_rank is None
+
+
+def test_a_false_store_true_flag_is_its_default_and_has_no_no_form() -> None:
+    flags = {"disable_log_stats": False, "enable_lora": False}
+    argv = server_argv(flags)
+    assert argv == ["--no-enable-lora"]
+    parsed = vllm_like_parser(flags).parse_args(argv)
+    assert (parsed.disable_log_stats, parsed.enable_lora) == (False, False)
 
 
 def test_floats_keep_their_value() -> None:
@@ -73,34 +103,16 @@ flag_values = st.one_of(
 )
 
 
-def parse_argv(argv: list[str]) -> dict[str, object]:
-    """Read argv back the way argparse would: ``--x v``, ``--x=v`` or a bare ``--x``."""
-    flags: dict[str, object] = {}
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        assert token.startswith("--"), token
-        name, eq, inline = token[2:].partition("=")
-        key = name.replace("-", "_")
-        if eq:
-            flags[key], i = inline, i + 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            flags[key], i = argv[i + 1], i + 2
-        else:
-            flags[key], i = True, i + 1
-    return flags
-
-
 @given(st.dictionaries(flag_names, flag_values, max_size=8))
-def test_argv_reads_back_as_the_flags(flags: dict[str, object]) -> None:
+def test_argv_parses_back_to_the_flags(flags: dict[str, object]) -> None:
+    assume(not any(f"no_{name}" in flags for name in flags))  # --no-x would be declared twice
     argv = server_argv(flags)  # type: ignore[arg-type]
     assert all(isinstance(arg, str) for arg in argv)
+    parsed = vars(vllm_like_parser(flags).parse_args(argv))
     expected = {
-        k: (True if v is True else str(v))
-        for k, v in flags.items()
-        if v is not None and v is not False
+        k: v if isinstance(v, bool) else (None if v is None else str(v)) for k, v in flags.items()
     }
-    assert parse_argv(argv) == expected
+    assert parsed == expected
 
 
 def test_server_command_keeps_every_argument_separate() -> None:
@@ -157,10 +169,23 @@ def test_adapter_without_a_local_path_is_named_by_itself() -> None:
     assert spec["argv"][-1] == "org/adapter=org/adapter"
 
 
+def test_a_gpu_cells_adapter_is_the_models_mounted_folder_or_repo() -> None:
+    launch = Launch(lora_adapter="seed-adapter")
+    cell = make_cell({"enable_lora": True}, lane=Lane.GPU, launch=launch)
+    local = replace(cell.model, adapters=(Adapter("seed-adapter", path="/srv/lora"),))
+    spec = build_spec(replace(cell, model=local), "/opt/repromatrix/models/qwen3")
+    target = "/opt/repromatrix/adapters/qwen3/seed-adapter"
+    assert spec["argv"][-2:] == ["--lora-modules", f"seed-adapter={target}"]
+    assert spec["request"]["model"] == "seed-adapter"
+    hub = replace(cell.model, adapters=(Adapter("seed-adapter", source="org/lora"),))
+    spec = build_spec(replace(cell, model=hub), "Qwen/Qwen3-0.6B")
+    assert spec["argv"][-1] == "seed-adapter=org/lora"
+
+
 def test_a_variant_with_lora_off_asks_the_base_model() -> None:
     cell = make_cell({"enable_lora": False}, launch=Launch(lora_adapter="tiny-lora"))
     spec = build_spec(cell, "/m", adapter_path="/a")
-    assert spec["argv"] == []
+    assert spec["argv"] == ["--no-enable-lora"]
     assert spec["request"]["model"] == "/m"
     assert spec["request"]["lora"] is None
 

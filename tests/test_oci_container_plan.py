@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import docker
+import pytest
 from docker.models.containers import _create_container_args
 
 from _runner_support import cell
@@ -19,6 +20,7 @@ from repromatrix.backends.docker_calls import (
     split_ref,
 )
 from repromatrix.backends.oci_container import docker_kwargs
+from repromatrix.errors import InfraError
 from repromatrix.model import Lane
 from repromatrix.secret_env import REDACTED, redact
 
@@ -52,14 +54,21 @@ def test_cpu_cell_runs_the_harness_in_exec_form_without_network():
 
 def test_gpu_cell_requests_exactly_its_gpus_and_mounts_the_hf_cache_read_only():
     gpu_cell = cell(Lane.GPU, gpus=4, version="0.31.0")
-    settings = ContainerSettings(hf_cache="/data/hf")
+    settings = ContainerSettings(hf_cache="/data/hf", gpu_ids=("2", "3", "5", "7", "1"))
     plan = container_call(gpu_cell, SPEC, "repromatrix/cell-v0.31.0:abc", settings, "run1")
     body = engine_body(docker_kwargs(plan, {"HF_TOKEN": TOKEN}))
     host = body["HostConfig"]
     assert isinstance(host, dict)
     assert host["DeviceRequests"] == [
-        {"Driver": "", "Count": 4, "DeviceIDs": [], "Capabilities": [["gpu"]], "Options": {}}
+        {
+            "Driver": "",
+            "Count": 0,
+            "DeviceIDs": ["2", "3", "5", "7"],
+            "Capabilities": [["gpu"]],
+            "Options": {},
+        }
     ]
+    assert "NVIDIA_VISIBLE_DEVICES=2,3,5,7" in body["Env"]
     assert host["IpcMode"] == "host"
     assert "ShmSize" not in host
     assert host["Binds"] == ["/data/hf:/root/.cache/huggingface:ro"]
@@ -73,11 +82,34 @@ def test_dry_run_description_never_shows_the_token():
     assert TOKEN not in text
     assert described["environment"]["HF_TOKEN"] == REDACTED
     assert "OTHER" not in described["environment"]  # only named secrets travel
-    assert described["device_requests"] == [{"count": 2, "capabilities": [["gpu"]]}]
+    assert described["device_requests"] == [
+        {"device_ids": "<2 of the runner's GPUs, chosen at run time>", "capabilities": [["gpu"]]}
+    ]
+
+
+def test_a_gpu_cell_gets_the_device_ids_it_is_given():
+    plan = container_call(
+        cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1", device_ids=["4", "6"]
+    )
+    kwargs = plan.create_kwargs({})
+    assert kwargs["device_requests"] == [{"device_ids": ["4", "6"], "capabilities": [["gpu"]]}]
+    assert kwargs["environment"]["NVIDIA_VISIBLE_DEVICES"] == "4,6"
+
+
+def test_a_gpu_cell_without_device_ids_cannot_be_created():
+    plan = container_call(cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1")
+    with pytest.raises(InfraError, match="needs 2 GPU"):
+        plan.create_kwargs({})
+    wrong = container_call(
+        cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1", device_ids=["1"]
+    )
+    with pytest.raises(InfraError, match=r"device ids \['1'\]"):
+        wrong.create_kwargs({})
 
 
 def test_token_absent_from_host_means_absent_from_container():
-    plan = container_call(cell(Lane.GPU), SPEC, "img", ContainerSettings(), "run1")
+    settings = ContainerSettings(gpu_ids=("0", "1", "2", "3"))
+    plan = container_call(cell(Lane.GPU), SPEC, "img", settings, "run1")
     assert "HF_TOKEN" not in plan.create_kwargs({})["environment"]
 
 

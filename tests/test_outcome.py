@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from _runner_support import cell
+from _runner_support import cell, scenario
 from repromatrix.backends.base import Execution
+from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.model import Lane, Level, Outcome
 from repromatrix.results.store import RootCause
 from repromatrix.run.outcome import (
@@ -18,6 +20,7 @@ from repromatrix.run.outcome import (
     parse_status,
     skipped,
 )
+from repromatrix.triage import Diagnosis, triage_path
 
 KV_LINE = "(EngineCore pid=9) ValueError: To serve at least one request with the models max seq len"
 KV_CAUSE = RootCause(
@@ -27,10 +30,10 @@ OTHER_CAUSE = RootCause(line="(EngineCore pid=9) OSError: libnuma.so.1", process
 HEALTHY = HarnessStatus(ready=True, answered=True, exit_code=0, vllm_version="0.32.0")
 
 
-@dataclass(frozen=True)
-class Diag:
-    root_cause: RootCause | None = None
-    signature_seen: bool = False
+def Diag(root_cause: RootCause | None = None, seen: bool | tuple[str, ...] = ()) -> Diagnosis:
+    """A real diagnosis: ``seen`` True means the KV scenario's signature was seen."""
+    ids = ("cpu-kv-cache-too-small",) if seen is True else (seen or ())
+    return Diagnosis(root_cause, "", "", signature_seen=bool(ids), scenarios_seen=ids)
 
 
 def ran(**kw: object) -> Execution:
@@ -47,7 +50,7 @@ def test_hit_when_the_root_cause_is_the_cells_scenario():
 
 
 def test_hit_when_the_signature_was_seen_even_if_triage_blamed_another_line():
-    d = decide(cell(), ran(exit_code=1), None, Diag(OTHER_CAUSE, signature_seen=True))
+    d = decide(cell(), ran(exit_code=1), None, Diag(OTHER_CAUSE, seen=True))
     assert d.outcome is Outcome.HIT
 
 
@@ -83,6 +86,30 @@ def test_a_baseline_never_hits_even_with_a_scenario_cause():
     baseline = cell(sid="healthy-cpu", baseline=True)
     d = decide(baseline, ran(exit_code=1), None, Diag(KV_CAUSE, True))
     assert d.outcome is Outcome.OTHER_FAILURE
+
+
+def test_a_baseline_hits_with_the_crash_its_configuration_predicts():
+    predicted = scenario("cpu-kv-cache-too-small")
+    baseline = replace(cell(sid="healthy-cpu", baseline=True), predicted=(predicted,))
+    d = decide(baseline, ran(exit_code=1), None, Diag(KV_CAUSE, True))
+    assert d.outcome is Outcome.HIT
+    assert d.reason.startswith("cpu-kv-cache-too-small signature seen in EngineCore")
+
+
+def test_another_scenarios_signature_is_no_hit():
+    d = decide(cell(), ran(exit_code=1), None, Diag(OTHER_CAUSE, seen=("mm-warmup",)))
+    assert d.outcome is Outcome.OTHER_FAILURE
+
+
+LOGS = sorted((Path(__file__).parent / "data" / "logs").glob("*/*.log"))
+
+
+@pytest.mark.parametrize("log", LOGS, ids=lambda p: p.name)
+def test_the_hit_rule_does_not_depend_on_the_other_scenarios_triage_knows(log: Path) -> None:
+    catalogue = load_scenarios(Path(__file__).parents[1] / "scenarios")
+    everything = triage_path(log, catalogue)
+    for each in catalogue:
+        assert triage_path(log, [each]).shows(each.id) is everything.shows(each.id), each.id
 
 
 def test_timeout_past_the_deadline():

@@ -50,6 +50,8 @@ def test_json_fields(tmp_path: Path) -> None:
     )
     assert (first["level"], first["lane"]) == ("engine", "gpu")
     assert first["flags"] == {"enable_lora": True, "max_lora_rank": 320}
+    assert first["flag_sources"] == {"enable_lora": "scenario", "max_lora_rank": "scenario"}
+    assert (first["expected_scenario"], first["predicted"], first["same_as"]) == (None, [], [])
     nightly = next(d for d in data if d["image_tag"] == "nightly")
     assert nightly["version"] is None
 
@@ -60,10 +62,15 @@ def test_table_and_summary(tmp_path: Path) -> None:
     lines = format_table(cells).splitlines()
     assert lines[0].split() == [
         "lane", "image", "gpu", "model", "flagset", "scenario", "variant", "level", "expected",
+        "flags",
     ]  # fmt: skip
     assert lines[1].split() == [
         "gpu", "v0.31.0", "h100", "moe", "default", "moe-rank", "trigger", "engine", "hit",
+        "enable_lora=true[s]", "max_lora_rank=320[s]",
     ]  # fmt: skip
+    control = next(line for line in lines if "/rank-128" in line or " rank-128 " in line)
+    assert control.split()[-1] == "max_lora_rank=128[v]"
+    assert lines[-2].startswith("flag sources: [f] flag set")
     assert lines[-1] == "12 cells: 1 hit, 10 avoided, 1 unknown (gpu 12)"
     assert summary(cells[:1]) == "1 cell: 1 hit, 0 avoided, 0 unknown (gpu 1)"
 
@@ -132,7 +139,7 @@ def test_the_command_prints_each_format(capsys: pytest.CaptureFixture[str]) -> N
     assert main([*common, "--only", "*/moe-lora-rank-over-128/trigger", "--lane", "gpu"]) == 0
     table = capsys.readouterr().out
     assert "v0.31.0     h100" in table and table.rstrip().endswith("(gpu 12)")
-    rows = {tuple(line.split()[1:3]): line.split()[-1] for line in table.splitlines()[1:-2]}
+    rows = {tuple(line.split()[1:3]): line.split()[8] for line in table.splitlines()[1:-3]}
     assert rows[("v0.31.0", "h100")] == "hit"
     assert rows[("v0.31.1rc0", "h100")] == rows[("v0.32.0", "h100")] == "avoided"
     assert main([*common, "--json", "--lane", "cpu"]) == 0

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from repromatrix.backends.base import Host
 from repromatrix.backends.docker_calls import ContainerSettings, container_call
 from repromatrix.backends.oci_container import engine_available
 from repromatrix.matrix.config import load_matrix
-from repromatrix.matrix.lanes import image_version
+from repromatrix.matrix.images import effective_pull, image_version, make_image
 from repromatrix.model import Image, Lane
 from repromatrix.rehearsal import hfcache
 from repromatrix.rehearsal.registry import LocalRegistry, answers, local_registry
@@ -29,26 +30,28 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def gpu_image(tag: str) -> Image:
-    ref = f"vllm/vllm-openai:{tag}"
-    return Image(key=f"gpu-{tag}", lane=Lane.GPU, tag=tag, ref=ref, version=image_version(tag))
+    return make_image(Lane.GPU, tag, image_version(tag), "vllm/vllm-openai", None)
 
 
 def test_moving_tags_are_pulled_always_releases_when_missing_and_the_option_wins():
-    assert docker_kind.pull_policy(gpu_image("nightly"), None) == "always"
-    assert docker_kind.pull_policy(gpu_image("v0.31.1rc0"), None) == "always"
-    assert docker_kind.pull_policy(gpu_image("v0.32.0"), None) == "missing"
-    assert docker_kind.pull_policy(gpu_image("v0.32.0"), "always") == "always"
-    assert docker_kind.pull_policy(gpu_image("nightly"), "never") == "never"
+    assert effective_pull(gpu_image("nightly"), None) == "always"
+    assert effective_pull(gpu_image("v0.31.1rc0"), None) == "always"
+    assert effective_pull(gpu_image("v0.32.0"), None) == "missing"
+    assert effective_pull(gpu_image("v0.32.0"), "always") == "always"
+    assert effective_pull(gpu_image("nightly"), "never") == "never"
 
 
 def test_a_rehearsal_runs_gpu_cells_without_the_device_request():
     gpu = cell(Lane.GPU, gpus=4)
-    assert docker_kind.KIND.skip_reason(gpu, Host(gpus=0)) is not None
-    assert docker_kind.KIND.skip_reason(gpu, Host(gpus=0, rehearse=True)) is None
+    assert docker_kind.KIND.skip_reason(gpu, Host()) is not None
+    assert docker_kind.KIND.skip_reason(gpu, Host(rehearse=True)) is None
     spec = {"cell": gpu.id}
-    real = container_call(gpu, spec, "img", ContainerSettings(), "run").create_kwargs({})
-    rehearsed = container_call(gpu, spec, "img", ContainerSettings(devices=False), "run")
-    assert real["device_requests"] == [{"count": 4, "capabilities": [["gpu"]]}]
+    settings = ContainerSettings(gpu_ids=("0", "1", "2", "3"))
+    real = container_call(gpu, spec, "img", settings, "run").create_kwargs({})
+    rehearsed = container_call(gpu, spec, "img", replace(settings, devices=False), "run")
+    assert real["device_requests"] == [
+        {"device_ids": ["0", "1", "2", "3"], "capabilities": [["gpu"]]}
+    ]
     assert "device_requests" not in rehearsed.create_kwargs({})
     assert rehearsed.create_kwargs({})["ipc_mode"] == "host"  # the rest is the GPU lane's
 
@@ -68,7 +71,7 @@ def test_the_dry_run_of_a_rehearsal_shows_gpu_cells_without_devices(tmp_path: Pa
         c for image in described["images"] for c in image["calls"] if c["call"] == "images.pull"
     ]
     assert pulls == [
-        {"call": "images.pull", "ref": "vllm/vllm-openai:v0.32.0", "if": "no local copy",
+        {"call": "images.pull", "ref": "vllm/vllm-openai:v0.32.0", "if": "ref missing",
          "records": "RepoDigests"}
     ]  # fmt: skip
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -37,6 +38,7 @@ def repromatrix(*args: str, env: dict[str, str] | None = None, timeout: float = 
 
 def test_dry_run_shows_the_exact_gpu_calls_without_an_engine_or_a_gpu(tmp_path: Path):
     env = {"PATH": "/usr/bin:/bin", "HF_TOKEN": TOKEN, "DOCKER_HOST": "unix:///nonexistent"}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")  # this checkout, where it is not installed
     done = repromatrix(
         "run", "--lane", "gpu", "--only", "gpu/v0.31.0/{h100,h200x4}/*/default/*/trigger",
         "--dry-run", "--backend", "docker", "--results", str(tmp_path / "r"),
@@ -53,7 +55,8 @@ def test_dry_run_shows_the_exact_gpu_calls_without_an_engine_or_a_gpu(tmp_path: 
     by_gpu = {cell["id"].split("/")[2]: cell for cell in plan["cells"]}
     for gpu, count in (("h100", 1), ("h200x4", 4)):
         create = by_gpu[gpu]["create"]
-        assert create["device_requests"] == [{"count": count, "capabilities": [["gpu"]]}]
+        chosen = f"<{count} of the runner's GPUs, chosen at run time>"
+        assert create["device_requests"] == [{"device_ids": chosen, "capabilities": [["gpu"]]}]
         assert create["network_mode"] == "none"
         assert create["environment"]["HF_TOKEN"] == "<redacted>"
         assert create["entrypoint"] == ["python3", "/opt/repromatrix/harness/harness.py"]

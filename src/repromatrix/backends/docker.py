@@ -28,13 +28,18 @@ from repromatrix.build.render import (
 )
 from repromatrix.errors import InfraError
 from repromatrix.heartbeat import heartbeat
+from repromatrix.matrix.images import effective_pull
 from repromatrix.matrix.lanes import Runtime
 from repromatrix.model import Cell, Image, Lane
 from repromatrix.secret_env import SECRET_ENV
 
 
 def container_settings(
-    runtimes: Mapping[Lane, Runtime], models_root: Path, *, rehearse: bool = False
+    runtimes: Mapping[Lane, Runtime],
+    models_root: Path,
+    *,
+    rehearse: bool = False,
+    gpu_ids: tuple[str, ...] | None = None,
 ) -> dict[Lane, ContainerSettings]:
     """Container settings per lane from the matrix's runtimes.
 
@@ -51,6 +56,7 @@ def container_settings(
             secret_env=SECRET_ENV,
             entrypoint=ENTRYPOINT,
             devices=not rehearse,
+            gpu_ids=gpu_ids if lane is Lane.GPU else None,
         )
         for lane, runtime in runtimes.items()
     }
@@ -59,15 +65,6 @@ def container_settings(
 def _host_path(path: str) -> str:
     """``~`` expanded and made absolute: Docker mounts need a host path it can resolve."""
     return str(Path(os.path.expanduser(path)).resolve())
-
-
-def pull_policy(image: Image, override: str | None) -> str:
-    """``--pull`` when given; else ``always`` for moving tags (no version, or a
-    pre-release such as an rc or a dev build, which are re-pushed), ``missing`` for releases."""
-    if override is not None:
-        return override
-    version = image.version
-    return "always" if version is None or version.is_prerelease else "missing"
 
 
 def image_builds(
@@ -82,7 +79,7 @@ def image_builds(
             context=setup.dockerfiles / image.key,
             pull=image.ref if image.lane is Lane.GPU else None,
             base=setup.runtimes[image.lane].base if image.lane is Lane.CPU else None,
-            pull_policy=pull_policy(image, setup.pull),
+            pull_policy=effective_pull(image, setup.pull),
         )
         for image in images
     ]
@@ -124,7 +121,7 @@ class DockerKind:
         """Every build and ``containers.create`` the run would make (secrets redacted)."""
         images = sorted({cell.image.key: cell.image for cell in cells}.values(), key=_key)
         tags = {image.key: self._tag(image, setup) for image in images}
-        settings = container_settings(setup.runtimes, setup.models_root, rehearse=setup.rehearse)
+        settings = _settings(setup)
         return {
             "images": [build.describe() for build in image_builds(images, tags, setup)],
             "cells": [self._cell(cell, tags, settings, setup, host) for cell in cells],
@@ -139,7 +136,7 @@ class DockerKind:
         tags = {render.key: render.tag for render in rendered}
         backend = DockerBackend(
             setup.run_id,
-            container_settings(setup.runtimes, setup.models_root, rehearse=setup.rehearse),
+            _settings(setup),
             [b for b in image_builds(wanted, tags, setup) if b.key not in errors],
             log=setup.note,
             build_logs=setup.logs,
@@ -169,6 +166,12 @@ class DockerKind:
             "deadline_s": cell.deadline_s,
             "create": call.describe(os.environ),
         }
+
+
+def _settings(setup: Setup) -> dict[Lane, ContainerSettings]:
+    return container_settings(
+        setup.runtimes, setup.models_root, rehearse=setup.rehearse, gpu_ids=setup.gpu_ids
+    )
 
 
 def _key(image: Image) -> str:

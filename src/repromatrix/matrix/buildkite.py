@@ -33,7 +33,7 @@ class PipelineInputs:
     """What every step is given, so that the plan and its shards always agree."""
 
     matrix: str
-    scenarios: str
+    scenarios: tuple[str, ...] = ()  # folders (--scenarios each); none: the shipped scenarios/
     package: str = "."  # the pip requirement that installs repromatrix
     job_minutes: int = 360
     baseline: str | None = None
@@ -46,12 +46,17 @@ def install_commands(package: str) -> list[str]:
     return [f"python3 -m venv {VENV}", f"{VENV}/bin/pip install -q {shlex.quote(package)}"]
 
 
+def scenario_arguments(folders: tuple[str, ...]) -> str:
+    """``--scenarios DIR`` for each folder (none: the default), each followed by a space."""
+    return "".join(f"--scenarios {shlex.quote(folder)} " for folder in folders)
+
+
 def job_step(index: int, job: Job, inputs: PipelineInputs) -> dict[str, Any]:
     """Return the command step that runs one job's cells on its GPU's agent queue."""
     run_id = f"{RUN_PREFIX}-{index}"
     run = (
         f"{VENV}/bin/repromatrix run --lane {job.lane} --run-id {run_id} "
-        f"--matrix {shlex.quote(inputs.matrix)} --scenarios {shlex.quote(inputs.scenarios)} "
+        f"--matrix {shlex.quote(inputs.matrix)} {scenario_arguments(inputs.scenarios)}"
         f"{run_arguments(job.only)}"
     )
     return {

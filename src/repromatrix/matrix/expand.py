@@ -2,8 +2,10 @@
 
 Cells are images x GPUs x models x flag sets x scenarios x variants (x level:
 engine, and probe where the scenario has a probe for the lane). A scenario
-applies to an image/GPU/model/flag set when its trigger variant's merged flags
-satisfy its trigger; its other variants (workarounds, controls) then follow.
+applies to an image/GPU/model/flag set when its trigger variant's effective
+flags (``effective``: scenario < flag set < include < variant) satisfy its
+trigger; its other variants (workarounds, controls) then follow. ``plan``
+keeps one cell per identical effective run (``effective.plan_once``).
 
 Filtering happens while walking the product, never after building it: a
 branch the selector cannot select is skipped at the first level that rules
@@ -24,15 +26,23 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from repromatrix.errors import UsageError, suggest
+from repromatrix.errors import ConfigError, UsageError, suggest
 from repromatrix.matrix.conditions import Facts, holds
 from repromatrix.matrix.config import LaneConfig, Matrix, Rule, check_references
+from repromatrix.matrix.effective import (
+    baseline_expected,
+    effective_flags,
+    plan_once,
+    predicted_crashes,
+)
 from repromatrix.matrix.selector import Selector
+from repromatrix.matrix.sources import check_adapters
 from repromatrix.model import (
     Cell,
     Expected,
     Flags,
     FlagSet,
+    FlagValue,
     Gpu,
     Image,
     Lane,
@@ -76,12 +86,12 @@ def cell_id(lane: Lane, parts: Sequence[str], level: Level) -> str:
     return "/".join((lane.value, *parts)) + suffix
 
 
-def merge_flags(*layers: Mapping[str, object]) -> Flags:
-    """Merge flag layers, later layers winning (flag set, include, scenario launch, variant)."""
-    merged: dict[str, object] = {}
-    for layer in layers:
-        merged.update(layer)
-    return frozen_flags(merged)  # type: ignore[arg-type]
+def _include_flags(rules: Sequence[Rule]) -> Flags:
+    """The flags of the include rules extending a cell, later rules winning."""
+    merged: dict[str, FlagValue] = {}
+    for rule in rules:
+        merged.update(rule.flags)
+    return frozen_flags(merged)
 
 
 @dataclass(frozen=True)
@@ -89,8 +99,10 @@ class _Template:
     """Everything about a cell except its image: computed once, shared by every image."""
 
     flags: Flags
+    sources: Mapping[str, str]
     triggered: bool
     interrupt_after_s: float | None
+    predicted: tuple[Scenario, ...] = ()  # a baseline's: crashes its configuration triggers
 
 
 @dataclass(frozen=True)
@@ -156,6 +168,7 @@ class _LaneWalk:
         self.lane = config.lane
         self.selector = selector
         self.scenarios = [(s, levels(s, self.lane)) for s in scenarios if levels(s, self.lane)]
+        self.catalogue = tuple(scenarios)
         self.exclude = _for_lane(matrix.exclude, self.lane)
         include = _for_lane(matrix.include, self.lane)
         self.adds = tuple(rule for rule in include if self._is_add(rule))
@@ -163,7 +176,7 @@ class _LaneWalk:
         # matches, and an adding rule matches only what it adds.
         self.include = include
         self.templates: dict[tuple[object, ...], _Template] = {}
-        self.expected: dict[tuple[str, str, bool], Expected] = {}
+        self.expected: dict[tuple[object, ...], tuple[Expected, str | None]] = {}
 
     def cells(self) -> Iterator[Cell]:
         """Yield the lane's selected cells."""
@@ -218,6 +231,7 @@ class _LaneWalk:
         rules = point.extensions(scenario, variant, level)
         deadlines = [self.config.runtime.deadline_s, scenario.launch.startup_timeout_s]
         deadlines += [rule.deadline_s for rule in rules if rule.deadline_s is not None]
+        expected, named = self._expected(scenario, point.image, template)
         return Cell(
             id=identifier,
             lane=self.lane,
@@ -228,35 +242,56 @@ class _LaneWalk:
             flagset=point.flagset,
             scenario=scenario,
             variant=variant,
-            expected=self._expected(scenario, point.image, template.triggered),
+            expected=expected,
             flags=template.flags,
             env=scenario.launch.env,
             deadline_s=max(deadlines),
             interrupt_after_s=template.interrupt_after_s,
+            flag_sources=template.sources,
+            predicted=template.predicted,
+            expected_scenario=named,
         )
 
     def _template(
         self, point: _Point, scenario: Scenario, variant: Variant, level: Level
     ) -> _Template:
-        """Merged flags and trigger result; they do not depend on the image, so are cached."""
+        """Effective flags and trigger result; they do not depend on the image, so are cached."""
         rules = point.extensions(scenario, variant, level)
         key = (point.key, scenario.id, variant.name, tuple(map(id, rules)) if rules else ())
         cached = self.templates.get(key)
         if cached is None:
-            extra = merge_flags(*(rule.flags for rule in rules))
-            flags = merge_flags(point.flagset.flags, extra, scenario.launch.flags, variant.flags)
+            effective = effective_flags(
+                {
+                    "scenario": scenario.launch.flags,
+                    "flagset": point.flagset.flags,
+                    "include": _include_flags(rules),
+                    "variant": variant.flags,
+                }
+            )
             interrupt = scenario.launch.interrupt_after_s if variant.interrupt else None
-            facts = Facts(point.model, point.gpu, flags, scenario.launch, interrupt)
-            cached = _Template(flags, holds(scenario.trigger, facts), interrupt)
+            facts = Facts(point.model, point.gpu, effective.flags, scenario.launch, interrupt)
+            predicted: tuple[Scenario, ...] = ()
+            if scenario.baseline and level is Level.ENGINE:
+                predicted = predicted_crashes(facts, self.catalogue, self.lane)
+            triggered = holds(scenario.trigger, facts)
+            cached = _Template(effective.flags, effective.sources, triggered, interrupt, predicted)
             self.templates[key] = cached
         return cached
 
-    def _expected(self, scenario: Scenario, image: Image, triggered: bool) -> Expected:
-        """``expected_outcome``, cached: specifier matching is slow and repeats per image."""
-        key = (scenario.id, image.tag, triggered)
+    def _expected(
+        self, scenario: Scenario, image: Image, template: _Template
+    ) -> tuple[Expected, str | None]:
+        """The expectation and the scenario it names, cached: specifier matching is slow."""
+        predicted = tuple(s.id for s in template.predicted)
+        key = (scenario.id, image.tag, template.triggered, predicted)
         found = self.expected.get(key)
         if found is None:
-            found = self.expected[key] = expected_outcome(scenario, image.version, triggered)
+            if scenario.baseline:
+                found = baseline_expected(template.predicted, image.version)
+            else:
+                expected = expected_outcome(scenario, image.version, template.triggered)
+                found = (expected, scenario.id if expected is not Expected.AVOIDED else None)
+            self.expected[key] = found
         return found
 
     def _is_add(self, rule: Rule) -> bool:
@@ -295,7 +330,10 @@ def plan(
     check_references(matrix, scenarios)
     if lane is not None and lane not in matrix.lanes:
         raise UsageError(f"{matrix.file} defines no `{lane}` lane")
-    cells = tuple(expand(matrix, scenarios, lane, selector))
+    cells = plan_once(tuple(expand(matrix, scenarios, lane, selector)))
+    problems = check_adapters(cells)
+    if problems:
+        raise ConfigError(problems)
     if cells:
         return cells
     everything = [cell.id for cell in expand(matrix, scenarios, lane)]

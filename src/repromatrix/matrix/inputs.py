@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.matrix.config import Matrix, load_matrix
-from repromatrix.matrix.scenarios import load_scenarios
+from repromatrix.matrix.scenarios import load_catalogue
 from repromatrix.model import Scenario
 
+DEFAULT_SCENARIOS = Path("scenarios")
 
-def load_inputs(matrix_path: Path, scenarios_dir: Path) -> tuple[Matrix, tuple[Scenario, ...]]:
-    """Load the matrix and the catalogue, reporting the problems of both at once."""
+
+def scenario_dirs(given: Path | Sequence[Path] | None) -> tuple[Path, ...]:
+    """The catalogue's folders: one, several (``--scenarios`` repeated), or ``scenarios/``."""
+    if given is None:
+        return (DEFAULT_SCENARIOS,)
+    return (given,) if isinstance(given, Path) else tuple(given) or (DEFAULT_SCENARIOS,)
+
+
+def load_inputs(
+    matrix_path: Path, scenarios_dir: Path | Sequence[Path] | None
+) -> tuple[Matrix, tuple[Scenario, ...]]:
+    """Load the matrix and the catalogue (of one or several folders), reporting the problems
+    of all of them at once."""
     problems: list[Problem] = []
     matrix = scenarios = None
     try:
@@ -19,7 +32,7 @@ def load_inputs(matrix_path: Path, scenarios_dir: Path) -> tuple[Matrix, tuple[S
     except ConfigError as exc:
         problems.extend(exc.problems)
     try:
-        scenarios = load_scenarios(scenarios_dir)
+        scenarios = load_catalogue(scenario_dirs(scenarios_dir))
     except ConfigError as exc:
         problems.extend(exc.problems)
     if problems or matrix is None or scenarios is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from repromatrix.model import DTYPE_BYTES, MODEL_SHAPE, Lane, LaunchMode, Level
+from repromatrix.model import DTYPE_BYTES, MODEL_SHAPE, Lane, LaunchMode, Level, PullPolicy
 
 # The axes a rule can name: the parts of a cell id, in order, and its level (engine or probe).
 ID_PARTS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant")
@@ -25,6 +25,7 @@ MODES = tuple(mode.value for mode in LaunchMode)
 BASE_SOURCES = ("debootstrap", "image")
 VARIANT_KINDS = ("workaround", "control")
 MODEL_INTS = MODEL_SHAPE
+PULL_POLICIES = tuple(policy.value for policy in PullPolicy)
 
 
 @dataclass(frozen=True)
@@ -162,23 +163,35 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
     ),
     Section(
         "image",
-        "an image tag with the vLLM version it holds",
+        "an image tag with the vLLM version it holds (and, on the GPU lane, where it is)",
         (
             Key("tag", "name", "the image tag", required=True),
             Key("version", "version", "the vLLM version, or null for unknown"),
+            Key("ref", "text", "GPU: the full reference (a private registry, a candidate)"),
+            Key("pull", "choice", "GPU: when to pull it", choices=PULL_POLICIES),
         ),
     ),
     _gpu(Lane.GPU),
     _gpu(Lane.CPU),
     Section(
         "model",
-        "a model: its source and the config facts triggers test",
+        "a model: where its weights are and the config facts triggers test",
         (
-            Key("source", "text", "HF repo id, or a local tiny-model recipe", required=True),
+            Key("source", "text", "HF repo id (GPU), or a local tiny-model recipe (CPU)"),
+            Key("path", "text", "GPU: a local model folder, mounted read-only"),
+            Key("adapters", "named", "GPU: the model's LoRA adapters by name", ref="adapter"),
             Key("moe", "boolean", "a mixture-of-experts model"),
             Key("multimodal", "boolean", "takes images"),
             Key("dtype", "choice", "weight dtype", choices=tuple(sorted(DTYPE_BYTES))),
             *(Key(name, "integer", f"config.json {name}", minimum=1) for name in MODEL_INTS),
+        ),
+    ),
+    Section(
+        "adapter",
+        "a LoRA adapter of a model: an HF repo id or a local folder",
+        (
+            Key("source", "text", "an HF repo id (from the runner's HF cache)"),
+            Key("path", "text", "a local adapter folder, mounted read-only"),
         ),
     ),
     _rule("exclude"),

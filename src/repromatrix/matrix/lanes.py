@@ -12,28 +12,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from packaging.version import InvalidVersion, Version
-
 from repromatrix.grammars import (
     check_apt_package,
     check_image_reference,
     check_mirror,
-    check_model_source,
     check_package_name,
     check_repository,
     check_suite,
 )
-from repromatrix.matrix.keys import BASE_SOURCES, MODEL_INTS, section
-from repromatrix.matrix.yamlsrc import Reader, Where, YEntry, YMap, YNode, YScalar, describe
-from repromatrix.model import (
-    DTYPE_BYTES,
-    FlagSet,
-    Gpu,
-    Image,
-    Lane,
-    Model,
-    frozen_flags,
-)
+from repromatrix.matrix.images import image_version, make_image, read_image
+from repromatrix.matrix.keys import BASE_SOURCES, section
+from repromatrix.matrix.models import read_model
+from repromatrix.matrix.yamlsrc import Reader, YEntry, YMap, YNode, YScalar, describe
+from repromatrix.model import FlagSet, Gpu, Image, Lane, Model, frozen_flags
 
 T = TypeVar("T")
 
@@ -98,27 +89,14 @@ class LaneConfig:
         for image in self.images:
             if image.tag == tag:
                 return image
-        return make_image(self.lane, tag, image_version(tag), self.runtime)
+        runtime = self.runtime
+        return make_image(self.lane, tag, image_version(tag), runtime.registry, runtime.package)
 
 
 DEFAULT_DEADLINE_S = {Lane.GPU: 1800.0, Lane.CPU: 900.0}
 DEFAULT_SHM = {Lane.GPU: "16g", Lane.CPU: "2g"}
 SHM_PATTERN = re.compile(r"[1-9][0-9]*[bkmg]?")
 CC_PATTERN = re.compile(r"[0-9]+\.[0-9]+")
-
-
-def image_version(tag: str) -> Version | None:
-    """Return the vLLM version a tag names (``v0.31.0`` is 0.31.0), or ``None`` (``nightly``)."""
-    try:
-        return Version(tag)
-    except InvalidVersion:
-        return None
-
-
-def make_image(lane: Lane, tag: str, version: Version | None, runtime: Runtime) -> Image:
-    """Return the ``Image`` for a tag: pulled from the registry (GPU) or a pip requirement (CPU)."""
-    ref = f"{runtime.registry}:{tag}" if lane is Lane.GPU else f"{runtime.package}=={tag}"
-    return Image(key=f"{lane.value}-{tag}", lane=lane, tag=tag, ref=ref, version=version)
 
 
 def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
@@ -133,7 +111,7 @@ def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
     images = _read_images(lane, body.get("images"), runtime, reader)
     gpus = _read_named(body.get("gpus"), f"{what} `gpus`", reader, lambda e: _gpu(lane, e, reader))
     models = _read_named(
-        body.get("models"), f"{what} `models`", reader, lambda e: _model(lane, e, reader)
+        body.get("models"), f"{what} `models`", reader, lambda e: read_model(lane, e, reader)
     )
     flagsets = _read_flagsets(lane, body.get("flagsets"), reader)
     return LaneConfig(lane, images, gpus, models, flagsets, runtime)
@@ -220,7 +198,7 @@ def _read_images(
         return ()
     images: list[Image] = []
     for item in reader.sequence(node, "`images`") or ():
-        image = _image(lane, item, runtime, reader)
+        image = read_image(lane, item, runtime.registry, runtime.package, reader)
         if image is None:
             continue
         if any(image.tag == seen.tag for seen in images):
@@ -230,45 +208,6 @@ def _read_images(
     if not images and not reader.problems:
         reader.error(node.where, f"lane `{lane}` lists no images")
     return tuple(images)
-
-
-def _image(lane: Lane, node: YNode, runtime: Runtime, reader: Reader) -> Image | None:
-    """An image is a tag (``v0.31.0``) or ``{tag: my-build, version: 0.31.0}``."""
-    if isinstance(node, YMap):
-        image = section("image")
-        reader.keys(node, image.names, "an image", required=image.required)
-        tag_node = node.get("tag")
-        tag = reader.name(tag_node, "image tag") if tag_node is not None else None
-        version_node = node.get("version")
-        if tag is None:
-            return None
-        version = image_version(tag)
-        if version_node is not None:
-            version = _version(version_node, reader)
-    else:
-        tag = reader.name(node, "image tag")
-        if tag is None:
-            return None
-        version = image_version(tag)
-    if lane is Lane.CPU and version is None:
-        reader.error(
-            node.where, f"CPU image `{tag}` must be a {runtime.package} version (pip installs it)"
-        )
-        return None
-    return make_image(lane, tag, version, runtime)
-
-
-def _version(node: YNode, reader: Reader) -> Version | None:
-    value = node.value if isinstance(node, YScalar) else None
-    if value is None:
-        return None
-    try:
-        return Version(str(value))
-    except InvalidVersion:
-        reader.error(
-            node.where, f"`version` must be a version like 0.31.0 or null, not {describe(node)}"
-        )
-        return None
 
 
 def _read_named(
@@ -321,54 +260,6 @@ def _capability(node: YNode, reader: Reader) -> str | None:
         node.where, f"`compute_capability` must look like 9.0 or 12.0, not {describe(node)}"
     )
     return None
-
-
-def _model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
-    what = f"model `{entry.key}`"
-    body = reader.mapping(entry.value, what)
-    if body is None:
-        return None
-    keys = section("model")
-    reader.keys(body, keys.names, what, required=keys.required)
-    facts: dict[str, int] = {}
-    for key in MODEL_INTS:
-        if (node := body.get(key)) is not None:
-            value = reader.integer(node, f"`{key}`", minimum=1)
-            if value is not None:
-                facts[key] = value
-    dtype = _text_or(body.get("dtype"), "`dtype`", "bfloat16", reader)
-    if dtype not in DTYPE_BYTES:
-        hint = f" Known: {', '.join(sorted(DTYPE_BYTES))}."
-        reader.error(_where(body, "dtype"), f"unknown dtype `{dtype}`.{hint}")
-        dtype = "bfloat16"
-    _check_heads(body, facts, reader)
-    source = _text_or(body.get("source"), "`source`", entry.key, reader, check_model_source)
-    moe, multimodal = _bool(body, "moe", reader), _bool(body, "multimodal", reader)
-    return Model(entry.key, lane, source, moe, multimodal, dtype=dtype, **facts)
-
-
-def _bool(body: YMap, key: str, reader: Reader) -> bool:
-    node = body.get(key)
-    return bool(reader.boolean(node, f"`{key}`")) if node is not None else False
-
-
-def _where(body: YMap, key: str) -> Where:
-    node = body.get(key)
-    return (node or body).where
-
-
-def _check_heads(body: YMap, facts: dict[str, int], reader: Reader) -> None:
-    hidden, heads = facts.get("hidden_size"), facts.get("num_attention_heads")
-    if hidden and heads and hidden % heads:
-        reader.error(
-            body.where, f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
-        )
-    kv_heads = facts.get("num_key_value_heads")
-    if heads and kv_heads and heads % kv_heads:
-        reader.error(
-            body.where,
-            f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}",
-        )
 
 
 def _read_flagsets(lane: Lane, node: YNode | None, reader: Reader) -> tuple[FlagSet, ...]:

@@ -7,9 +7,12 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from repromatrix.model import Cell
+from repromatrix.model import Cell, Lane
 
 TABLE_COLUMNS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant", "level")
+# How the table marks where an effective flag came from (``matrix.effective``).
+SOURCE_MARKS = {"flagset": "f", "include": "i", "scenario": "s", "variant": "v"}
+SOURCE_LEGEND = "flag sources: [f] flag set, [i] include, [s] scenario launch, [v] variant"
 
 
 def cell_json(cell: Cell) -> dict[str, Any]:
@@ -20,21 +23,35 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "level": cell.level.value,
         "image": cell.image.ref,
         "image_tag": cell.image.tag,
+        "image_pull": cell.image.pull.value if cell.lane is Lane.GPU else None,
         "version": str(cell.image.version) if cell.image.version is not None else None,
         "gpu": cell.gpu.name,
         "runner": cell.gpu.runner_label,
         "model": cell.model.name,
         "model_source": cell.model.source,
+        "model_path": cell.model.path,
+        "adapter": _adapter_json(cell),
         "flagset": cell.flagset.name,
         "scenario": cell.scenario.id,
         "variant": cell.variant.name,
         "variant_kind": cell.variant.kind,
         "expected": cell.expected.value,
+        "expected_scenario": cell.expected_scenario,
+        "predicted": [scenario.id for scenario in cell.predicted],
         "flags": dict(cell.flags),
+        "flag_sources": dict(cell.flag_sources),
+        "same_as": list(cell.same_as),
         "env": dict(cell.env),
         "deadline_s": cell.deadline_s,
         "interrupt_after_s": cell.interrupt_after_s,
     }
+
+
+def _adapter_json(cell: Cell) -> dict[str, str | None] | None:
+    adapter = cell.adapter
+    if adapter is None:
+        return None
+    return {"name": adapter.name, "source": adapter.source, "path": adapter.path}
 
 
 def format_json(cells: Iterable[Cell]) -> str:
@@ -44,18 +61,29 @@ def format_json(cells: Iterable[Cell]) -> str:
 
 def _row(cell: Cell) -> tuple[str, ...]:
     parts = cell.id.removesuffix("@probe").split("/")
-    return (*parts, cell.level.value, cell.expected.value)
+    expected = cell.expected.value
+    if cell.scenario.baseline and cell.expected_scenario:
+        expected += f":{cell.expected_scenario}"  # the crash the baseline's flags trigger
+    return (*parts, cell.level.value, expected, flags_text(cell))
+
+
+def flags_text(cell: Cell) -> str:
+    """The effective flags, each marked with its source: ``max_lora_rank=256[f]``."""
+    return " ".join(
+        f"{name}={json.dumps(value)}[{SOURCE_MARKS.get(cell.flag_sources.get(name, ''), '?')}]"
+        for name, value in cell.flags.items()
+    )
 
 
 def format_table(cells: Sequence[Cell]) -> str:
-    """Return an aligned text table of the cells and a one-line summary."""
-    header = (*TABLE_COLUMNS, "expected")
+    """Return an aligned text table of the cells, the flag-source legend and a summary."""
+    header = (*TABLE_COLUMNS, "expected", "flags")
     rows = [header, *(_row(cell) for cell in cells)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [
         "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
-    return "\n".join([*lines, "", summary(cells)]) + "\n"
+    return "\n".join([*lines, "", SOURCE_LEGEND, summary(cells)]) + "\n"
 
 
 def summary(cells: Sequence[Cell]) -> str:
@@ -65,4 +93,6 @@ def summary(cells: Sequence[Cell]) -> str:
     counts = ", ".join(f"{expected[name]} {name}" for name in ("hit", "avoided", "unknown"))
     per_lane = ", ".join(f"{lane} {n}" for lane, n in sorted(lanes.items()))
     noun = "cell" if len(cells) == 1 else "cells"
-    return f"{len(cells)} {noun}: {counts} ({per_lane})"
+    twins = sum(len(cell.same_as) for cell in cells)
+    once = f"; {twins} identical cells planned once" if twins else ""
+    return f"{len(cells)} {noun}: {counts} ({per_lane}){once}"

@@ -8,7 +8,6 @@ controls that follow it, each a flag change on that launch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -16,9 +15,9 @@ from types import MappingProxyType
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from repromatrix.errors import ConfigError, Problem, suggest
-from repromatrix.grammars import unsafe_regex
 from repromatrix.matrix.conditions import subject_problem
 from repromatrix.matrix.keys import BASELINE_FORBIDDEN, CRASH_REQUIRED, VARIANT_KINDS, section
+from repromatrix.matrix.scenario_parts import read_lanes, read_probe, read_signatures, read_source
 from repromatrix.matrix.yamlsrc import (
     Reader,
     Where,
@@ -33,14 +32,10 @@ from repromatrix.matrix.yamlsrc import (
 from repromatrix.model import (
     Condition,
     FlagValue,
-    Lane,
     Launch,
     LaunchMode,
     Op,
-    Probe,
     Scenario,
-    Signature,
-    Source,
     Variant,
     frozen_flags,
 )
@@ -49,7 +44,6 @@ from repromatrix.model import (
 TRIGGER = Variant("trigger", "trigger", description="the launch as documented")
 BASELINE = Variant("baseline", "baseline", description="the healthy launch")
 ORDERING = {Op.GT, Op.GE, Op.LT, Op.LE}
-PROGRAM_PATTERN = re.compile(r"[a-z][a-z0-9_]*\.py")
 # `affected: all`: every version, pre-releases included (contains() is called with prereleases).
 ALL_VERSIONS = SpecifierSet(">=0")
 NO_VERSION = SpecifierSet("<0")
@@ -67,6 +61,22 @@ def load_scenarios(directory: Path) -> tuple[Scenario, ...]:
     for path in paths:
         try:
             scenarios.append(load_scenario(path))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    problems.extend(_duplicates(scenarios))
+    if problems:
+        raise ConfigError(problems)
+    return tuple(sorted(scenarios, key=lambda s: s.id))
+
+
+def load_catalogue(directories: Sequence[Path]) -> tuple[Scenario, ...]:
+    """Read the scenario files of several folders as one catalogue (an id defined twice, in
+    one folder or two, is a problem naming both files); raise ``ConfigError`` for all."""
+    problems: list[Problem] = []
+    scenarios: list[Scenario] = []
+    for directory in dict.fromkeys(directories):
+        try:
+            scenarios.extend(load_scenarios(directory))
         except ConfigError as exc:
             problems.extend(exc.problems)
     problems.extend(_duplicates(scenarios))
@@ -122,19 +132,19 @@ def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
                 reader.error(node.where, f"a baseline expects no crash: remove `{key}`")
     id_node = body.get("id")
     scenario_id = reader.name(id_node, "scenario id") if id_node is not None else None
-    probe = _probe(body.get("probe"), reader)
+    probe = read_probe(body.get("probe"), reader)
     scenario = Scenario(
         id=scenario_id or "",
         title=_text(body, "title", reader) or "",
-        lanes=_lanes(body.get("lanes"), "`lanes`", reader, allow_empty=probe is not None),
+        lanes=read_lanes(body.get("lanes"), "`lanes`", reader, allow_empty=probe is not None),
         trigger=_trigger(body.get("trigger"), reader),
         launch=_launch(body.get("launch"), reader),
-        signatures=_signatures(body.get("signatures"), reader),
+        signatures=read_signatures(body.get("signatures"), reader),
         affected=_specifiers(body.get("affected"), "`affected`", reader) or NO_VERSION,
         fixed=_specifiers(body.get("fixed"), "`fixed`", reader),
         variants=_variants(body.get("variants"), reader, BASELINE if baseline else TRIGGER),
         avoided=_text(body, "avoided", reader) or "",
-        source=_source(body.get("source"), reader),
+        source=read_source(body.get("source"), reader),
         probe=probe,
         baseline=baseline,
         file=file,
@@ -157,25 +167,6 @@ def _number(body: YMap, key: str, reader: Reader) -> float | None:
     if node is None or (isinstance(node, YScalar) and node.value is None):
         return None
     return reader.number(node, f"`{key}`", positive=True)
-
-
-def _lanes(
-    node: YNode | None, what: str, reader: Reader, allow_empty: bool = False
-) -> tuple[Lane, ...]:
-    if node is None:
-        return ()
-    if isinstance(node, YSeq) and not node.items and allow_empty:
-        return ()
-    lanes: list[Lane] = []
-    for item in reader.sequence(node, what) or ():
-        value = item.value if isinstance(item, YScalar) else None
-        if isinstance(value, str) and value in set(Lane) and Lane(value) not in lanes:
-            lanes.append(Lane(value))
-        else:
-            reader.error(item.where, f"{what} must list `cpu` and/or `gpu` once each")
-    if not lanes and not allow_empty:
-        reader.error(node.where, f"{what} must name at least one lane")
-    return tuple(lanes)
 
 
 def _trigger(node: YNode | None, reader: Reader) -> tuple[Condition, ...]:
@@ -258,37 +249,14 @@ def _launch(node: YNode | None, reader: Reader) -> Launch:
         flags=frozen_flags(flags),
         env=MappingProxyType(dict(env or {})),
         lora_adapter=_text(body, "lora_adapter", reader),
+        lora_adapter_line=_line(body.get("lora_adapter")),
         interrupt_after_s=_number(body, "interrupt_after_s", reader),
         startup_timeout_s=_number(body, "startup_timeout_s", reader) or Launch.startup_timeout_s,
     )
 
 
-def _signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]:
-    if node is None:
-        return ()
-    signatures = []
-    for item in reader.sequence(node, "`signatures`") or ():
-        body = reader.mapping(item, "a signature")
-        if body is None:
-            continue
-        keys = section("signature")
-        reader.keys(body, keys.names, "a signature", required=keys.required)
-        pattern = _text(body, "pattern", reader)
-        if pattern is None:
-            continue
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            where = body.get("pattern") or body
-            reader.error(where.where, f"`pattern` is not a valid regular expression: {exc}")
-            continue
-        if (why := unsafe_regex(pattern)) is not None:
-            reader.error((body.get("pattern") or body).where, f"`pattern` is refused: {why}")
-            continue
-        signatures.append(Signature(pattern, _text(body, "process", reader)))
-    if not signatures and isinstance(node, YSeq) and not node.items:
-        reader.error(node.where, "`signatures` must list at least one pattern")
-    return tuple(signatures)
+def _line(node: YNode | None) -> int:
+    return node.where.line if node is not None else 0
 
 
 def _specifiers(node: YNode | None, what: str, reader: Reader) -> SpecifierSet | None:
@@ -348,41 +316,3 @@ def _variant(node: YNode, reader: Reader) -> Variant | None:
         return None
     description = _text(body, "description", reader) or ""
     return Variant(name, kind, frozen_flags(flags), description, interrupt is not False)
-
-
-def _source(node: YNode | None, reader: Reader) -> Source:
-    body = reader.mapping(node, "`source`") if node is not None else None
-    if body is None:
-        return Source()
-    reader.keys(body, section("source").names, "`source`")
-    return Source(
-        seed=_text(body, "seed", reader),
-        issues=_numbers(body.get("issues"), "`issues`", reader),
-        prs=_numbers(body.get("prs"), "`prs`", reader),
-    )
-
-
-def _numbers(node: YNode | None, what: str, reader: Reader) -> tuple[int, ...]:
-    items = reader.sequence(node, what) if node is not None else ()
-    numbers = (reader.integer(item, f"{what} entry", minimum=1) for item in items or ())
-    return tuple(n for n in numbers if n is not None)
-
-
-def _probe(node: YNode | None, reader: Reader) -> Probe | None:
-    body = reader.mapping(node, "`probe`") if node is not None else None
-    if body is None:
-        return None
-    keys = section("probe")
-    reader.keys(body, keys.names, "`probe`", required=keys.required)
-    program = _text(body, "program", reader)
-    if program is not None and not PROGRAM_PATTERN.fullmatch(program):
-        where = (body.get("program") or body).where
-        reader.error(where, "`program` must be a file name under probes/, like moe_lora_rank.py")
-        program = None
-    params_node = body.get("params")
-    params = reader.flags(params_node, "`params`") if params_node is not None else None
-    lanes = _lanes(body.get("lanes"), "probe `lanes`", reader)
-    if program is None:
-        return None
-    note = _text(body, "note", reader) or ""
-    return Probe(program, MappingProxyType(dict(params or {})), lanes, note)

@@ -25,7 +25,7 @@ from repromatrix.matrix.keys import (
     Section,
 )
 from repromatrix.matrix.lanes import CC_PATTERN, SHM_PATTERN
-from repromatrix.matrix.scenarios import PROGRAM_PATTERN
+from repromatrix.matrix.scenario_parts import PROGRAM_PATTERN
 from repromatrix.matrix.yamlsrc import FLAG_PATTERN, NAME_PATTERN
 from repromatrix.model import Op
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ from repromatrix.run.progress import Progress
 from repromatrix.run.stages import RunOptions, RunState, execute_run
 
 REPOSITORY = "vllm/vllm-openai"
+# The rehearsal's own scenarios, added to the catalogue for its GPU-lane runs.
+SCENARIOS = Path(str(resources.files("repromatrix.rehearsal") / "scenarios"))
 MODEL_REPO = "repromatrix/tiny-llama"
 ADAPTER_REPO = f"repromatrix/tiny-llama-lora-r{LORA_RANK}"
 CPU_MODEL = "tiny-llama"
@@ -163,7 +166,7 @@ def _run_options(
     """The GPU-lane run of the rehearsal; after a moved tag, that version again, pulled."""
     return RunOptions(
         matrix=matrix,
-        scenarios=options.scenarios,
+        scenarios=(options.scenarios, SCENARIOS),
         lane=Lane.GPU,
         # After the move one cell is enough to show the new digest: the healthy baseline.
         only=(f"gpu/v{version}/*/*/*/healthy-gpu/*",) if version else (),

@@ -43,7 +43,7 @@ def make_watcher(cell: Cell) -> tuple[Callable[[bytes], bool], Triager]:
     Triage is given the cell's own scenario only, so ``signature_seen`` means
     *this* cell's documented crash, never another scenario's.
     """
-    triager = Triager([cell.scenario])
+    triager = Triager(cell.watched)
 
     def watch(chunk: bytes) -> bool:
         triager.feed(chunk)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
 from repromatrix.backends.base import Host
+from repromatrix.backends.gpus import runner_gpus
 
 
 def host_gpu_count() -> int:
@@ -20,6 +22,8 @@ def host_gpu_count() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-def detect_host() -> Host:
-    """This host's GPUs."""
-    return Host(gpus=host_gpu_count())
+def detect_host(gpus: str | None = None, *, rehearse: bool = False) -> Host:
+    """This runner's GPUs: ``--gpus``, else ``CUDA_VISIBLE_DEVICES`` or
+    ``NVIDIA_VISIBLE_DEVICES``, else every GPU of the host."""
+    ids = runner_gpus(os.environ, gpus, host_gpu_count())
+    return Host(gpu_ids=ids, rehearse=rehearse)

@@ -43,9 +43,8 @@ class DiagnosisLike(Protocol):
     def root_cause(self) -> RootCause | None:
         """The named root cause, or None when triage found none."""
 
-    @property
-    def signature_seen(self) -> bool:
-        """Whether a line matched the cell's scenario signatures."""
+    def shows(self, scenario_id: str) -> bool:
+        """Whether the log shows that scenario's crash (``triage.Diagnosis.shows``)."""
 
 
 @dataclass(frozen=True)
@@ -157,8 +156,9 @@ def decide(
     if cell.level is Level.PROBE:
         return _decide_probe(execution, status, diagnosis)
     cause = diagnosis.root_cause
-    if _is_hit(cell, cause, diagnosis.signature_seen):
-        return Decision(Outcome.HIT, _hit_reason(cell, cause), cause)
+    shown = hit_scenario(cell, diagnosis)
+    if shown is not None:
+        return Decision(Outcome.HIT, _hit_reason(shown, cause), cause)
     if execution.timed_out:
         return _timeout(cell, cause)
     if execution.oom_killed:
@@ -168,16 +168,18 @@ def decide(
     return Decision(Outcome.OTHER_FAILURE, _failure_reason(execution, status, cause), cause)
 
 
-def _is_hit(cell: Cell, cause: RootCause | None, signature_seen: bool) -> bool:
-    if cell.scenario.baseline:
-        return False
-    return signature_seen or (cause is not None and cause.scenario == cell.scenario.id)
+def hit_scenario(cell: Cell, diagnosis: DiagnosisLike) -> str | None:
+    """The scenario whose crash makes this cell a hit: its own, or one its baseline predicts.
+
+    The triager must have watched ``cell.watched`` for a baseline's predictions to show.
+    """
+    return next((s for s in cell.hit_scenarios if diagnosis.shows(s)), None)
 
 
-def _hit_reason(cell: Cell, cause: RootCause | None) -> str:
+def _hit_reason(scenario_id: str, cause: RootCause | None) -> str:
     where = f" in {cause.process}" if cause is not None and cause.process else ""
     line = f": {cause.line.strip()}" if cause is not None else ""
-    return f"{cell.scenario.id} signature seen{where}{line}"
+    return f"{scenario_id} signature seen{where}{line}"
 
 
 def _timeout(cell: Cell, cause: RootCause | None) -> Decision:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from repromatrix.backends.base import Backend, BackendKind, Host, Prepared
+from repromatrix.backends.harness_spec import model_path
 from repromatrix.build.tinymodel import TinyModel, tiny_model_for
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.heartbeat import heartbeat
@@ -79,6 +80,8 @@ def image_versions(backend: Backend, prepared: Mapping[str, Prepared]) -> dict[s
 
 def cell_contexts(
     cells: Sequence[Cell],
+    *,
+    models_root: Path,
     skips: Mapping[str, str],
     prepared: Mapping[str, Prepared],
     made: Mapping[str, TinyModel | str],
@@ -100,5 +103,6 @@ def cell_contexts(
             path = str(adapter) if adapter else None
             contexts[cell.id] = CellContext(image, str(model.path), path, image_version=version)
         else:
-            contexts[cell.id] = CellContext(image, cell.model.source, image_version=version)
+            path = model_path(cell, models_root)
+            contexts[cell.id] = CellContext(image, path, image_version=version)
     return contexts

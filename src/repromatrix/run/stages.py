@@ -26,11 +26,12 @@ from types import FrameType
 from repromatrix.backends import registry
 from repromatrix.backends.base import Backend, BackendKind, Host, Setup
 from repromatrix.build.wheelhouse import CACHE_ROOT
-from repromatrix.errors import InfraError, UsageError
+from repromatrix.errors import ConfigError, InfraError, UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
+from repromatrix.matrix.sources import check_local
 from repromatrix.model import Cell, Lane, Outcome
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
@@ -49,7 +50,7 @@ class RunOptions:
     """What ``repromatrix run`` was asked to do."""
 
     matrix: Path = Path("matrix.yaml")
-    scenarios: Path = Path("scenarios")
+    scenarios: Path | tuple[Path, ...] | None = None  # None: the shipped scenarios/ folder
     lane: Lane | None = None
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
@@ -63,6 +64,7 @@ class RunOptions:
     cache: Path = CACHE_ROOT
     rehearse: bool = False  # GPU-lane cells run without their device request (a rehearsal)
     pull: str | None = None  # always | missing | never for every image, over each one's own
+    gpus: str | None = None  # --gpus: the GPUs this runner may use (default: from the env)
 
     @property
     def models_root(self) -> Path:
@@ -102,6 +104,7 @@ class RunState:
             note=progress.note,
             pull=self.options.pull,
             rehearse=self.options.rehearse,
+            gpu_ids=self.host.gpu_ids or None,
         )
 
 
@@ -171,7 +174,7 @@ def stage_claim(state: RunState, progress: Progress) -> RunState:
 
 def stage_backend(state: RunState, progress: Progress) -> RunState:
     """The backend kind (by name, or the first available) and what this host offers."""
-    host = replace(detect_host(), rehearse=state.options.rehearse)
+    host = detect_host(state.options.gpus, rehearse=state.options.rehearse)
     return replace(state, kind=registry.choose(state.options.backend), host=host)
 
 
@@ -185,8 +188,12 @@ def stage_dry_run(state: RunState, progress: Progress) -> RunState:
 
 
 def stage_open(state: RunState, progress: Progress) -> RunState:
-    """Open the backend for the images of the cells it can run on this host."""
-    assert state.kind is not None
+    """Open the backend for the images of the cells it can run on this host, once every
+    local model and adapter folder those cells mount is known to exist."""
+    assert state.kind is not None and state.matrix is not None
+    runnable = [c for c in state.todo if state.kind.skip_reason(c, state.host) is None]
+    if missing := check_local(runnable, state.matrix.file):
+        raise ConfigError(missing)  # before any image is pulled or any cell started
     wanted = prepare.runnable_images(state.todo, state.kind, state.host)
     return replace(state, backend=state.kind.open(state.setup(progress), wanted))
 
@@ -204,7 +211,14 @@ def stage_prepare(state: RunState, progress: Progress) -> RunState:
         backend, runnable, prepared, state.options.models_root, progress.note
     )
     versions = prepare.image_versions(backend, prepared)
-    contexts = prepare.cell_contexts(cells, skips, prepared, made, versions)
+    contexts = prepare.cell_contexts(
+        cells,
+        models_root=state.options.models_root,
+        skips=skips,
+        prepared=prepared,
+        made=made,
+        versions=versions,
+    )
     return replace(state, contexts=contexts, done=state.options.prepare_only)
 
 

@@ -44,6 +44,16 @@ class Diagnosis:
         """The id of the documented scenario the root cause matches, if any."""
         return self.root_cause.scenario if self.root_cause else None
 
+    def shows(self, scenario_id: str) -> bool:
+        """Whether this log shows ``scenario_id``'s crash: the one rule for a documented match.
+
+        True when a line matched one of its signatures (printed by the process the signature
+        names) or the root cause is it. It depends only on that scenario's signatures, never
+        on which other scenarios triage was given, so ``repromatrix triage`` with the whole
+        catalogue and the runner with a cell's scenarios agree; ``run.outcome`` calls it.
+        """
+        return scenario_id in self.scenarios_seen or self.scenario == scenario_id
+
     @property
     def layer(self) -> str | None:
         """Where the failure happened: image_pull ... engine_startup, first_request, hang."""

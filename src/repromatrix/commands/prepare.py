@@ -1,0 +1,83 @@
+"""``repromatrix prepare``: put what the selected cells read into the runner's HF cache.
+
+Run on the runner, with the network, before ``repromatrix run`` (whose cells stay
+offline). It checks every local model and adapter folder the cells need, then
+downloads each HF repo they read (models, adapters) into the HF cache the GPU
+lane mounts, saying how far it got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from repromatrix.commands.plan import add_selection_arguments, check_output_folder
+from repromatrix.errors import EXIT_OK, ConfigError, InfraError, UsageError
+from repromatrix.matrix.config import Matrix
+from repromatrix.matrix.expand import plan
+from repromatrix.matrix.inputs import load_inputs
+from repromatrix.matrix.selector import Selector
+from repromatrix.matrix.sources import Downloader, check_local, downloads, fetch
+from repromatrix.model import Lane
+
+HUB = "hub"  # the HF cache's repo folder under HF_HOME (what the container's HF_HOME holds)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``prepare`` and its options."""
+    parser = subparsers.add_parser(
+        "prepare",
+        help="download the models and adapters the selected cells need into the HF cache",
+        description=(
+            "Check the local model and adapter folders of the selected cells, then download "
+            "every HF repo they read into the runner's HF cache (the GPU lane's "
+            "runtime.hf_cache), so the cells run offline. Needs the network."
+        ),
+    )
+    add_selection_arguments(parser)
+    parser.add_argument(
+        "--hf-cache",
+        type=Path,
+        metavar="DIR",
+        help="HF_HOME to fill (default: the GPU lane's runtime.hf_cache)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, download: Downloader | None = None) -> int:
+    """Check folders, then download; exit 3 naming each repo that could not be fetched."""
+    matrix, scenarios = load_inputs(args.matrix, args.scenarios)
+    lane = Lane(args.lane) if args.lane else None
+    cells = plan(matrix, scenarios, lane, Selector(args.only, args.skip))
+    problems = check_local(cells, matrix.file)
+    if problems:
+        raise ConfigError(problems)
+    wanted = downloads(cells)
+    if not wanted:
+        print("prepare: the selected cells read no HF repo", file=sys.stderr)
+        return EXIT_OK
+    cache = hf_home(args.hf_cache, matrix) / HUB
+    if download is None:
+        from repromatrix.build.hfhub import hub_downloader  # noqa: PLC0415 (optional package)
+
+        download = hub_downloader()
+    failures = fetch(wanted, cache, download, lambda line: print(line, file=sys.stderr))
+    if failures:
+        lines = "\n  ".join(failures)
+        raise InfraError(f"prepare: {len(failures)} of {len(wanted)} repos not fetched:\n  {lines}")
+    print(f"prepare: {len(wanted)} repos in {cache}", file=sys.stderr)
+    return EXIT_OK
+
+
+def hf_home(given: Path | None, matrix: Matrix) -> Path:
+    """``--hf-cache``, else the GPU lane's ``runtime.hf_cache``; ``UsageError`` with neither."""
+    if given is not None:
+        return check_output_folder(given.expanduser(), "--hf-cache")
+    config = matrix.lanes.get(Lane.GPU)
+    if config is None or config.runtime.hf_cache is None:
+        raise UsageError(
+            f"{matrix.file}: the GPU lane sets no runtime.hf_cache: pass --hf-cache DIR"
+        )
+    return check_output_folder(Path(config.runtime.hf_cache).expanduser(), "runtime.hf_cache")

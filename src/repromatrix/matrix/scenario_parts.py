@@ -1,0 +1,144 @@
+"""The smaller parts of a scenario file: its signatures, its source and its probe.
+
+``scenarios`` reads the file as a whole; these readers record their problems in
+the same ``Reader``, so every problem of a file is still reported at once.
+"""
+
+from __future__ import annotations
+
+import re
+from types import MappingProxyType
+
+from repromatrix.errors import suggest
+from repromatrix.grammars import unsafe_regex
+from repromatrix.matrix.keys import section
+from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, YSeq
+from repromatrix.model import Lane, Probe, Signature, Source
+from repromatrix.triage.signatures import same_process
+
+PROGRAM_PATTERN = re.compile(r"[a-z][a-z0-9_]*\.py")
+
+# How vLLM names its processes in line prefixes, ``(EngineCore_DP0 pid=7)``, across the
+# versions in tests/data/logs: a signature's ``process`` must be able to match one of them
+# (``triage.signatures.same_process``), or it could never match a line.
+KNOWN_PROCESSES = (
+    "APIServer",
+    "EngineCore",
+    "EngineCore_0",
+    "EngineCore_DP0",
+    "Worker",
+    "Worker_TP0",
+    "Worker_PP0_TP0_EP0",
+    "VllmWorker-0",
+    "VllmWorkerProcess",
+    "RayWorkerWrapper",
+)
+
+
+def read_signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]:
+    """The ``signatures`` list: patterns that compile, processes vLLM prints."""
+    if node is None:
+        return ()
+    signatures = []
+    for item in reader.sequence(node, "`signatures`") or ():
+        body = reader.mapping(item, "a signature")
+        if body is None:
+            continue
+        keys = section("signature")
+        reader.keys(body, keys.names, "a signature", required=keys.required)
+        pattern = _text(body, "pattern", reader)
+        if pattern is None:
+            continue
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            where = body.get("pattern") or body
+            reader.error(where.where, f"`pattern` is not a valid regular expression: {exc}")
+            continue
+        if (why := unsafe_regex(pattern)) is not None:
+            reader.error((body.get("pattern") or body).where, f"`pattern` is refused: {why}")
+            continue
+        signatures.append(Signature(pattern, _process(body.get("process"), reader)))
+    if not signatures and isinstance(node, YSeq) and not node.items:
+        reader.error(node.where, "`signatures` must list at least one pattern")
+    return tuple(signatures)
+
+
+def _process(node: YNode | None, reader: Reader) -> str | None:
+    """A process name that matches some process vLLM prints (``EngineCore``, ``Worker``...)."""
+    if node is None:
+        return None
+    name = reader.text(node, "`process`")
+    if name is None or any(same_process(name, known) for known in KNOWN_PROCESSES):
+        return name
+    reader.error(
+        node.where,
+        f"unknown process `{name}`: a signature's process is one vLLM prints, such as "
+        f"APIServer, EngineCore, Worker or VllmWorker.{suggest(name, KNOWN_PROCESSES)}",
+    )
+    return None
+
+
+def read_source(node: YNode | None, reader: Reader) -> Source:
+    """The ``source`` mapping: seed file, issues, PRs."""
+    body = reader.mapping(node, "`source`") if node is not None else None
+    if body is None:
+        return Source()
+    reader.keys(body, section("source").names, "`source`")
+    return Source(
+        seed=_text(body, "seed", reader),
+        issues=_numbers(body.get("issues"), "`issues`", reader),
+        prs=_numbers(body.get("prs"), "`prs`", reader),
+    )
+
+
+def _numbers(node: YNode | None, what: str, reader: Reader) -> tuple[int, ...]:
+    items = reader.sequence(node, what) if node is not None else ()
+    numbers = (reader.integer(item, f"{what} entry", minimum=1) for item in items or ())
+    return tuple(n for n in numbers if n is not None)
+
+
+def read_probe(node: YNode | None, reader: Reader) -> Probe | None:
+    """The ``probe`` mapping: a program under probes/, its params, lanes and note."""
+    body = reader.mapping(node, "`probe`") if node is not None else None
+    if body is None:
+        return None
+    keys = section("probe")
+    reader.keys(body, keys.names, "`probe`", required=keys.required)
+    program = _text(body, "program", reader)
+    if program is not None and not PROGRAM_PATTERN.fullmatch(program):
+        where = (body.get("program") or body).where
+        reader.error(where, "`program` must be a file name under probes/, like moe_lora_rank.py")
+        program = None
+    params_node = body.get("params")
+    params = reader.flags(params_node, "`params`") if params_node is not None else None
+    lanes = read_lanes(body.get("lanes"), "probe `lanes`", reader)
+    if program is None:
+        return None
+    note = _text(body, "note", reader) or ""
+    return Probe(program, MappingProxyType(dict(params or {})), lanes, note)
+
+
+def read_lanes(
+    node: YNode | None, what: str, reader: Reader, allow_empty: bool = False
+) -> tuple[Lane, ...]:
+    """A list of lanes, each once (``cpu``, ``gpu``); empty only where ``allow_empty``."""
+    if node is None:
+        return ()
+    if isinstance(node, YSeq) and not node.items and allow_empty:
+        return ()
+    lanes: list[Lane] = []
+    for item in reader.sequence(node, what) or ():
+        value = item.value if isinstance(item, YScalar) else None
+        if isinstance(value, str) and value in set(Lane) and Lane(value) not in lanes:
+            lanes.append(Lane(value))
+        else:
+            reader.error(item.where, f"{what} must list `cpu` and/or `gpu` once each")
+    if not lanes and not allow_empty:
+        reader.error(node.where, f"{what} must name at least one lane")
+    return tuple(lanes)
+
+
+def _text(body: YMap, key: str, reader: Reader) -> str | None:
+    node = body.get(key)
+    return reader.text(node, f"`{key}`") if node is not None else None

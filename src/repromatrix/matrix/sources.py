@@ -1,0 +1,120 @@
+"""What the selected cells need on disk: model and adapter weights, checked and listed.
+
+Pure over cells (the folder test is a parameter). ``check_adapters`` runs when
+a plan is made: a scenario that sends its request through a LoRA adapter needs
+that adapter on the cell's model. ``check_local`` runs on the runner, before
+any image is pulled or started: every local model or adapter folder exists.
+``downloads`` lists the HF repos ``repromatrix prepare`` fetches into the HF
+cache, so the cells themselves stay offline.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from repromatrix.errors import Problem, suggest
+from repromatrix.model import Cell, Lane, Level
+
+
+@dataclass(frozen=True)
+class Download:
+    """One HF repo the selected cells read from the runner's HF cache."""
+
+    repo_id: str
+    kind: str  # "model" | "adapter"
+    used_by: tuple[str, ...]  # model names, for the progress lines
+
+
+def _needs_weights(cell: Cell) -> bool:
+    """GPU engine cells load the model; probes and CPU recipes do not read the HF cache."""
+    return cell.lane is Lane.GPU and cell.level is Level.ENGINE
+
+
+def check_adapters(cells: Iterable[Cell]) -> list[Problem]:
+    """A problem for each scenario adapter a cell's model does not have, at the scenario line."""
+    problems: dict[tuple[str, str, str], Problem] = {}
+    for cell in cells:
+        name = cell.scenario.launch.lora_adapter
+        if not _needs_weights(cell) or name is None or not cell.flags.get("enable_lora"):
+            continue
+        if cell.model.adapter(name) is not None:
+            continue
+        known = [adapter.name for adapter in cell.model.adapters]
+        message = (
+            f"adapter `{name}` belongs to no model of cell {cell.id}: add it under "
+            f"`models: {cell.model.name}: adapters:` in the matrix (`{name}: {{source: "
+            f"org/repo}}` or `{{path: /folder}}`).{suggest(name, known)}"
+        )
+        where = cell.scenario.file or f"scenario {cell.scenario.id}"
+        key = (where, name, cell.model.name)
+        problems.setdefault(key, Problem(where, cell.scenario.launch.lora_adapter_line, 0, message))
+    return list(problems.values())
+
+
+def check_local(
+    cells: Iterable[Cell], matrix_file: str, is_dir: Callable[[str], bool] = os.path.isdir
+) -> list[Problem]:
+    """A problem for each local model or adapter folder the cells need that does not exist."""
+    missing: dict[str, Problem] = {}
+    for cell in cells:
+        if not _needs_weights(cell):
+            continue
+        folders = [(f"model `{cell.model.name}`", cell.model.path, cell.model.path_line)]
+        adapter = cell.adapter
+        if adapter is not None:
+            what = f"adapter `{adapter.name}` of model `{cell.model.name}`"
+            folders.append((what, adapter.path, adapter.line))
+        for what, folder, line in folders:
+            if folder is not None and folder not in missing and not is_dir(folder):
+                message = f"{what}: the folder {folder} does not exist on this runner"
+                missing[folder] = Problem(matrix_file, line, 0, message)
+    return list(missing.values())
+
+
+def downloads(cells: Sequence[Cell]) -> tuple[Download, ...]:
+    """The HF repos the cells read, models first, each once, in a stable order."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for cell in cells:
+        if not _needs_weights(cell):
+            continue
+        if cell.model.path is None:
+            found.setdefault(("model", cell.model.source), set()).add(cell.model.name)
+        adapter = cell.adapter
+        if adapter is not None and adapter.source is not None:
+            found.setdefault(("adapter", adapter.source), set()).add(cell.model.name)
+    order = sorted(found, key=lambda key: (key[0] != "model", key[1]))
+    return tuple(Download(repo, kind, tuple(sorted(found[kind, repo]))) for kind, repo in order)
+
+
+# (repo_id, cache_dir) -> the snapshot folder; ``build.hfhub.hub_downloader`` is the real one.
+Downloader = Callable[[str, Path], Path]
+
+
+def fetch(
+    wanted: Sequence[Download],
+    cache: Path,
+    download: Downloader,
+    say: Callable[[str], None],
+) -> tuple[str, ...]:
+    """Download each repo into ``cache`` (an HF hub cache), saying how far it got.
+
+    A failed download does not stop the others (what was fetched stays in the cache);
+    returns one ``repo: reason`` line per failure.
+    """
+    failures = []
+    for number, item in enumerate(wanted, start=1):
+        users = ", ".join(item.used_by)
+        say(f"prepare: [{number}/{len(wanted)}] {item.kind} {item.repo_id} (for {users})")
+        try:
+            folder = download(item.repo_id, cache)
+        # The downloader is a network client: any error it raises is this repo's failure.
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+            failures.append(f"{item.repo_id}: {reason}")
+            say(f"prepare:   failed: {reason}")
+        else:
+            say(f"prepare:   in the cache: {folder}")
+    return tuple(failures)
