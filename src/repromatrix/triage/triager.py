@@ -32,11 +32,14 @@ from repromatrix.triage.logmodel import (
     Line,
     LineSplitter,
     decode,
+    is_dump,
     is_quiet,
     parse_line,
+    reparse,
 )
+from repromatrix.triage.prefixes import PrefixLearner
 from repromatrix.triage.signatures import ScenarioSignatures
-from repromatrix.triage.tracebacks import Raised, TracebackReader
+from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader
 
 MAX_PER_TIER = 32
 MAX_LAST_ERRORS = 12
@@ -60,6 +63,8 @@ class _Stream:
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
     awaiting: list[Finding] = field(default_factory=list)  # findings still collecting lines
     pending_error: Finding | None = None  # an ERROR line that may introduce a traceback
+    introducing: Finding | None = None  # an ERROR line whose traceback has not ended yet
+    introduced: RecordKey | None = None  # the record of that traceback
 
 
 class Triager:
@@ -72,6 +77,7 @@ class Triager:
         self._signatures = ScenarioSignatures(scenarios)
         self._splitter = LineSplitter()
         self._reader = TracebackReader()
+        self._prefixes = PrefixLearner()
         self._streams: dict[str | None, _Stream] = {}
         self._findings: list[Finding] = []
         self._kept: Counter[Tier] = Counter()
@@ -163,6 +169,9 @@ class Triager:
 
     def _line(self, number: int, raw: bytes) -> None:
         line = parse_line(number, decode(raw))
+        if self._prefixes and line.level is None and line.stream is None:
+            rest = self._prefixes.strip(line.text)
+            line = reparse(line, rest) if rest is not None else line
         if line.level in QUIET_LEVELS:
             self._quiet(number, raw)
             return
@@ -180,8 +189,12 @@ class Triager:
         stream = self._stream(line.stream)
         stream.awaiting = [f for f in stream.awaiting if f.add_after(line.raw)]
         step = self._reader.read(line)
+        if step.opened:
+            self._prefixes.learn(line)
         if step.opened and stream.pending_error is not None:
-            stream.pending_error.header = True
+            # V0 and plain logging print the message first, then its traceback: the two are
+            # one failure, stated by the exception once the traceback ends.
+            stream.introducing, stream.introduced = stream.pending_error, line.record
         elif stream.pending_error is not None:
             self._cause_seen = True  # the ERROR line stood alone
         stream.pending_error = None
@@ -238,6 +251,9 @@ class Triager:
         Indented lines and numbered source listings (IPython's ``---> 241 ...``)
         continue or illustrate something else: they never state a cause alone.
         """
+        if is_dump(line.text):
+            self._absorb(line)  # its continuation lines are the dump too
+            return
         level = line.level
         cause = self._catalogue.match(line.text, warning=level == "WARNING")
         if cause is not None and cause.role.never_root:
@@ -260,6 +276,8 @@ class Triager:
 
     def _raised(self, raised: Raised, line: Line, stream: _Stream) -> None:
         finding = _of_raised(raised, len(self._findings), stream, raised.relation)
+        if stream.introducing is not None and stream.introduced == line.record:
+            stream.introducing.header, stream.introducing = True, None
         if raised.line is not line:
             finding.after.append(line.raw)
         self._store(finding)
@@ -295,9 +313,13 @@ class Triager:
         cause = self._catalogue.match(finding.statement(), finding.exception)
         return cause is not None and cause.fatal
 
-    def _consequence(self, line: Line, *, fatal: bool) -> None:
+    def _absorb(self, line: Line) -> None:
+        """Make ``line`` the last message without a finding: its continuation lines go too."""
         self._message = Finding(seq=-1, line=line, kind=Kind.MATCH, process=line.process)
         self._message_end = line.number
+
+    def _consequence(self, line: Line, *, fatal: bool) -> None:
+        self._absorb(line)
         if fatal:
             self._final_error, self._fatal_seen = line.raw, True
         repeated = bool(self._last_errors) and self._last_errors[-1] == line.raw
