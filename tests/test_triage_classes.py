@@ -126,14 +126,15 @@ def unprefixed(text: str) -> Line:
 def test_a_traceback_header_teaches_its_unknown_prefix_with_free_digits() -> None:
     learner = PrefixLearner()
     learner.learn(unprefixed("03:00:10.000 w2> Traceback (most recent call last):"))
-    assert learner.strip("w7> ValueError: x") == "ValueError: x"
-    assert learner.strip("other ValueError: x") is None
+    assert learner.remove("w7> ValueError: x") == "ValueError: x"
+    assert learner.remove("other ValueError: x") is None
 
 
 @pytest.mark.parametrize(
     "raw",
     [
-        "(EngineCore_DP0 pid=3) ERROR 01-01 00:00:00 [core.py:1] Traceback (most recent call last):",
+        "(EngineCore_DP0 pid=3) ERROR 01-01 00:00:00 [core.py:1] Traceback (most recent call"
+        " last):",
         "EngineCore hit an exception: Traceback (most recent call last):",
         "Traceback (most recent call last):",
     ],

@@ -45,7 +45,7 @@ class PrefixLearner:
         if all(s.pattern != shape.pattern for s in self._shapes):
             self._shapes = [*self._shapes[-(MAX_PREFIXES - 1) :], shape]
 
-    def strip(self, text: str) -> str | None:
+    def remove(self, text: str) -> str | None:
         """``text`` without a learnt prefix, or None when it carries none."""
         for shape in self._shapes:
             match = shape.match(text)

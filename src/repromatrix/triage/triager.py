@@ -170,7 +170,7 @@ class Triager:
     def _line(self, number: int, raw: bytes) -> None:
         line = parse_line(number, decode(raw))
         if self._prefixes and line.level is None and line.stream is None:
-            rest = self._prefixes.strip(line.text)
+            rest = self._prefixes.remove(line.text)
             line = reparse(line, rest) if rest is not None else line
         if line.level in QUIET_LEVELS:
             self._quiet(number, raw)
