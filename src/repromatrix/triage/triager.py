@@ -26,6 +26,7 @@ from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue
 from repromatrix.triage.diagnosis import Diagnosis
 from repromatrix.triage.encoding import ByteSource
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
+from repromatrix.triage.fastpath import WarningFilter
 from repromatrix.triage.logmodel import (
     QUIET,
     QUIET_LEVELS,
@@ -75,6 +76,7 @@ class Triager:
     ) -> None:
         self._catalogue = catalogue or builtin_catalogue()
         self._signatures = ScenarioSignatures(scenarios)
+        self._warnings = WarningFilter(self._catalogue)
         self._splitter = LineSplitter()
         self._reader = TracebackReader()
         self._prefixes = PrefixLearner()
@@ -135,10 +137,12 @@ class Triager:
         if self._block_needs_lines(block):
             self._lines(lines)
             return
-        # The fast path: only the lines that are not INFO or DEBUG reach Python code.
-        base = self._number
+        # The fast path: only the lines that are not INFO or DEBUG reach Python code, and
+        # of those, WARNING lines that cannot matter go no further (no signature can hit).
+        base, skippable = self._number, self._warnings.skippable
         for index in compress(range(len(lines)), map(not_, map(QUIET.match, lines))):
-            self._line(base + index + 1, lines[index])
+            if not skippable(lines[index]):
+                self._line(base + index + 1, lines[index])
         self._number = base + len(lines)
 
     def _block_needs_lines(self, block: bytes) -> bool:
@@ -154,11 +158,16 @@ class Triager:
         number = self._number
         for raw in lines:
             number += 1
-            if is_quiet(raw):
+            if is_quiet(raw) or self._skippable_warning(raw):
                 self._quiet(number, raw)
             else:
                 self._line(number, raw)
         self._number = number
+
+    def _skippable_warning(self, raw: bytes) -> bool:
+        if not self._warnings.skippable(raw):
+            return False
+        return not self._signatures or not self._signatures.block_may_hit(decode(raw))
 
     def _quiet(self, number: int, raw: bytes) -> None:
         if self._ready_line is None and any(m in raw for m in _READY_BYTES):
