@@ -18,6 +18,9 @@ other numbers (counters, sizes, ids) share one cached answer.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
+from itertools import compress, repeat
+from operator import is_not
 
 from repromatrix.triage.catalogue import Catalogue, Role
 from repromatrix.triage.literals import required_literals
@@ -57,21 +60,40 @@ class WarningFilter:
 
     def skippable(self, raw: bytes) -> bool:
         """Whether ``raw`` is a WARNING line that cannot matter to the diagnosis."""
-        if self._patterns is None or _PLAIN_WARNING.match(raw) is None:
-            return False
-        key = raw.translate(_DIGITS)  # the whole line: the header's tag may hold a literal too
+        key = raw.translate(_DIGITS)
         known = self._seen.get(key)
-        if known is None:
-            known = not self._may_matter(key)
-            if len(self._seen) >= MAX_CACHED:
-                self._seen.clear()
-            self._seen[key] = known
-        return known
+        return self._decide(key) if known is None else known
+
+    def unskipped(self, lines: Sequence[bytes], indices: Iterable[int]) -> list[int]:
+        """The ``indices`` of ``lines`` that are not skippable, in order.
+
+        Lines already decided cost a translation and a dictionary look-up, both
+        run by C code over the whole list; only the others reach ``_decide``.
+        """
+        if self._patterns is None:
+            return list(indices)
+        chosen = list(indices)
+        keys = list(map(bytes.translate, map(lines.__getitem__, chosen), repeat(_DIGITS)))
+        unsure = compress(
+            zip(chosen, keys, strict=True), map(is_not, map(self._seen.get, keys), repeat(True))
+        )
+        return [index for index, key in unsure if not self._decide(key)]
+
+    def _decide(self, key: bytes) -> bool:
+        # The whole decision depends on the line with its digits read as 0 (the header's
+        # patterns take any digit), so it is cached under that key.
+        skippable = self._patterns is not None and _PLAIN_WARNING.match(key) is not None
+        skippable = skippable and not self._may_matter(key)
+        if len(self._seen) >= MAX_CACHED:
+            self._seen.clear()
+        self._seen[key] = skippable
+        return skippable
 
     def _may_matter(self, key: bytes) -> bool:
         assert self._patterns is not None
         if any(map(key.__contains__, _STRUCTURAL)):
             return True
+        # The whole line: the header's tag may hold a literal too.
         return any(all(map(key.__contains__, runs)) for runs in self._patterns)
 
 

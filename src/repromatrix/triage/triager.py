@@ -139,10 +139,10 @@ class Triager:
             return
         # The fast path: only the lines that are not INFO or DEBUG reach Python code, and
         # of those, WARNING lines that cannot matter go no further (no signature can hit).
-        base, skippable = self._number, self._warnings.skippable
-        for index in compress(range(len(lines)), map(not_, map(QUIET.match, lines))):
-            if not skippable(lines[index]):
-                self._line(base + index + 1, lines[index])
+        base = self._number
+        loud = compress(range(len(lines)), map(not_, map(QUIET.match, lines)))
+        for index in self._warnings.unskipped(lines, loud):
+            self._line(base + index + 1, lines[index])
         self._number = base + len(lines)
 
     def _block_needs_lines(self, block: bytes) -> bool:
