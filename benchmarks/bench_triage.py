@@ -1,7 +1,7 @@
 """Triage throughput and memory on large logs, against ``grep -E`` with the same patterns.
 
 Two synthetic logs, each around a real crash (the CPU lane's KV-cache log) two
-thirds in: one of real INFO lines of vLLM logs (default 256 MiB), the usual case,
+thirds in: one of real INFO lines of vLLM logs (default 1 GiB), the usual case,
 and one of real WARNING lines that state no cause (default 64 MiB), the case
 that was weak. On each, in the same run: ``grep -E -c`` with every pattern of
 the catalogue, and ``triage_path`` in a child process (so its peak RSS is its
@@ -11,7 +11,7 @@ Then the precision figure: every healthy real log in tests/data/logs/healthy
 (healthy starts of the CPU lane, labelled without a root cause), and any
 ``log.txt`` of healthy cells under ``--results`` folders, must give no root cause.
 
-    .venv/bin/python benchmarks/bench_triage.py            # 256 MiB and 64 MiB, best of 3
+    .venv/bin/python benchmarks/bench_triage.py            # 1 GiB and 64 MiB, best of 3
     .venv/bin/python benchmarks/bench_triage.py --size 1G --warning-size 256M --repeat 1
     .venv/bin/python benchmarks/bench_triage.py --results results/   # more healthy logs
 """
@@ -204,7 +204,7 @@ def precision(results: list[Path]) -> None:
 def main() -> None:
     """Run the benchmark and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="256M", help="the INFO log's size (default 256M)")
+    parser.add_argument("--size", default="1G", help="the INFO log's size (default 1G)")
     parser.add_argument("--warning-size", default="64M", help="the WARNING log's (default 64M)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each, best counts")
     parser.add_argument("--dir", type=Path, default=None, help="where to write it (default: tmp)")

@@ -24,7 +24,8 @@ QUIET_LEVELS = frozenset({"INFO", "DEBUG"})
 # The cheap test the fast path runs on every line, still undecoded, before any other
 # work: a vLLM, uvicorn, glog or NCCL line at INFO or DEBUG, under any prefix or wrapper.
 QUIET = re.compile(
-    rb"(?:\d{4}-\d\d-\d\dT[\d:.]+Z? )?"
+    rb"(?:\([^()]*\) )?(?:INFO|DEBUG) +\d\d-\d\d \d"  # the common case first: faster
+    rb"|(?:\d{4}-\d\d-\d\dT[\d:.]+Z? )?"
     rb"(?:[A-Za-z0-9][\w.-]*\s*\|\s?)?"
     rb"(?:\([^()]*\) |\[rank\d+\]:)*"
     rb"(?:(?:INFO|DEBUG) +(?:\d{4}-)?\d\d-\d\d[T ]\d"
