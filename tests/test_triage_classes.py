@@ -105,6 +105,7 @@ HEADERS = [
     ("_bk;t=1754903500622\x07ERROR 08-11 09:12:41 [core.py:700] boom", "ERROR", "core.py:700"),
     ("2025-09-30T18:00:18.1234568Z ##[error]boom", "ERROR", None),
     ("14:05:07.185 | WARN | x.py:3 - boom", "WARNING", "x.py:3"),
+    ("2025-04-02 09:10:11,204\tERROR worker.py:1832 -- boom", "ERROR", "worker.py:1832"),
 ]
 
 

@@ -63,13 +63,14 @@ _VLLM_HEADER = re.compile(
 )
 _LOGGING_HEADER = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:([\w.]+):|\s+)")
 # Loggers of products that wrap vLLM: loguru ("ERROR    | module:function:42 - "), Python
-# logging's "name - LEVEL - ", bracketed levels ("[ERROR] [engine.py:45] "), GitHub's
-# "##[error]" annotations.
+# logging's "name - LEVEL - ", bracketed levels ("[ERROR] [engine.py:45] "), Ray's driver
+# ("INFO worker.py:1832 -- "), GitHub's "##[error]" annotations.
 _LEVELS = "DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
 _OTHER_HEADERS = (
     re.compile(rf"({_LEVELS}) *\| *(?:([\w.<>-]+(?::[\w<>]+)?:\d+) +- +)?"),
     re.compile(rf"[\w.<>-]+ +- +({_LEVELS}) +- +()"),
     re.compile(rf"\[({_LEVELS})\] *(?:\[([\w.-]+:\d+)\] *)?"),
+    re.compile(rf"({_LEVELS}) +([\w.-]+:\d+) -- "),
     re.compile(r"##\[(debug|notice|warning|error)\]()"),
 )
 # Dumps of the configuration, the arguments or the scheduler's state: they name every
