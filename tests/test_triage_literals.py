@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from _triage_support import catalogue_examples
 from repromatrix.triage import builtin_catalogue
-from repromatrix.triage.literals import required_literal
+from repromatrix.triage.literals import required_literal, required_literals
 
 
 @pytest.mark.parametrize(
@@ -36,9 +36,23 @@ def test_the_longest_run_every_match_contains(pattern: str, literal: str) -> Non
     assert required_literal(pattern) == literal
 
 
-def test_every_catalogue_pattern_has_a_useful_literal_or_is_always_searched() -> None:
+def test_every_catalogue_pattern_has_a_useful_literal() -> None:
+    # The WARNING fast path (fastpath.py) needs one for every entry that applies to warnings.
     short = [p for p in builtin_catalogue().patterns() if len(required_literal(p)) < 3]
-    assert short == ["(received|Received) (signal|SIGTERM|SIGINT)"]
+    assert short == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "literals"),
+    [
+        ("no attribute .init_cpu_memory_env.", ("init_cpu_memory_env", "no attribute ")),
+        ("Process [^ ]+ \\(PID: [0-9]+\\) died", ("Process ", " (PID: ", ") died")),
+        ("a|b", ()),
+        ("x?yz", ("yz",)),
+    ],
+)
+def test_every_run_every_match_contains(pattern: str, literals: tuple[str, ...]) -> None:
+    assert required_literals(pattern) == literals
 
 
 def test_no_example_message_is_hidden_by_the_prefilter() -> None:

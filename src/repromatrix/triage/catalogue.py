@@ -33,6 +33,8 @@ from repromatrix.grammars import unsafe_regex
 from repromatrix.triage.literals import required_literal
 
 BUILTIN = "triage_causes.yaml"
+# libyaml's safe loader when PyYAML has it: reading the catalogue is a fixed cost of every run.
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 LAYERS = ("image_pull", "container_start", "engine_startup", "first_request", "hang")
 _REQUIRED = ("category", "title", "role", "explanation", "fix")
 _OPTIONAL = ("patterns", "frames", "exceptions", "layer", "fatal", "as_warning")
@@ -148,7 +150,7 @@ def load_catalogue(path: Path) -> Catalogue:
 def parse_catalogue(body: str, file: str) -> Catalogue:
     """Build a catalogue from YAML text; ``file`` names it in error messages."""
     try:
-        data = yaml.safe_load(body)
+        data = yaml.load(body, Loader=_LOADER)  # a safe loader: C or Python
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(file, 0, 0, f"not valid YAML: {exc}")]) from exc
     entries = data.get("causes") if isinstance(data, Mapping) else None

@@ -17,8 +17,13 @@ _OPTIONAL = set("?*{")  # the character before these may be absent
 
 def required_literal(pattern: str) -> str:
     """The longest literal every match of ``pattern`` contains ("" when none can be told)."""
+    return max(required_literals(pattern), key=len, default="")
+
+
+def required_literals(pattern: str) -> tuple[str, ...]:
+    """Every literal run that each match of ``pattern`` contains, longest first."""
     if _top_level_alternation(pattern):
-        return ""
+        return ()
     runs: list[str] = []
     run: list[str] = []
     depth = 0
@@ -45,7 +50,7 @@ def required_literal(pattern: str) -> str:
         runs.append("".join(run))
         run = []
     runs.append("".join(run))
-    return max(runs, key=len)
+    return tuple(sorted((r for r in runs if r), key=len, reverse=True))
 
 
 def _after_class(pattern: str, i: int) -> int:

@@ -24,10 +24,11 @@ QUIET_LEVELS = frozenset({"INFO", "DEBUG"})
 # The cheap test the fast path runs on every line, still undecoded, before any other
 # work: a vLLM, uvicorn, glog or NCCL line at INFO or DEBUG, under any prefix or wrapper.
 QUIET = re.compile(
-    rb"(?:\d{4}-\d\d-\d\dT[\d:.]+Z? )?"
+    rb"(?:\([^()]*\) )?(?:INFO|DEBUG) +\d\d-\d\d \d"  # the common case first: faster
+    rb"|(?:\d{4}-\d\d-\d\dT[\d:.]+Z? )?"
     rb"(?:[A-Za-z0-9][\w.-]*\s*\|\s?)?"
     rb"(?:\([^()]*\) |\[rank\d+\]:)*"
-    rb"(?:(?:INFO|DEBUG) (?:\d{4}-)?\d\d-\d\d \d"
+    rb"(?:(?:INFO|DEBUG) +(?:\d{4}-)?\d\d-\d\d[T ]\d"
     rb"|INFO:\s"
     rb"|I\d{4} \d\d:"
     rb"|[\w.-]+:\d+:\d+ \[\d+\] NCCL INFO )"
@@ -36,25 +37,49 @@ QUIET = re.compile(
 _ANSI = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
+    r"|\x1b_[^\x07\x1b]*(?:\x07|\x1b\\)?"  # APC: Buildkite's time stamps
     r"|\x1b[@-Z\\-_]"
     r"|\^\[\[[0-9;]*[A-Za-z]"  # pasted with the escape shown as ^[
     r"|\[[0-9]{1,3}(?:;[0-9]{1,3})*m"  # pasted with the escape lost
 )
 _WRAPPER = re.compile(
-    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"  # docker, CI
+    # docker --timestamps, CI runners, a logger's time first ("... | ", "... - "), and the
+    # container runtime's own log files under Kubernetes ("... stderr F ")
+    r"(?:\d{4}-\d\d-\d\d[T ])?\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+    r"(?:\s*[|-]\s+|\s+)(?:(?:stdout|stderr) [FP] )?"
     r"|\[\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-][\d:]+)?\]\s*"
-    r"|[A-Za-z0-9][\w.-]*\s*\|(?: |$)"  # docker compose: "vllm-1  | "
+    r"|_bk;t=\d+\x07?"  # Buildkite's time stamp, its escape lost
+    r"|(?!(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\s*\|)"
+    r"[A-Za-z0-9][\w.-]*\s*\|(?: |$)"  # docker compose: "vllm-1  | "
     r"|\[pod/[^\]]+\] "  # kubectl logs --prefix
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+(?:\[\d+\])?: "  # syslog, journald
 )
 _PROCESS = re.compile(r"\(([^()]{1,120})\) ?")
 _RANK = re.compile(r"\[rank(\d+)\]: ?")
 _VLLM_HEADER = re.compile(
-    r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) "
-    r"(?:(?:\d{4}-)?\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? )?"
+    r"(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) +"
+    r"(?:(?:\d{4}-)?\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? +)?"
     r"(?:\[([^\]\s]+)\]|([\w.-]+:\d+)\]) ?"
 )
 _LOGGING_HEADER = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):(?:([\w.]+):|\s+)")
+# Loggers of products that wrap vLLM: loguru ("ERROR    | module:function:42 - "), Python
+# logging's "name - LEVEL - ", bracketed levels ("[ERROR] [engine.py:45] "), Ray's driver
+# ("INFO worker.py:1832 -- "), GitHub's "##[error]" annotations.
+_LEVELS = "DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
+_OTHER_HEADERS = (
+    re.compile(rf"({_LEVELS}) *\| *(?:([\w.<>-]+(?::[\w<>]+)?:\d+) +- +)?"),
+    re.compile(rf"[\w.<>-]+ +- +({_LEVELS}) +- +()"),
+    re.compile(rf"\[({_LEVELS})\] *(?:\[([\w.-]+:\d+)\] *)?"),
+    re.compile(rf"({_LEVELS}) +([\w.-]+:\d+) -- "),
+    re.compile(r"##\[(debug|notice|warning|error)\]()"),
+)
+# Dumps of the configuration, the arguments or the scheduler's state: they name every
+# feature in use, so they are never evidence of a cause.
+DUMP = re.compile(
+    r"with config: |[Nn]on-default args: |Dumping (?:input data|scheduler|model)"
+    r"|\bargs: Namespace\(|^Namespace\("
+    r"|\b(?:SchedulerOutput|SchedulerStats|EngineArgs|VllmConfig)\("
+)
 _GLOG_HEADER = re.compile(
     r"\[?([IWEF])(?:\d{3,4} \d\d:\d\d:\d\d\.\d+ +(?:\d+ )?| )([\w.-]+:\d+)\] ?"
 )
@@ -99,7 +124,15 @@ def decode(raw: bytes) -> str:
 def parse_line(number: int, raw: str) -> Line:
     """Read one verbatim line (terminator already stripped) into a ``Line``."""
     raw = raw[:MAX_LINE_BYTES]  # the splitter cut it already; text fed in another way too
-    text = visible_text(raw)
+    return _parse(number, raw, visible_text(raw))
+
+
+def reparse(line: Line, text: str) -> Line:
+    """``line`` read again from ``text``, what is left once a learnt prefix is removed."""
+    return _parse(line.number, line.raw, text)
+
+
+def _parse(number: int, raw: str, text: str) -> Line:
     text = _strip_wrappers(text)
     text, stream, process = _strip_processes(text)
     level, origin, text = _strip_header(text)
@@ -153,11 +186,20 @@ def _process_identity(inner: str) -> tuple[str, str]:
     return stream, name or stream
 
 
+def is_dump(text: str) -> bool:
+    """Whether a message dumps the configuration, the arguments or the scheduler's state."""
+    return DUMP.search(text) is not None
+
+
+def _level(name: str) -> str:
+    level = name.upper()
+    return {"WARN": "WARNING", "FATAL": "CRITICAL", "NOTICE": "INFO"}.get(level, level)
+
+
 def _strip_header(text: str) -> tuple[str | None, str | None, str]:
     match = _VLLM_HEADER.match(text)
     if match is not None:
-        level = "WARNING" if match.group(1) == "WARN" else match.group(1)
-        return level, match.group(2) or match.group(3), text[match.end() :]
+        return _level(match.group(1)), match.group(2) or match.group(3), text[match.end() :]
     match = _GLOG_HEADER.match(text)
     if match is not None:
         return _GLOG_LEVELS[match.group(1)], match.group(2), text[match.end() :]
@@ -167,6 +209,10 @@ def _strip_header(text: str) -> tuple[str | None, str | None, str]:
     match = _LOGGING_HEADER.match(text)
     if match is not None:
         return match.group(1), match.group(2), text[match.end() :]
+    for header in _OTHER_HEADERS:
+        match = header.match(text)
+        if match is not None:
+            return _level(match.group(1)), match.group(2) or None, text[match.end() :]
     if _PY_WARNING.match(text):
         return "WARNING", None, text
     return None, None, text

@@ -98,11 +98,39 @@ def choose(findings: Sequence[Finding], catalogue: Catalogue) -> Finding | None:
     """The root cause among ``findings`` (in any order), or None when none can be named."""
     ranked = [(rank(f, catalogue), f) for f in findings if not f.header]
     live = [(tier, f) for tier, f in ranked if tier < Tier.CONSEQUENCE]
+    live = _warnings_give_way(live, catalogue)
     if not live:
         return None
     best = min(tier for tier, _ in live)
     contenders = sorted((f for tier, f in live if tier == best), key=_when)
     return _past_lookups(contenders[0], [f for tier, f in live if tier <= best])
+
+
+def _warnings_give_way(
+    live: list[tuple[Tier, Finding]], catalogue: Catalogue
+) -> list[tuple[Tier, Finding]]:
+    """A warning is the cause only if no later fatal error explains the end on its own.
+
+    vLLM warns about much that does not stop it. A catalogued warning keeps its
+    rank when nothing fatal follows it, or when what follows is the same failure
+    (the worker that dies on the kernel a warned-about library would provide).
+    Fatal here means an exception that ended a traceback, not at warning level.
+    """
+    fatal = [
+        (f, _category(f, catalogue))
+        for tier, f in live
+        if tier is Tier.STRONG and f.frames and f.line.level != "WARNING"
+    ]
+    if not fatal:
+        return live
+
+    def outranked(tier: Tier, warning: Finding) -> bool:
+        if tier is not Tier.STRONG or warning.line.level != "WARNING":
+            return False
+        warned = _category(warning, catalogue)
+        return any(_when(f) > _when(warning) and c != warned for f, c in fatal)
+
+    return [(Tier.SOFT if outranked(t, f) else t, f) for t, f in live]
 
 
 def _when(finding: Finding) -> tuple[int, int]:

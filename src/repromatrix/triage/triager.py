@@ -27,17 +27,21 @@ from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue
 from repromatrix.triage.diagnosis import Diagnosis
 from repromatrix.triage.encoding import ByteSource
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
+from repromatrix.triage.fastpath import WarningFilter
 from repromatrix.triage.logmodel import (
     QUIET,
     QUIET_LEVELS,
     Line,
     LineSplitter,
     decode,
+    is_dump,
     is_quiet,
     parse_line,
+    reparse,
 )
+from repromatrix.triage.prefixes import PrefixLearner
 from repromatrix.triage.signatures import ScenarioSignatures
-from repromatrix.triage.tracebacks import Raised, TracebackReader
+from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader
 
 MAX_PER_TIER = 32
 MAX_LAST_ERRORS = 12
@@ -61,6 +65,8 @@ class _Stream:
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
     awaiting: list[Finding] = field(default_factory=list)  # findings still collecting lines
     pending_error: Finding | None = None  # an ERROR line that may introduce a traceback
+    introducing: Finding | None = None  # an ERROR line whose traceback has not ended yet
+    introduced: RecordKey | None = None  # the record of that traceback
 
 
 class Triager:
@@ -71,8 +77,10 @@ class Triager:
     ) -> None:
         self._catalogue = catalogue or builtin_catalogue()
         self._signatures = ScenarioSignatures(scenarios)
+        self._warnings = WarningFilter(self._catalogue)
         self._splitter = LineSplitter()
         self._reader = TracebackReader()
+        self._prefixes = PrefixLearner()
         self._streams: dict[str | None, _Stream] = {}
         self._findings: list[Finding] = []
         self._kept: Counter[Tier] = Counter()
@@ -130,9 +138,11 @@ class Triager:
         if self._block_needs_lines(block):
             self._lines(lines)
             return
-        # The fast path: only the lines that are not INFO or DEBUG reach Python code.
+        # The fast path: only the lines that are not INFO or DEBUG reach Python code, and
+        # of those, WARNING lines that cannot matter go no further (no signature can hit).
         base = self._number
-        for index in compress(range(len(lines)), map(not_, map(QUIET.match, lines))):
+        loud = compress(range(len(lines)), map(not_, map(QUIET.match, lines)))
+        for index in self._warnings.unskipped(lines, loud):
             self._line(base + index + 1, lines[index])
         self._number = base + len(lines)
 
@@ -149,11 +159,16 @@ class Triager:
         number = self._number
         for raw in lines:
             number += 1
-            if is_quiet(raw):
+            if is_quiet(raw) or self._skippable_warning(raw):
                 self._quiet(number, raw)
             else:
                 self._line(number, raw)
         self._number = number
+
+    def _skippable_warning(self, raw: bytes) -> bool:
+        if not self._warnings.skippable(raw):
+            return False
+        return not self._signatures or not self._signatures.block_may_hit(decode(raw))
 
     def _quiet(self, number: int, raw: bytes) -> None:
         if self._ready_line is None and any(m in raw for m in _READY_BYTES):
@@ -164,6 +179,9 @@ class Triager:
 
     def _line(self, number: int, raw: bytes) -> None:
         line = parse_line(number, decode(raw))
+        if self._prefixes and line.level is None and line.stream is None:
+            rest = self._prefixes.remove(line.text)
+            line = reparse(line, rest) if rest is not None else line
         if line.level in QUIET_LEVELS:
             self._quiet(number, raw)
             return
@@ -181,8 +199,12 @@ class Triager:
         stream = self._stream(line.stream)
         stream.awaiting = [f for f in stream.awaiting if f.add_after(line.raw)]
         step = self._reader.read(line)
+        if step.opened:
+            self._prefixes.learn(line)
         if step.opened and stream.pending_error is not None:
-            stream.pending_error.header = True
+            # V0 and plain logging print the message first, then its traceback: the two are
+            # one failure, stated by the exception once the traceback ends.
+            stream.introducing, stream.introduced = stream.pending_error, line.record
         elif stream.pending_error is not None:
             self._cause_seen = True  # the ERROR line stood alone
         stream.pending_error = None
@@ -239,6 +261,9 @@ class Triager:
         Indented lines and numbered source listings (IPython's ``---> 241 ...``)
         continue or illustrate something else: they never state a cause alone.
         """
+        if is_dump(line.text):
+            self._absorb(line)  # its continuation lines are the dump too
+            return
         level = line.level
         cause = self._catalogue.match(line.text, warning=level == "WARNING")
         if cause is not None and cause.role.never_root:
@@ -261,6 +286,8 @@ class Triager:
 
     def _raised(self, raised: Raised, line: Line, stream: _Stream) -> None:
         finding = _of_raised(raised, len(self._findings), stream, raised.relation)
+        if stream.introducing is not None and stream.introduced == line.record:
+            stream.introducing.header, stream.introducing = True, None
         if raised.line is not line:
             finding.after.append(line.raw)
         self._store(finding)
@@ -296,9 +323,13 @@ class Triager:
         cause = self._catalogue.match(finding.statement(), finding.exception)
         return cause is not None and cause.fatal
 
-    def _consequence(self, line: Line, *, fatal: bool) -> None:
+    def _absorb(self, line: Line) -> None:
+        """Make ``line`` the last message without a finding: its continuation lines go too."""
         self._message = Finding(seq=-1, line=line, kind=Kind.MATCH, process=line.process)
         self._message_end = line.number
+
+    def _consequence(self, line: Line, *, fatal: bool) -> None:
+        self._absorb(line)
         if fatal:
             self._final_error, self._fatal_seen = line.raw, True
         repeated = bool(self._last_errors) and self._last_errors[-1] == line.raw
