@@ -5,4 +5,4 @@ arguments and calls into the stage modules, and holds no logic of its own
 beyond turning arguments into calls and results into output.
 """
 
-COMMANDS = ("plan", "render", "run", "triage", "report", "merge", "diff")
+COMMANDS = ("plan", "render", "run", "triage", "report", "merge", "diff", "bisect")
