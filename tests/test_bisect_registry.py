@@ -48,10 +48,11 @@ def free_port() -> int:
 
 def request(
     url: str, method: str = "GET", body: bytes = b"", headers: dict[str, str] | None = None
-):  # type: ignore[no-untyped-def]
+) -> tuple[int, dict[str, str]]:
     req = urllib.request.Request(url, data=body or None, method=method, headers=headers or {})
     with urllib.request.urlopen(req, timeout=10) as response:
-        return response.status, dict(response.headers.items())
+        status: int = response.status
+        return status, dict(response.headers.items())
 
 
 def push_tag(base: str, tag: str, config: bytes) -> None:
@@ -153,7 +154,7 @@ class HubLike(BaseHTTPRequestHandler):
     """Serves tags behind a bearer challenge, two per page, as Docker Hub's API does."""
 
     def do_GET(self) -> None:
-        port = self.server.server_address[1]
+        port = self.server.server_address[1]  # type: ignore[index]
         if self.path.startswith("/token"):
             assert "scope=repository%3Avllm%2Fvllm-openai%3Apull" in self.path
             return self._json(200, {"token": "anonymous"})

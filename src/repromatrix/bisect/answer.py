@@ -98,7 +98,10 @@ def documented_ranges(scenario: Scenario) -> Ranges:
 def _spec_text(spec: SpecifierSet | None) -> str | None:
     if spec is None:
         return None
-    return "all" if spec == ALL_VERSIONS else str(spec)
+    if spec == ALL_VERSIONS:
+        return "all"
+    # Lower bounds first, as people write a range (str() of a set sorts alphabetically).
+    return ",".join(sorted(map(str, spec), key=lambda item: (not item.startswith(">"), item)))
 
 
 def to_json(answer: Answer) -> dict[str, Any]:
