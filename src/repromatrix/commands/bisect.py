@@ -7,11 +7,14 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from repromatrix.errors import EXIT_OK
 from repromatrix.model import Lane, Level
 from repromatrix.run.prepare import BACKENDS
+
+if TYPE_CHECKING:
+    from repromatrix.bisect.flow import Prepared
 
 
 def add_parser(subparsers: Any) -> None:
@@ -93,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_plan(ready: Any, first: tuple[str, ...]) -> None:
+def _print_plan(ready: Prepared, first: tuple[str, ...]) -> None:
+    """``--plan``: each version's cell, the outcomes known, the first round, what is left out."""
     print(f"{ready.scenario.id} / {ready.variant}: {len(ready.versions)} versions")
     for version in ready.versions:
         seen = ready.known.get(version)
