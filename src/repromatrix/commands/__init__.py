@@ -11,6 +11,7 @@ COMMANDS = (
     "prepare",
     "run",
     "rehearse",
+    "bisect",
     "triage",
     "report",
     "merge",

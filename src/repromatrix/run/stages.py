@@ -149,8 +149,11 @@ def record_plan(run_dir: Path, cells: Sequence[Cell], matrix: Path) -> None:
 def stage_plan(state: RunState, progress: Progress) -> RunState:
     """Load and expand the matrix, apply the selection, drop cells a resumed run finished."""
     options = state.options
-    matrix, scenarios = load_inputs(options.matrix, options.scenarios)
-    cells = plan(matrix, scenarios, options.lane, Selector(options.only, options.skip))
+    if state.matrix is None:
+        matrix, scenarios = load_inputs(options.matrix, options.scenarios)
+        cells = plan(matrix, scenarios, options.lane, Selector(options.only, options.skip))
+    else:  # planned in memory (a bisect: a matrix extended with versions its file lacks)
+        matrix, cells = state.matrix, state.planned
     run_id, run_dir = resolve_run_dir(options)
     todo = pending(cells, run_dir, options.resume)
     progress.total = len(todo)
@@ -329,10 +332,20 @@ STAGES: tuple[Stage, ...] = (
 )
 
 
-def execute_run(options: RunOptions, progress: Progress | None = None) -> RunState:
-    """Run the stages in order; SIGTERM is handled like Ctrl-C, and cleanup always runs."""
+def execute_run(
+    options: RunOptions,
+    progress: Progress | None = None,
+    *,
+    matrix: Matrix | None = None,
+    cells: Sequence[Cell] = (),
+) -> RunState:
+    """Run the stages in order; SIGTERM is handled like Ctrl-C, and cleanup always runs.
+
+    With ``matrix`` and ``cells`` the run takes that plan instead of reading the
+    matrix file (the cells of a matrix extended in memory).
+    """
     progress = progress or Progress(0)
-    state = RunState(options)
+    state = RunState(options, matrix=matrix, planned=tuple(cells))
     with interrupts_as_keyboard_interrupt():
         try:
             for stage in STAGES:

