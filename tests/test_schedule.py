@@ -1,4 +1,4 @@
-"""The packing policy (``run.schedule``) on a simulated clock: ids, limits, skips, order, backfill."""
+"""The packing policy (``run.schedule``) on a simulated clock: ids, limits, skips, backfill."""
 
 from __future__ import annotations
 
