@@ -1,0 +1,107 @@
+"""How well the packing scheduler fills a GPU runner, on a simulated clock.
+
+Simulated runners (8 GPUs, 4 GPUs) get a mix of cells needing 1, 2 or 4 GPUs
+whose durations are drawn from what real cells take: crash cells that stop
+early at their root cause (30-120 s), healthy starts that run to readiness and
+answer (120-600 s), probes (2-20 s). The SAME ``Planner`` the thread pool uses
+decides every start; ``simulate`` only replaces the threads by a clock.
+
+For each runner it prints the makespan against the lower bound
+``max(sum(gpus x duration) / GPUs, longest cell)`` (goal: within 1.1x) and the
+one-at-a-time order's time against the makespan (today's run), with three
+kinds of estimates: exact (every cell measured in an earlier run), measured
+with +-30% noise (re-runs vary), and none measured (the class estimates of
+``cell_needs``: every crash cell looks alike, so does every healthy one).
+
+Usage: ``python benchmarks/bench_schedule.py [--seeds N] [--cells N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from repromatrix.model import Lane
+from repromatrix.run.cell_needs import CRASH_FRACTION, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
+from repromatrix.run.schedule import Capacity, Job, Need, Planner, makespan_lower_bound
+from repromatrix.run.simulate import one_at_a_time, simulate
+
+# (kind, share of cells, duration range in seconds, class estimate when nothing was measured)
+KINDS = (
+    ("crash", 0.45, (30.0, 120.0), ENGINE_ESTIMATE_S[Lane.GPU] * CRASH_FRACTION),
+    ("healthy", 0.40, (120.0, 600.0), ENGINE_ESTIMATE_S[Lane.GPU]),
+    ("probe", 0.15, (2.0, 20.0), PROBE_ESTIMATE_S),
+)
+WIDTHS = (1, 2, 4)
+WIDTH_SHARES = (0.6, 0.25, 0.15)
+
+
+@dataclass(frozen=True)
+class SimCell:
+    """A simulated cell: its width, what it really takes and the class estimate."""
+
+    key: str
+    gpus: int
+    duration: float
+    class_estimate: float
+
+
+def draw_cells(rng: random.Random, count: int) -> list[SimCell]:
+    """``count`` cells of the real mix of kinds and widths (probes use one GPU)."""
+    cells = []
+    for i in range(count):
+        kind, _, (low, high), estimate = rng.choices(KINDS, [k[1] for k in KINDS])[0]
+        width = 1 if kind == "probe" else rng.choices(WIDTHS, WIDTH_SHARES)[0]
+        cells.append(SimCell(f"{kind}-{i}", width, rng.uniform(low, high), estimate))
+    return cells
+
+
+ESTIMATES: dict[str, Callable[[SimCell, random.Random], float]] = {
+    "exact": lambda cell, _rng: cell.duration,
+    "noisy +-30%": lambda cell, rng: cell.duration * rng.uniform(0.7, 1.3),
+    "none measured": lambda cell, _rng: cell.class_estimate,
+}
+
+
+def makespan(cells: list[SimCell], gpus: int, estimate: str, rng: random.Random) -> float:
+    """The simulated end of a run of ``cells`` on ``gpus`` GPUs with one kind of estimate."""
+    jobs = [Job(c.key, Need(gpus=c.gpus), ESTIMATES[estimate](c, rng)) for c in cells]
+    actual = {c.key: c.duration for c in cells}
+    capacity = Capacity(gpu_ids=tuple(str(i) for i in range(gpus)))
+    return simulate(Planner(jobs, capacity), lambda job: actual[job.key]).end
+
+
+def bench(gpus: int, count: int, seeds: int) -> None:
+    """Print the ratios for one runner size over ``seeds`` random matrices."""
+    print(f"\n{gpus} GPUs, {count} cells (1/2/4-GPU mix), {seeds} random matrices")
+    print(f"  {'estimates':<14} {'makespan/bound':>22} {'one-at-a-time/makespan':>24}")
+    for estimate in ESTIMATES:
+        to_bound, speedup = [], []
+        for seed in range(seeds):
+            rng = random.Random(seed)
+            cells = draw_cells(rng, count)
+            end = makespan(cells, gpus, estimate, rng)
+            bound = makespan_lower_bound(((c.gpus, c.duration) for c in cells), gpus)
+            to_bound.append(end / bound)
+            speedup.append(one_at_a_time({c.key: c.duration for c in cells}) / end)
+        print(
+            f"  {estimate:<14} mean {statistics.mean(to_bound):5.3f}x worst {max(to_bound):5.3f}x"
+            f"   mean {statistics.mean(speedup):5.2f}x faster"
+        )
+
+
+def main() -> None:
+    """Run the simulated runners."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--cells", type=int, default=0, help="cells per run (default: 6 x GPUs)")
+    args = parser.parse_args()
+    for gpus in (8, 4):
+        bench(gpus, args.cells or 6 * gpus, args.seeds)
+
+
+if __name__ == "__main__":
+    main()
