@@ -25,13 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from repromatrix.model import Lane
-from repromatrix.run.cell_needs import CRASH_FRACTION, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
+from repromatrix.run.cell_needs import CRASH_ESTIMATE_S, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
 from repromatrix.run.schedule import Capacity, Job, Need, Planner, makespan_lower_bound
 from repromatrix.run.simulate import one_at_a_time, simulate
 
 # (kind, share of cells, duration range in seconds, class estimate when nothing was measured)
 KINDS = (
-    ("crash", 0.45, (30.0, 120.0), ENGINE_ESTIMATE_S[Lane.GPU] * CRASH_FRACTION),
+    ("crash", 0.45, (30.0, 120.0), CRASH_ESTIMATE_S[Lane.GPU]),
     ("healthy", 0.40, (120.0, 600.0), ENGINE_ESTIMATE_S[Lane.GPU]),
     ("probe", 0.15, (2.0, 20.0), PROBE_ESTIMATE_S),
 )
@@ -66,31 +66,56 @@ ESTIMATES: dict[str, Callable[[SimCell, random.Random], float]] = {
 }
 
 
-def makespan(cells: list[SimCell], gpus: int, estimate: str, rng: random.Random) -> float:
-    """The simulated end of a run of ``cells`` on ``gpus`` GPUs with one kind of estimate."""
+@dataclass(frozen=True)
+class Figures:
+    """One simulated run's figures against its bounds."""
+
+    to_bound: float
+    speedup: float
+    wide_start: float  # mean start of the 4-GPU cells, as a share of the makespan
+
+
+def run_once(
+    cells: list[SimCell], gpus: int, estimate: str, reserve: bool, rng: random.Random
+) -> Figures:
+    """Simulate ``cells`` on ``gpus`` GPUs with one kind of estimate and one policy."""
     jobs = [Job(c.key, Need(gpus=c.gpus), ESTIMATES[estimate](c, rng)) for c in cells]
     actual = {c.key: c.duration for c in cells}
     capacity = Capacity(gpu_ids=tuple(str(i) for i in range(gpus)))
-    return simulate(Planner(jobs, capacity), lambda job: actual[job.key]).end
+    sim = simulate(Planner(jobs, capacity, reserve=reserve), lambda job: actual[job.key])
+    bound = makespan_lower_bound(((c.gpus, c.duration) for c in cells), gpus)
+    wide = {c.key for c in cells if c.gpus == 4}
+    starts = [span.start / sim.end for span in sim.spans if span.key in wide]
+    return Figures(
+        sim.end / bound,
+        one_at_a_time(actual) / sim.end,
+        statistics.mean(starts) if starts else 0.0,
+    )
+
+
+POLICIES = (("reserve+backfill", True), ("greedy", False))
 
 
 def bench(gpus: int, count: int, seeds: int) -> None:
     """Print the ratios for one runner size over ``seeds`` random matrices."""
     print(f"\n{gpus} GPUs, {count} cells (1/2/4-GPU mix), {seeds} random matrices")
-    print(f"  {'estimates':<14} {'makespan/bound':>22} {'one-at-a-time/makespan':>24}")
-    for estimate in ESTIMATES:
-        to_bound, speedup = [], []
-        for seed in range(seeds):
-            rng = random.Random(seed)
-            cells = draw_cells(rng, count)
-            end = makespan(cells, gpus, estimate, rng)
-            bound = makespan_lower_bound(((c.gpus, c.duration) for c in cells), gpus)
-            to_bound.append(end / bound)
-            speedup.append(one_at_a_time({c.key: c.duration for c in cells}) / end)
-        print(
-            f"  {estimate:<14} mean {statistics.mean(to_bound):5.3f}x worst {max(to_bound):5.3f}x"
-            f"   mean {statistics.mean(speedup):5.2f}x faster"
-        )
+    print(
+        f"  {'policy':<17}{'estimates':<15}{'makespan/bound':>24}"
+        f"{'one-at-a-time/makespan':>25}{'4-GPU cells start at':>23}"
+    )
+    for policy, reserve in POLICIES:
+        for estimate in ESTIMATES:
+            figures = []
+            for seed in range(seeds):
+                rng = random.Random(seed)
+                figures.append(run_once(draw_cells(rng, count), gpus, estimate, reserve, rng))
+            to_bound = [f.to_bound for f in figures]
+            print(
+                f"  {policy:<17}{estimate:<15}"
+                f"mean {statistics.mean(to_bound):5.3f}x worst {max(to_bound):5.3f}x"
+                f"{statistics.mean(f.speedup for f in figures):>17.2f}x faster"
+                f"{statistics.mean(f.wide_start for f in figures):>12.0%} of the run"
+            )
 
 
 def main() -> None:

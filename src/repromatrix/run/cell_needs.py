@@ -31,11 +31,12 @@ CPU_CELL_CORES = 1
 
 PROBE_ESTIMATE_S = 20.0  # import vLLM, call one function: seconds
 # Launch to readiness and one answered request, when nothing was measured: GPU images load
-# real checkpoints and capture CUDA graphs; the CPU lane's tiny model is ready in 25-45 s.
-ENGINE_ESTIMATE_S: Mapping[Lane, float] = MappingProxyType({Lane.GPU: 300.0, Lane.CPU: 60.0})
-# An expected crash stops at its root cause, before readiness (the KV-cache crash: ~30 s of
-# a healthy start's ~45 s on the CPU lane).
-CRASH_FRACTION = 0.5
+# real checkpoints and capture CUDA graphs (2-10 minutes); the CPU lane's tiny model is ready
+# in 25-45 s on two cores.
+ENGINE_ESTIMATE_S: Mapping[Lane, float] = MappingProxyType({Lane.GPU: 360.0, Lane.CPU: 60.0})
+# A cell expected to crash stops at its root cause, before readiness: 30-120 s on a GPU
+# (the engine dies while loading or warming up), ~30 s for the CPU lane's KV-cache crash.
+CRASH_ESTIMATE_S: Mapping[Lane, float] = MappingProxyType({Lane.GPU: 75.0, Lane.CPU: 30.0})
 
 KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # GiB; overrides kv_cache_memory_bytes when set
 
@@ -81,10 +82,8 @@ def estimate_s(cell: Cell, measured: Mapping[str, float] | None = None) -> float
         return measured[cell.id]
     if cell.level is Level.PROBE:
         return min(PROBE_ESTIMATE_S, cell.deadline_s)
-    typical = ENGINE_ESTIMATE_S[cell.lane]
-    if cell.expected is Expected.HIT:
-        typical *= CRASH_FRACTION
-    return min(typical, cell.deadline_s)
+    typical = CRASH_ESTIMATE_S if cell.expected is Expected.HIT else ENGINE_ESTIMATE_S
+    return min(typical[cell.lane], cell.deadline_s)
 
 
 def measured_durations(results: Iterable[CellResult]) -> dict[str, float]:

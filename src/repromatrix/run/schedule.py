@@ -158,6 +158,9 @@ class Planner:
     jobs: Sequence[Job]
     capacity: Capacity
     image_slots: int = 1
+    # False: plain greedy list scheduling, where a wide cell may wait behind every narrow one
+    # (only the benchmark's comparison uses it).
+    reserve: bool = True
     skipped: dict[str, str] = field(default_factory=dict)
     pending: list[Job] = field(default_factory=list)
     running: dict[str, Running] = field(default_factory=dict)
@@ -192,7 +195,8 @@ class Planner:
         reservation: Reservation | None = None
         for job in [j for j in self.pending if not j.image_task and self._ready(j)]:
             if not job.need.fits(self.free):
-                reservation = reservation or self._reserve(job, now)
+                if self.reserve:
+                    reservation = reservation or self._reserve(job, now)
                 continue
             if reservation is not None:
                 allowed, reservation = self._backfill(job, now, reservation)
