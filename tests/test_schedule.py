@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -184,3 +185,8 @@ def test_eta_is_the_simulated_end_by_estimates() -> None:
 def test_the_lower_bound_is_area_or_longest() -> None:
     assert makespan_lower_bound([(4, 100.0), (1, 40.0)], 4) == 110.0
     assert makespan_lower_bound([(1, 600.0), (1, 10.0)], 8) == 600.0
+
+
+def test_duplicate_keys_are_a_bug_of_the_caller() -> None:
+    with pytest.raises(ValueError, match="distinct keys"):
+        Planner([gpu_job("a", 1), gpu_job("a", 1)], gpus(1))

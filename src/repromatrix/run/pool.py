@@ -243,9 +243,11 @@ class Pool(Generic[R]):
         self._dispatch()
 
     def _deliver(self, done: Done[R]) -> None:
+        # Counted once ``on_done`` has returned: a result cut off by Ctrl-C while it is being
+        # written is not reported as kept (``--resume`` runs that cell again).
+        self._on_done(done)
         with self._lock:
             self._delivered.append(done)
-        self._on_done(done)
 
     def _stop_all(self) -> tuple[str, ...]:
         """Cancel every running job, wait for its thread, deliver what had ended before."""

@@ -174,6 +174,8 @@ class Planner:
         self.free_gpus = list(self.capacity.gpu_ids)
         self.free_cores = list(self.capacity.core_ids)
         keys = {job.key for job in self.jobs}
+        if len(keys) != len(self.jobs) or self.image_slots < 1:
+            raise ValueError("jobs need distinct keys, and image tasks at least one slot")
         for job in self.jobs:
             reason = None if job.image_task else too_big(job.need, self.capacity)
             if job.after is not None and job.after not in keys:
