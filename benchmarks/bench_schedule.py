@@ -13,7 +13,12 @@ kinds of estimates: exact (every cell measured in an earlier run), measured
 with +-30% noise (re-runs vary), and none measured (the class estimates of
 ``cell_needs``: every crash cell looks alike, so does every healthy one).
 
-Usage: ``python benchmarks/bench_schedule.py [--seeds N] [--cells N]``.
+``--real`` also runs a few real CPU-lane cells (vLLM in Docker, images built by a
+matrix run) through the same ``Pool`` with ``--jobs 1`` and then ``--jobs 2``, and
+prints the wall-clock ratio and whether every cell's outcome is the same. It starts
+engines: run it alone (``flock /tmp/repromatrix-engine.lock``).
+
+Usage: ``python benchmarks/bench_schedule.py [--seeds N] [--cells N] [--real [GLOB]]``.
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from repromatrix.model import Lane
 from repromatrix.run.cell_needs import CRASH_ESTIMATE_S, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
@@ -118,14 +126,38 @@ def bench(gpus: int, count: int, seeds: int) -> None:
             )
 
 
+REAL_CELLS = "cpu/0.32.0/cpu/tiny-llama/*"
+
+
+def real_cpu_lane(selection: str) -> None:
+    """The same real cells with ``--jobs 1`` then ``--jobs 2``: wall clock and outcomes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from real_cells import run_real  # noqa: PLC0415 (docker and vLLM only for --real)
+
+    print(f"\nreal CPU lane: {selection}")
+    outcomes, wall = {}, {}
+    for jobs in (1, 2):
+        started = time.monotonic()
+        outcomes[jobs] = run_real(selection, jobs)
+        wall[jobs] = time.monotonic() - started
+        print(f"  --jobs {jobs}: {wall[jobs]:6.1f} s")
+    for cell_id in sorted(outcomes[1]):
+        print(f"    {outcomes[1][cell_id]:<14} {outcomes[2].get(cell_id, '-'):<14} {cell_id}")
+    same = "yes" if outcomes[1] == outcomes[2] else "NO"
+    print(f"  jobs 1 / jobs 2 wall clock: {wall[1] / wall[2]:.2f}x; same outcomes: {same}")
+
+
 def main() -> None:
-    """Run the simulated runners."""
+    """Run the simulated runners (and, with ``--real``, the real CPU lane)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--cells", type=int, default=0, help="cells per run (default: 6 x GPUs)")
+    parser.add_argument("--real", nargs="?", const=REAL_CELLS, default=None, metavar="GLOB")
     args = parser.parse_args()
     for gpus in (8, 4):
         bench(gpus, args.cells or 6 * gpus, args.seeds)
+    if args.real:
+        real_cpu_lane(args.real)
 
 
 if __name__ == "__main__":
