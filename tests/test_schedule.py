@@ -190,3 +190,11 @@ def test_the_lower_bound_is_area_or_longest() -> None:
 def test_duplicate_keys_are_a_bug_of_the_caller() -> None:
     with pytest.raises(ValueError, match="distinct keys"):
         Planner([gpu_job("a", 1), gpu_job("a", 1)], gpus(1))
+
+
+def test_an_overrunning_cell_is_expected_to_need_a_little_longer() -> None:
+    # Not "any moment now": that would put a reserved cell's start at now and forbid
+    # every backfill for as long as the cell overruns.
+    planner = Planner([gpu_job("a", 1, 100)], gpus(1))
+    planner.starts(0.0)
+    assert eta_s(planner, 150.0) == 25.0

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 GIB = 1 << 30
+OVERRUN_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,13 @@ class Running:
     started: float
 
     def expected_end(self, now: float) -> float:
-        """Start plus estimate; a job past its estimate is expected to end any moment."""
-        return max(self.started + self.job.estimate_s, now)
+        """Start plus estimate; a job already past that, a quarter of its estimate from now.
+
+        Expecting an overrunning job to end this instant would put the reserved cell's
+        start at ``now`` and forbid every backfill for as long as the job overruns.
+        """
+        end = self.started + self.job.estimate_s
+        return end if end > now else now + OVERRUN_SHARE * self.job.estimate_s
 
 
 @dataclass(frozen=True)

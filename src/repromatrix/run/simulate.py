@@ -57,9 +57,11 @@ def simulate(planner: Planner, duration: Callable[[Job], float], now: float = 0.
             heapq.heappush(events, (clock + duration(start.job), next(order), start.job.key))
         if not events:
             break
-        clock, _, key = heapq.heappop(events)
-        spans.append(Span(key, starts[key], clock, planner.running[key].allocation))
-        planner.finish(key)
+        clock = events[0][0]
+        while events and events[0][0] == clock:  # all that end at once, before deciding
+            _, _, key = heapq.heappop(events)
+            spans.append(Span(key, starts[key], clock, planner.running[key].allocation))
+            planner.finish(key)
     if planner.pending:
         raise RuntimeError(f"the planner stopped with {len(planner.pending)} job(s) waiting")
     return Simulation(clock, tuple(spans), dict(planner.skipped))
