@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from repromatrix.run.schedule import Allocation, Job, Planner
+from repromatrix.run.schedule import OVERRUN_SHARE, Allocation, Job, Planner
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,17 @@ class Simulation:
 def simulate(planner: Planner, duration: Callable[[Job], float], now: float = 0.0) -> Simulation:
     """Run ``planner`` to the end on a simulated clock starting at ``now``; mutates it.
 
-    Jobs already running end at ``max(started + duration, now)``.
+    Jobs already running end at ``started + duration``, or when that has passed, a quarter
+    of their duration from ``now`` (as ``Running.expected_end`` expects).
     """
     events: list[tuple[float, int, str]] = []
     order = itertools.count()  # ties end in the order they started: deterministic
     starts: dict[str, float] = {}
     spans: list[Span] = []
     for key, run in planner.running.items():
-        events.append((max(run.started + duration(run.job), now), next(order), key))
+        end = run.started + duration(run.job)
+        end = end if end > now else now + OVERRUN_SHARE * duration(run.job)
+        events.append((end, next(order), key))
         starts[key] = run.started
     heapq.heapify(events)
     clock = now
