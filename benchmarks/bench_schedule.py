@@ -1,0 +1,164 @@
+"""How well the packing scheduler fills a GPU runner, on a simulated clock.
+
+Simulated runners (8 GPUs, 4 GPUs) get a mix of cells needing 1, 2 or 4 GPUs
+whose durations are drawn from what real cells take: crash cells that stop
+early at their root cause (30-120 s), healthy starts that run to readiness and
+answer (120-600 s), probes (2-20 s). The SAME ``Planner`` the thread pool uses
+decides every start; ``simulate`` only replaces the threads by a clock.
+
+For each runner it prints the makespan against the lower bound
+``max(sum(gpus x duration) / GPUs, longest cell)`` (goal: within 1.1x) and the
+one-at-a-time order's time against the makespan (today's run), with three
+kinds of estimates: exact (every cell measured in an earlier run), measured
+with +-30% noise (re-runs vary), and none measured (the class estimates of
+``cell_needs``: every crash cell looks alike, so does every healthy one).
+
+``--real`` also runs a few real CPU-lane cells (vLLM in Docker, images built by a
+matrix run) through the same ``Pool`` with ``--jobs 1`` and then ``--jobs 2``, and
+prints the wall-clock ratio and whether every cell's outcome is the same. It starts
+engines: run it alone (``flock /tmp/repromatrix-engine.lock``).
+
+Usage: ``python benchmarks/bench_schedule.py [--seeds N] [--cells N] [--real [GLOB]]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from repromatrix.model import Lane
+from repromatrix.run.cell_needs import CRASH_ESTIMATE_S, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
+from repromatrix.run.schedule import Capacity, Job, Need, Planner, makespan_lower_bound
+from repromatrix.run.simulate import one_at_a_time, simulate
+
+# (kind, share of cells, duration range in seconds, class estimate when nothing was measured)
+KINDS = (
+    ("crash", 0.45, (30.0, 120.0), CRASH_ESTIMATE_S[Lane.GPU]),
+    ("healthy", 0.40, (120.0, 600.0), ENGINE_ESTIMATE_S[Lane.GPU]),
+    ("probe", 0.15, (2.0, 20.0), PROBE_ESTIMATE_S),
+)
+WIDTHS = (1, 2, 4)
+WIDTH_SHARES = (0.6, 0.25, 0.15)
+
+
+@dataclass(frozen=True)
+class SimCell:
+    """A simulated cell: its width, what it really takes and the class estimate."""
+
+    key: str
+    gpus: int
+    duration: float
+    class_estimate: float
+
+
+def draw_cells(rng: random.Random, count: int) -> list[SimCell]:
+    """``count`` cells of the real mix of kinds and widths (probes use one GPU)."""
+    cells = []
+    for i in range(count):
+        kind, _, (low, high), estimate = rng.choices(KINDS, [k[1] for k in KINDS])[0]
+        width = 1 if kind == "probe" else rng.choices(WIDTHS, WIDTH_SHARES)[0]
+        cells.append(SimCell(f"{kind}-{i}", width, rng.uniform(low, high), estimate))
+    return cells
+
+
+ESTIMATES: dict[str, Callable[[SimCell, random.Random], float]] = {
+    "exact": lambda cell, _rng: cell.duration,
+    "noisy +-30%": lambda cell, rng: cell.duration * rng.uniform(0.7, 1.3),
+    "none measured": lambda cell, _rng: cell.class_estimate,
+}
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One simulated run's figures against its bounds."""
+
+    to_bound: float
+    speedup: float
+    wide_start: float  # mean start of the 4-GPU cells, as a share of the makespan
+
+
+def run_once(
+    cells: list[SimCell], gpus: int, estimate: str, reserve: bool, rng: random.Random
+) -> Figures:
+    """Simulate ``cells`` on ``gpus`` GPUs with one kind of estimate and one policy."""
+    jobs = [Job(c.key, Need(gpus=c.gpus), ESTIMATES[estimate](c, rng)) for c in cells]
+    actual = {c.key: c.duration for c in cells}
+    capacity = Capacity(gpu_ids=tuple(str(i) for i in range(gpus)))
+    sim = simulate(Planner(jobs, capacity, reserve=reserve), lambda job: actual[job.key])
+    bound = makespan_lower_bound(((c.gpus, c.duration) for c in cells), gpus)
+    wide = {c.key for c in cells if c.gpus == 4}
+    starts = [span.start / sim.end for span in sim.spans if span.key in wide]
+    return Figures(
+        sim.end / bound,
+        one_at_a_time(actual) / sim.end,
+        statistics.mean(starts) if starts else 0.0,
+    )
+
+
+POLICIES = (("reserve+backfill", True), ("greedy", False))
+
+
+def bench(gpus: int, count: int, seeds: int) -> None:
+    """Print the ratios for one runner size over ``seeds`` random matrices."""
+    print(f"\n{gpus} GPUs, {count} cells (1/2/4-GPU mix), {seeds} random matrices")
+    print(
+        f"  {'policy':<17}{'estimates':<15}{'makespan/bound':>24}"
+        f"{'one-at-a-time/makespan':>25}{'4-GPU cells start at':>23}"
+    )
+    for policy, reserve in POLICIES:
+        for estimate in ESTIMATES:
+            figures = []
+            for seed in range(seeds):
+                rng = random.Random(seed)
+                figures.append(run_once(draw_cells(rng, count), gpus, estimate, reserve, rng))
+            to_bound = [f.to_bound for f in figures]
+            print(
+                f"  {policy:<17}{estimate:<15}"
+                f"mean {statistics.mean(to_bound):5.3f}x worst {max(to_bound):5.3f}x"
+                f"{statistics.mean(f.speedup for f in figures):>17.2f}x faster"
+                f"{statistics.mean(f.wide_start for f in figures):>12.0%} of the run"
+            )
+
+
+REAL_CELLS = "cpu/0.32.0/cpu/tiny-llama/*"
+
+
+def real_cpu_lane(selection: str) -> None:
+    """The same real cells with ``--jobs 1`` then ``--jobs 2``: wall clock and outcomes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from real_cells import run_real  # noqa: PLC0415 (docker and vLLM only for --real)
+
+    print(f"\nreal CPU lane: {selection}")
+    outcomes, wall = {}, {}
+    for jobs in (1, 2):
+        started = time.monotonic()
+        outcomes[jobs] = run_real(selection, jobs)
+        wall[jobs] = time.monotonic() - started
+        print(f"  --jobs {jobs}: {wall[jobs]:6.1f} s")
+    for cell_id in sorted(outcomes[1]):
+        print(f"    {outcomes[1][cell_id]:<14} {outcomes[2].get(cell_id, '-'):<14} {cell_id}")
+    same = "yes" if outcomes[1] == outcomes[2] else "NO"
+    print(f"  jobs 1 / jobs 2 wall clock: {wall[1] / wall[2]:.2f}x; same outcomes: {same}")
+
+
+def main() -> None:
+    """Run the simulated runners (and, with ``--real``, the real CPU lane)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--cells", type=int, default=0, help="cells per run (default: 6 x GPUs)")
+    parser.add_argument("--real", nargs="?", const=REAL_CELLS, default=None, metavar="GLOB")
+    args = parser.parse_args()
+    for gpus in (8, 4):
+        bench(gpus, args.cells or 6 * gpus, args.seeds)
+    if args.real:
+        real_cpu_lane(args.real)
+
+
+if __name__ == "__main__":
+    main()

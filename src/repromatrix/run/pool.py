@@ -1,0 +1,273 @@
+"""Running cells at the same time: one thread per running job, the ``Planner`` decides who starts.
+
+The main thread owns the planner: it starts jobs, waits for any to end, hands
+each ended job to ``on_done`` at once (so a result is written the moment its
+cell ends) and starts whatever now fits. A job's callable runs in its own
+thread and gets a ``Ticket``: the device ids it holds and a place to hang a
+cancel hook (stop its container). A callable that raises becomes that job's
+error; one that hangs holds only its own ids, and each cell's deadline is the
+backend's to enforce. On Ctrl-C (``KeyboardInterrupt`` in the main thread) the
+pool stops starting jobs, calls every running job's cancel hooks, waits for
+their threads and returns: cells that had ended are in the report, cells cut
+short are listed as cancelled (never handed to ``on_done``: ``--resume`` runs
+them again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from repromatrix.heartbeat import seconds as duration
+from repromatrix.run.schedule import Allocation, Capacity, Job, Planner, Start
+from repromatrix.run.simulate import eta_s
+
+R = TypeVar("R")
+
+
+class NotRun(Exception):
+    """Why a job ended without its callable being called."""
+
+
+class Skipped(NotRun):
+    """The job needs more than the runner has (the message says what)."""
+
+
+class DependencyFailed(NotRun):
+    """The image task the job waited for raised (the message says which and why)."""
+
+
+class Ticket:
+    """What a running job's callable is given: its ids, and cancellation."""
+
+    def __init__(self, key: str, allocation: Allocation) -> None:
+        self.key = key
+        self.allocation = allocation
+        self._cancelled = threading.Event()
+        self._hooks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the job was asked to stop."""
+        return self._cancelled.is_set()
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block until the job is asked to stop (or ``timeout`` passes); True if it was."""
+        return self._cancelled.wait(timeout)
+
+    def on_cancel(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when the job is cancelled (at once if it already is)."""
+        with self._lock:
+            if not self.cancelled:
+                self._hooks.append(hook)
+                return
+        _call_quietly(hook)
+
+    def cancel(self) -> None:
+        """Ask the job to stop: set the flag, then call each hook once, in order."""
+        with self._lock:
+            self._cancelled.set()
+            hooks, self._hooks = self._hooks, []
+        for hook in hooks:
+            _call_quietly(hook)
+
+
+def _call_quietly(hook: Callable[[], None]) -> None:
+    # A cancel hook that fails (a container already gone) must not stop the others;
+    # the backend's close() removes whatever is left.
+    with contextlib.suppress(Exception):
+        hook()
+
+
+Work = Callable[[Ticket], R]
+
+
+@dataclass(frozen=True)
+class Done(Generic[R]):
+    """One ended job: its value, or the exception it raised (``NotRun`` when never called)."""
+
+    key: str
+    value: R | None
+    error: BaseException | None
+    started: float
+    ended: float
+    allocation: Allocation = field(default_factory=Allocation)
+    image_task: bool = False
+    cancelled: bool = False  # ``Pool.cancel`` asked it to stop before it returned
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Progress at one moment: cells running, cells ended of all cells, seconds left."""
+
+    running: tuple[str, ...]
+    finished: int
+    total: int
+    eta_s: float
+
+    def line(self) -> str:
+        """``3 running, 5/20 done, eta 4m10s``: what the progress printer shows."""
+        return f"{len(self.running)} running, {self.finished}/{self.total} done, " + (
+            f"eta {duration(self.eta_s)}"
+        )
+
+
+@dataclass(frozen=True)
+class PoolReport(Generic[R]):
+    """How a pool run ended: every job handed to ``on_done``, and those cut short."""
+
+    done: tuple[Done[R], ...]
+    cancelled: tuple[str, ...]  # running when interrupted; no ``Done`` was delivered
+    interrupted: bool
+
+
+class Pool(Generic[R]):
+    """Runs ``jobs`` with their callables in ``work`` as ``capacity`` allows."""
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        capacity: Capacity,
+        work: Mapping[str, Work[R]],
+        on_done: Callable[[Done[R]], object],
+        *,
+        image_slots: int = 1,
+        on_start: Callable[[Start], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        missing = [job.key for job in jobs if job.key not in work]
+        if missing:
+            raise ValueError(f"no callable for job(s): {', '.join(missing)}")
+        self._planner = Planner(jobs, capacity, image_slots)
+        self._work = work
+        self._on_done = on_done
+        self._on_start = on_start
+        self._clock = clock
+        self._image_tasks = {job.key for job in jobs if job.image_task}
+        self._total = len(jobs) - len(self._image_tasks)
+        self._ended: queue.SimpleQueue[Done[R]] = queue.SimpleQueue()
+        self._threads: dict[str, tuple[Ticket, threading.Thread]] = {}
+        self._delivered: list[Done[R]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def skipped(self) -> Mapping[str, str]:
+        """Jobs that can never run here, and why (each is also delivered as ``Skipped``)."""
+        return dict(self._planner.skipped)
+
+    def run(self) -> PoolReport[R]:
+        """Run every job to its end, or until ``KeyboardInterrupt``; see the module doc."""
+        try:
+            now = self._clock()
+            for key, reason in sorted(self._planner.skipped.items()):
+                self._deliver(Done(key, None, Skipped(reason), now, now))
+            self._dispatch()
+            while self._threads:
+                self._complete(self._ended.get())
+        except KeyboardInterrupt:
+            cancelled = self._stop_all()
+            return PoolReport(tuple(self._delivered), cancelled, interrupted=True)
+        except BaseException:
+            self._stop_all()
+            raise
+        return PoolReport(tuple(self._delivered), (), interrupted=False)
+
+    def cancel(self, key: str) -> bool:
+        """Cancel the running job ``key`` (its hooks run in this thread); False if not running."""
+        with self._lock:
+            entry = self._threads.get(key)
+        if entry is None:
+            return False
+        entry[0].cancel()
+        return True
+
+    def snapshot(self) -> Snapshot:
+        """Running cells, cells ended and the ETA by the estimates (safe from any thread)."""
+        with self._lock:
+            running = tuple(k for k in self._planner.running if k not in self._image_tasks)
+            finished = sum(1 for d in self._delivered if not d.image_task)
+            left = eta_s(self._planner, self._clock())
+        return Snapshot(running, finished, self._total, left)
+
+    def _dispatch(self) -> None:
+        with self._lock:
+            starts = self._planner.starts(self._clock())
+        for start in starts:
+            ticket = Ticket(start.job.key, start.allocation)
+            thread = threading.Thread(
+                target=self._worker,
+                args=(ticket, self._work[start.job.key], start.job.image_task),
+                name=f"repromatrix-{start.job.key}",
+                daemon=True,  # a callable that ignores cancellation must not keep Python alive
+            )
+            with self._lock:
+                self._threads[start.job.key] = (ticket, thread)
+            thread.start()
+            if self._on_start is not None:
+                self._on_start(start)
+        if self._planner.stuck():
+            raise RuntimeError("scheduler stuck: jobs wait but none can start (a bug)")
+
+    def _worker(self, ticket: Ticket, work: Work[R], image_task: bool) -> None:
+        started = self._clock()
+        value: R | None = None
+        error: BaseException | None = None
+        try:
+            value = work(ticket)
+        except BaseException as exc:
+            error = exc
+        ended = self._clock()
+        cancelled = ticket.cancelled
+        self._ended.put(
+            Done(ticket.key, value, error, started, ended, ticket.allocation, image_task, cancelled)
+        )
+
+    def _complete(self, done: Done[R]) -> None:
+        with self._lock:
+            self._threads.pop(done.key, None)
+            if done.image_task and done.error is not None:
+                dropped = self._planner.fail(done.key)
+            else:
+                self._planner.finish(done.key)
+                dropped = []
+        self._deliver(done)
+        for job in dropped:
+            why = DependencyFailed(f"{done.key} failed: {done.error!r}")
+            self._deliver(Done(job.key, None, why, done.ended, done.ended))
+        self._dispatch()
+
+    def _deliver(self, done: Done[R]) -> None:
+        # Counted once ``on_done`` has returned: a result cut off by Ctrl-C while it is being
+        # written is not reported as kept (``--resume`` runs that cell again).
+        self._on_done(done)
+        with self._lock:
+            self._delivered.append(done)
+
+    def _stop_all(self) -> tuple[str, ...]:
+        """Cancel every running job, wait for its thread, deliver what had ended before."""
+        with self._lock:
+            running = dict(self._threads)
+        for ticket, _ in running.values():
+            ticket.cancel()
+        try:
+            for _, thread in running.values():
+                if thread.ident is not None:
+                    thread.join()
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: stop waiting; the backend's close() removes what is left
+        cancelled = []
+        while not self._ended.empty():
+            done = self._ended.get()
+            if done.cancelled:
+                cancelled.append(done.key)
+            else:
+                self._deliver(done)
+        ended = {d.key for d in self._delivered}
+        cancelled += [key for key in running if key not in ended and key not in cancelled]
+        return tuple(sorted(cancelled))

@@ -1,0 +1,299 @@
+"""The packing policy: which cells start now, on which device ids, so a runner stays full.
+
+Pure and clock-free: the caller passes ``now`` (seconds on any monotonic
+clock). The thread pool (``run.pool``), the ETA and the benchmark's
+discrete-event simulation (``run.simulate``) all drive this same ``Planner``,
+so what the benchmark measures is what a run does.
+
+The policy is longest-estimate-first list scheduling with one reservation
+(EASY backfilling): the first ready cell that does not fit is given the time
+at which, by the running cells' estimates, enough resources free up (its
+*shadow* time); a later cell may start now only if it ends before that time or
+uses only what the reserved cell will not need. A wide cell (4 GPUs) is
+therefore never starved by a stream of narrow ones. Cells that need more than
+the runner has are never queued: they get a skip reason at once, so the queue
+cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+GIB = 1 << 30
+OVERRUN_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Need:
+    """What one job holds while it runs: GPU and core counts, bytes of memory, a jobs slot."""
+
+    gpus: int = 0
+    cores: int = 0
+    memory: int = 0
+    slots: int = 1
+
+    def __add__(self, other: Need) -> Need:
+        return Need(
+            self.gpus + other.gpus,
+            self.cores + other.cores,
+            self.memory + other.memory,
+            self.slots + other.slots,
+        )
+
+    def __sub__(self, other: Need) -> Need:
+        return Need(
+            self.gpus - other.gpus,
+            self.cores - other.cores,
+            self.memory - other.memory,
+            self.slots - other.slots,
+        )
+
+    def fits(self, free: Need) -> bool:
+        """True when every part of this need is at most what ``free`` has."""
+        return (
+            self.gpus <= free.gpus
+            and self.cores <= free.cores
+            and self.memory <= free.memory
+            and self.slots <= free.slots
+        )
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What a runner lends to cells: specific GPU and core ids, free memory, a jobs cap."""
+
+    gpu_ids: tuple[str, ...] = ()
+    core_ids: tuple[int, ...] = ()
+    memory: int = 0
+    jobs: int | None = None  # None: as many as the other resources allow
+
+    @property
+    def total(self) -> Need:
+        """The capacity as one ``Need`` (an unlimited jobs cap counts as one slot per job)."""
+        slots = self.jobs if self.jobs is not None else 1 << 30
+        return Need(len(self.gpu_ids), len(self.core_ids), self.memory, slots)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One schedulable unit: a cell, or an image task (build or pull) cells may wait for."""
+
+    key: str
+    need: Need
+    estimate_s: float
+    after: str | None = None  # the image task that must finish before this cell is ready
+    image_task: bool = False  # limited by the planner's image slots; holds no cell resources
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The exact device ids and memory a started job holds; no two running jobs share an id."""
+
+    gpu_ids: tuple[str, ...] = ()
+    core_ids: tuple[int, ...] = ()
+    memory: int = 0
+
+
+@dataclass(frozen=True)
+class Start:
+    """A decision: start ``job`` now on ``allocation``."""
+
+    job: Job
+    allocation: Allocation
+
+
+@dataclass(frozen=True)
+class Running:
+    """A started job and when the planner expects it to end."""
+
+    job: Job
+    allocation: Allocation
+    started: float
+
+    def expected_end(self, now: float) -> float:
+        """Start plus estimate; a job already past that, a quarter of its estimate from now.
+
+        Expecting an overrunning job to end this instant would put the reserved cell's
+        start at ``now`` and forbid every backfill for as long as the job overruns.
+        """
+        end = self.started + self.job.estimate_s
+        return end if end > now else now + OVERRUN_SHARE * self.job.estimate_s
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The first blocked cell's shadow time, and what is spare at that time besides its need."""
+
+    key: str
+    shadow: float
+    extra: Need
+
+
+def too_big(need: Need, capacity: Capacity) -> str | None:
+    """Why a job with ``need`` can never run on ``capacity``, or None when it can."""
+    parts = []
+    if need.gpus > len(capacity.gpu_ids):
+        have = ", ".join(capacity.gpu_ids) or "none"
+        parts.append(f"{need.gpus} GPU(s) (this runner may use {len(capacity.gpu_ids)}: {have})")
+    if need.cores > len(capacity.core_ids):
+        parts.append(f"{need.cores} CPU core(s) (this runner has {len(capacity.core_ids)})")
+    if need.memory > capacity.memory:
+        parts.append(
+            f"{need.memory / GIB:.1f} GiB of memory (this runner has "
+            f"{capacity.memory / GIB:.1f} GiB free)"
+        )
+    return "needs " + " and ".join(parts) if parts else None
+
+
+def priority(job: Job) -> tuple[float, int, str]:
+    """Sort key: longest estimate first, then the wider job, then the key (deterministic)."""
+    return (-job.estimate_s, -job.need.gpus, job.key)
+
+
+@dataclass
+class Planner:
+    """Decides, at each moment something changes, which ready jobs start and on which ids.
+
+    ``jobs`` are cells and image tasks; ``image_slots`` caps image tasks running at
+    once, apart from the cells' resources. Call ``starts(now)`` whenever a job has
+    finished (and once at the beginning), ``finish(key)`` when one ends.
+    """
+
+    jobs: Sequence[Job]
+    capacity: Capacity
+    image_slots: int = 1
+    # False: plain greedy list scheduling, where a wide cell may wait behind every narrow one
+    # (only the benchmark's comparison uses it).
+    reserve: bool = True
+    skipped: dict[str, str] = field(default_factory=dict)
+    pending: list[Job] = field(default_factory=list)
+    running: dict[str, Running] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+    free_gpus: list[str] = field(default_factory=list)
+    free_cores: list[int] = field(default_factory=list)
+    free: Need = field(default_factory=Need)
+
+    def __post_init__(self) -> None:
+        self.free = self.capacity.total
+        self.free_gpus = list(self.capacity.gpu_ids)
+        self.free_cores = list(self.capacity.core_ids)
+        keys = {job.key for job in self.jobs}
+        if len(keys) != len(self.jobs) or self.image_slots < 1:
+            raise ValueError("jobs need distinct keys, and image tasks at least one slot")
+        for job in self.jobs:
+            reason = None if job.image_task else too_big(job.need, self.capacity)
+            if job.after is not None and job.after not in keys:
+                reason = f"waits for {job.after}, which is not a job of this run"
+            if reason is not None:
+                self.skipped[job.key] = reason
+        self.pending = sorted(
+            (job for job in self.jobs if job.key not in self.skipped), key=self._order
+        )
+
+    @property
+    def done(self) -> bool:
+        """True when nothing is running or waiting."""
+        return not self.pending and not self.running
+
+    def starts(self, now: float) -> list[Start]:
+        """Start every job the policy allows now; each returned job is marked running."""
+        decided = self._start_image_tasks(now)
+        reservation: Reservation | None = None
+        for job in [j for j in self.pending if not j.image_task and self._ready(j)]:
+            if not job.need.fits(self.free):
+                if self.reserve:
+                    reservation = reservation or self._reserve(job, now)
+                continue
+            if reservation is not None:
+                allowed, reservation = self._backfill(job, now, reservation)
+                if not allowed:
+                    continue
+            decided.append(self._start(job, now))
+        return decided
+
+    def finish(self, key: str) -> None:
+        """Release what ``key`` held; the jobs waiting for it become ready."""
+        run = self.running.pop(key)
+        self.finished.add(key)
+        self.free = self.free + run.job.need
+        self.free_gpus = sorted([*self.free_gpus, *run.allocation.gpu_ids], key=_id_order)
+        self.free_cores = sorted([*self.free_cores, *run.allocation.core_ids])
+
+    def fail(self, key: str) -> list[Job]:
+        """Release ``key``, which failed, and drop the jobs waiting for it; returns those."""
+        self.finish(key)
+        dropped = [job for job in self.pending if job.after == key]
+        self.pending = [job for job in self.pending if job.after != key]
+        return dropped
+
+    def stuck(self) -> bool:
+        """True when jobs wait but none runs and none can start: a bug, never a user's input."""
+        return bool(self.pending) and not self.running
+
+    def _order(self, job: Job) -> tuple[float, int, str]:
+        if not job.image_task:
+            return priority(job)
+        # An image is wanted as early as its longest cell: build that one first.
+        waiting = [j.estimate_s for j in self.jobs if j.after == job.key]
+        return (-max(waiting, default=0.0), 0, job.key)
+
+    def _ready(self, job: Job) -> bool:
+        return job.after is None or job.after in self.finished
+
+    def _start_image_tasks(self, now: float) -> list[Start]:
+        busy = sum(1 for run in self.running.values() if run.job.image_task)
+        decided = []
+        for job in [j for j in self.pending if j.image_task]:
+            if busy >= self.image_slots:
+                break
+            self.pending.remove(job)
+            self.running[job.key] = Running(job, Allocation(), now)
+            decided.append(Start(job, Allocation()))
+            busy += 1
+        return decided
+
+    def _start(self, job: Job, now: float) -> Start:
+        gpus, self.free_gpus = self.free_gpus[: job.need.gpus], self.free_gpus[job.need.gpus :]
+        cores, self.free_cores = (
+            self.free_cores[: job.need.cores],
+            self.free_cores[job.need.cores :],
+        )
+        allocation = Allocation(tuple(gpus), tuple(cores), job.need.memory)
+        self.free = self.free - job.need
+        self.pending.remove(job)
+        self.running[job.key] = Running(job, allocation, now)
+        return Start(job, allocation)
+
+    def _reserve(self, job: Job, now: float) -> Reservation:
+        """The earliest time ``job`` fits if running cells end as estimated."""
+        available = self.free
+        cells = [run for run in self.running.values() if not run.job.image_task]
+        for run in sorted(cells, key=lambda r: r.expected_end(now)):
+            available = available + run.job.need
+            if job.need.fits(available):
+                return Reservation(job.key, run.expected_end(now), available - job.need)
+        return Reservation(job.key, math.inf, Need())
+
+    def _backfill(self, job: Job, now: float, held: Reservation) -> tuple[bool, Reservation]:
+        """May ``job`` start now without delaying the reserved cell? (and the updated spare)"""
+        if now + job.estimate_s <= held.shadow:
+            return True, held
+        if job.need.fits(held.extra):
+            return True, Reservation(held.key, held.shadow, held.extra - job.need)
+        return False, held
+
+
+def _id_order(gpu_id: str) -> tuple[int, str]:
+    return (int(gpu_id), "") if gpu_id.isdigit() else (1 << 30, gpu_id)
+
+
+def makespan_lower_bound(durations: Iterable[tuple[int, float]], gpus: int) -> float:
+    """``max(sum(gpus x duration) / GPUs, longest)`` for (gpu count, duration) pairs."""
+    pairs = list(durations)
+    if not pairs:
+        return 0.0
+    area = sum(count * seconds for count, seconds in pairs)
+    longest = max(seconds for _, seconds in pairs)
+    return max(area / max(gpus, 1), longest)
