@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,18 @@ def test_the_diff_command_on_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert f"Perhaps you meant `{tmp_path / 'results' / 'run-1'}`?" in capsys.readouterr().err
     assert main(["diff", str(tmp_path / "nowhere"), *args]) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_the_gate_fails_without_evidence_when_no_cell_was_decided(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A GPU shard on a host without GPUs: every cell of both tags skipped. No green for that.
+    skipped = [
+        replace(cell, outcome=Outcome.SKIPPED, reason="GPU cell needs 1 GPU(s); no GPU")
+        for cell in cpu_results()
+    ]
+    write_run(tmp_path, skipped)
+    assert not diff(skipped, "0.31.0", "0.32.0").evidence
+    assert main(["diff", str(tmp_path), "--baseline", "0.31.0", "--candidate", "0.32.0"]) == 1
+    assert "the gate has no evidence either way" in capsys.readouterr().err
+    assert diff(cpu_results(), "0.31.0", "0.32.0").evidence

@@ -44,4 +44,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(diff.to_json(upgrade), indent=2))
     else:
         print(visible(redact_text(diff.format_diff(upgrade)), multiline=True), end="")
+    if not upgrade.evidence:
+        print(
+            f"repromatrix: error: no cell has a decided outcome on both {args.baseline} and "
+            f"{args.candidate}: the gate has no evidence either way",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
     return EXIT_FAILURE if upgrade.worse else EXIT_OK

@@ -97,6 +97,12 @@ class UpgradeDiff:
         """Whether anything that worked on the baseline fails on the candidate."""
         return any(p.change is Change.NEWLY_FAILING for p in self.pairs)
 
+    @property
+    def evidence(self) -> bool:
+        """Whether any pair was decided on both tags (hit or avoided): without one, the gate
+        has no evidence either way (every cell skipped, failed to start or never ran)."""
+        return any(p.change is not Change.UNKNOWN for p in self.pairs)
+
     def of(self, change: Change) -> tuple[Pair, ...]:
         """The pairs with one kind of change."""
         return tuple(p for p in self.pairs if p.change is change)
