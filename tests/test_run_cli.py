@@ -234,3 +234,20 @@ def test_a_base_image_that_cannot_be_pulled_fails_its_cells_and_exits_3(tmp_path
         assert result.outcome is Outcome.INFRA_ERROR
         assert "pull of 127.0.0.1:9/python:3.11-slim failed" in result.reason
     assert "done: 3 infra_error" in done.stderr
+
+
+def test_a_gpu_shard_on_a_host_that_cannot_run_it_fails_instead_of_going_green(tmp_path: Path):
+    # The local backend runs no GPU cell, whatever GPUs the host has: asked for by lane and
+    # id, every one of them is skipped, and a run with no evidence must not exit 0.
+    done = repromatrix(
+        "run", "--lane", "gpu", "--only", "gpu/v0.32.0/h100/*/default/healthy-gpu/*",
+        "--backend", "local", "--results", str(tmp_path), "--run-id", "gpu-shard",
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert "cannot run on this host" in done.stderr
+    assert "skipped: GPU cell" in done.stderr  # one line per lane and reason, not per cell
+    found, problems = results.read_results(tmp_path / "gpu-shard")
+    assert problems == [] and found
+    assert all(r.outcome is Outcome.SKIPPED for r in found)
+    planned, _ = results.read_plan(tmp_path / "gpu-shard")
+    assert planned == {r.id for r in found}
