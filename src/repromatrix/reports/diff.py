@@ -28,7 +28,8 @@ from repromatrix.results.store import CellResult
 from repromatrix.results.verdicts import cause_line, one_line
 
 DIFF_SCHEMA_VERSION = 1
-_BROKEN = frozenset({Outcome.HIT, Outcome.OTHER_FAILURE, Outcome.TIMEOUT})
+# The outcomes of an image that did not serve: the upgrade gate and the upgrade view agree.
+BROKEN = frozenset({Outcome.HIT, Outcome.OTHER_FAILURE, Outcome.TIMEOUT})
 
 
 class Change(enum.StrEnum):
@@ -112,7 +113,7 @@ def classify(baseline: CellResult | None, candidate: CellResult | None) -> Chang
     """What the upgrade does to one pair."""
     before = baseline.outcome if baseline else None
     after = candidate.outcome if candidate else None
-    decided = {Outcome.AVOIDED, *_BROKEN}
+    decided = {Outcome.AVOIDED, *BROKEN}
     if before not in decided or after not in decided:
         return Change.UNKNOWN
     if before is Outcome.AVOIDED:

@@ -27,12 +27,12 @@ from types import MappingProxyType
 from typing import Any
 
 from repromatrix.model import Level, Outcome
+from repromatrix.reports.diff import BROKEN
 from repromatrix.reports.table import tag_key
 from repromatrix.results.verdicts import FAILING, Judged, shorten
 
 TRIGGER, BASELINE = "trigger", "baseline"
 CAUSE_CHARS = 90
-_FAILED = frozenset({Outcome.OTHER_FAILURE, Outcome.TIMEOUT, Outcome.HIT})
 
 
 class Safety(enum.StrEnum):
@@ -195,7 +195,7 @@ def safety_cell(items: Sequence[Judged]) -> SafetyCell:
             for j in items
             if j.result.variant in (TRIGGER, BASELINE)
             and j.level is Level.ENGINE
-            and j.result.outcome in _FAILED
+            and j.result.outcome in BROKEN
             and not (j.result.variant == TRIGGER and j.result.outcome is Outcome.HIT)
         )
     )
