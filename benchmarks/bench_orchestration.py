@@ -35,7 +35,6 @@ import docker
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from _runner_support import cell, fake_image  # noqa: E402
 from repromatrix.backends.base import Prepared  # noqa: E402
 from repromatrix.backends.docker_calls import ContainerSettings, Mount  # noqa: E402
 from repromatrix.backends.harness_spec import build_spec  # noqa: E402
@@ -49,6 +48,7 @@ from repromatrix.matrix.selector import Selector  # noqa: E402
 from repromatrix.model import Cell, Lane  # noqa: E402
 from repromatrix.results.store import write_result  # noqa: E402
 from repromatrix.run.cell import CellContext, cell_result, now_iso, run_cell  # noqa: E402
+from support.runner import cell, fake_image  # noqa: E402
 
 FAKE_ENTRYPOINT = ("/bin/sh", "/harness")
 MARK = "@@t "

