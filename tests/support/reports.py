@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.model import Expected, Outcome
-from repromatrix.results.store import CellResult, RootCause, Timings, write_result
+from repromatrix.reports.write import write_reports
+from repromatrix.results.store import CellResult, RootCause, Timings, cell_dir, write_result
 from support import factories
 
 KV_CAUSE_LINE = (
@@ -47,20 +48,6 @@ ENGINE_FAILED = (
 )
 
 
-def cell_id(
-    lane: str,
-    tag: str,
-    gpu: str,
-    model: str,
-    flagset: str,
-    scenario: str,
-    variant: str,
-    probe: bool = False,
-) -> str:
-    """A canonical cell id (see ``support.factories.cell_id``)."""
-    return factories.cell_id(lane, tag, gpu, model, flagset, scenario, variant, probe)
-
-
 def result(
     *,
     lane: str = "cpu",
@@ -91,7 +78,7 @@ def result(
     }
     defaults.update(fields)
     return CellResult(
-        id=cell_id(lane, tag, gpu, model, flagset, scenario, variant, probe),
+        id=factories.cell_id(lane, tag, gpu, model, flagset, scenario, variant, probe),
         outcome=outcome,
         expected=expected,
         lane=lane,
@@ -212,3 +199,20 @@ def mixed_run() -> list[CellResult]:
 def with_id(cell: CellResult, **changes: Any) -> CellResult:
     """A copy of ``cell`` with some fields changed (the id stays)."""
     return replace(cell, **changes)
+
+
+PAYLOAD = '<img src="http://127.0.0.1:9/x.png" onerror="window.pwned = 1">'
+
+
+def hostile_page(run_dir: Path) -> Path:
+    """A run whose root cause and log carry markup and script, reported; its compat.html."""
+    hostile = result(
+        tag="0.30.0",
+        expected=Expected.AVOIDED,
+        root_cause=RootCause(line=PAYLOAD, exception="ValueError", message=PAYLOAD),
+    )
+    write_run(run_dir, [*mixed_run(), hostile])
+    log = cell_dir(run_dir, hostile.id) / "log.txt"
+    log.write_text(f"start\n{PAYLOAD}\n<script>window.pwned = 2</script>\nend\n")
+    write_reports(run_dir)
+    return run_dir / "compat.html"

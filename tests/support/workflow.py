@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from support import paths
+from support.machine import program
 
 ROOT = paths.ROOT
 WORKFLOW = ROOT / ".github" / "workflows" / "compat-matrix.yml"
@@ -88,3 +89,12 @@ def calls(log: Path) -> list[list[str]]:
 def real_path(*first: Path) -> str:
     """PATH with ``first`` ahead of this venv (whose ``repromatrix`` is the checkout's)."""
     return os.pathsep.join([*map(str, first), str(VENV_BIN), os.environ["PATH"]])
+
+
+def check_schema(path: Path, schema: str) -> subprocess.CompletedProcess[str]:
+    """Validate ``path`` with check-jsonschema's built-in ``schema`` (offline); its result."""
+    tool = program("check-jsonschema")
+    assert tool, "the test is marked program('check-jsonschema')"
+    return subprocess.run(
+        [tool, "--builtin-schema", schema, str(path)], capture_output=True, text=True, check=False
+    )

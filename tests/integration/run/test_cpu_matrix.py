@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from repromatrix.backends.docker_calls import RUN_LABEL
 from repromatrix.model import Outcome
 from repromatrix.results import store as results
 from support import paths
+from support.cli import argv
 
 ROOT = paths.ROOT
 VERSIONS = ("0.31.0", "0.32.0")
@@ -55,10 +55,6 @@ class MatrixRun:
     resume_status: int
     resume_output: str
     rerun_output: str
-
-
-def repromatrix(*args: str) -> list[str]:
-    return [sys.executable, "-m", "repromatrix", *args]
 
 
 def containers_of(run_id: str) -> list[str]:
@@ -97,11 +93,11 @@ def interrupt_during_second_cell(args: list[str]) -> tuple[int, list[str]]:
 def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MatrixRun]:
     out = tmp_path_factory.mktemp("cpu-matrix")
     base = [*SELECTION, "--backend", "docker", "--results", str(out), "--run-id", RUN_ID]
-    status, lines = interrupt_during_second_cell(repromatrix("run", *base))
+    status, lines = interrupt_during_second_cell(argv("run", *base))
     left = containers_of(RUN_ID)
     kept = results.finished_ids(out / RUN_ID)
     resumed = subprocess.run(
-        repromatrix("run", *base, "--resume"),
+        argv("run", *base, "--resume"),
         cwd=ROOT,
         env=ENV,
         capture_output=True,
@@ -110,7 +106,7 @@ def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MatrixRun]:
         check=False,
     )
     rerun = subprocess.run(
-        repromatrix("run", *SELECTION, "--backend", "docker", "--prepare-only",
+        argv("run", *SELECTION, "--backend", "docker", "--prepare-only",
                     "--results", str(out)),
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip

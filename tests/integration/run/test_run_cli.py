@@ -15,24 +15,13 @@ from repromatrix.backends.docker_calls import RUN_LABEL
 from repromatrix.model import Outcome
 from repromatrix.results import store as results
 from support import paths
+from support.cli import repromatrix
 
 ROOT = paths.ROOT
 
 HEALTHY_032 = "cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/baseline"
 
 KV_032 = "cpu/0.32.0/cpu/tiny-llama/default/cpu-kv-cache-too-small/trigger"
-
-
-def repromatrix(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
-    return subprocess.run(
-        [sys.executable, "-m", "repromatrix", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
 
 
 @pytest.mark.docker

@@ -12,7 +12,6 @@ import json
 import re
 import shlex
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,7 @@ import yaml
 
 from repromatrix.cli import main
 from repromatrix.matrix.ci_jobs import IMAGE_SETUP_S, MARGIN
-from support.machine import program
-from support.workflow import ROOT, VENV_BIN, fake_tool, real_path, run_script
+from support.workflow import ROOT, VENV_BIN, check_schema, fake_tool, real_path, run_script
 
 BOOTSTRAP = ROOT / ".buildkite" / "pipeline.yml"
 USER_MATRIX = ROOT / "tests" / "data" / "fleet" / "matrix.yaml"
@@ -33,17 +31,6 @@ def plan(*args: str) -> str:
     with contextlib.chdir(ROOT), contextlib.redirect_stdout(printed):
         assert main(["plan", *args]) == 0
     return printed.getvalue()
-
-
-def check_schema(path: Path) -> subprocess.CompletedProcess[str]:
-    tool = program("check-jsonschema")
-    assert tool, "the test is marked program('check-jsonschema')"
-    return subprocess.run(
-        [tool, "--builtin-schema", "vendor.buildkite", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 def uploaded(script: str, build: int = 7) -> str:
@@ -58,11 +45,11 @@ def uploaded(script: str, build: int = 7) -> str:
 def test_the_pipeline_matches_buildkites_schema(tmp_path: Path, gate: list[str]) -> None:
     path = tmp_path / "pipeline.yml"
     path.write_text(plan("--format", "buildkite", *gate))
-    checked = check_schema(path)
+    checked = check_schema(path, "vendor.buildkite")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     path.write_text(path.read_text().replace("timeout_in_minutes: 360", "timeout_in_minutes: []"))
-    assert check_schema(path).returncode != 0
-    assert check_schema(BOOTSTRAP).returncode == 0
+    assert check_schema(path, "vendor.buildkite").returncode != 0
+    assert check_schema(BOOTSTRAP, "vendor.buildkite").returncode == 0
 
 
 def test_one_step_per_job_on_its_runners_queue_covers_every_cell() -> None:
@@ -155,7 +142,7 @@ def test_the_bootstrap_step_uploads_the_plan_of_the_builds_inputs(tmp_path: Path
     [step] = yaml.safe_load(BOOTSTRAP.read_text())["steps"]
     ran = run_script(uploaded(step["command"]), env, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
-    assert check_schema(tmp_path / "uploaded.yml").returncode == 0
+    assert check_schema(tmp_path / "uploaded.yml", "vendor.buildkite").returncode == 0
     pipeline = yaml.safe_load((tmp_path / "uploaded.yml").read_text())
     commands = [s["commands"][-1] for s in pipeline["steps"] if "commands" in s]
     assert commands and all("--matrix team.yaml" in c for c in commands)

@@ -20,6 +20,7 @@ from support.workflow import (
     WORKFLOW,
     argv_recorder,
     calls,
+    check_schema,
     fake_tool,
     load_workflow,
     real_path,
@@ -46,17 +47,6 @@ def workflow() -> dict[str, Any]:
     return load_workflow()
 
 
-def check_schema(path: Path) -> subprocess.CompletedProcess[str]:
-    tool = program("check-jsonschema")
-    assert tool, "the test is marked program('check-jsonschema')"
-    return subprocess.run(
-        [tool, "--builtin-schema", "vendor.github-workflows", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
 @pytest.mark.program("actionlint")
 def test_actionlint_accepts_the_workflow() -> None:
     linted = lint(WORKFLOW)
@@ -76,11 +66,11 @@ def test_actionlint_would_catch_a_broken_copy(tmp_path: Path) -> None:
 
 @pytest.mark.program("check-jsonschema")
 def test_the_github_workflow_schema_accepts_the_workflow(tmp_path: Path) -> None:
-    checked = check_schema(WORKFLOW)
+    checked = check_schema(WORKFLOW, "vendor.github-workflows")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     broken = tmp_path / "compat-matrix.yml"
     broken.write_text(WORKFLOW.read_text().replace("timeout-minutes: 360", "timeout-minutes: []"))
-    assert check_schema(broken).returncode != 0
+    assert check_schema(broken, "vendor.github-workflows").returncode != 0
 
 
 def test_dispatch_and_call_take_the_same_inputs(workflow: dict[str, Any]) -> None:

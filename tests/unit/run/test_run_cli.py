@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,21 +12,10 @@ from repromatrix.backends.docker_calls import RUN_LABEL
 from repromatrix.model import Outcome
 from repromatrix.results import store as results
 from support import paths
+from support.cli import repromatrix
 
 ROOT = paths.ROOT
 TOKEN = "hf_repromatrixDryRunToken42"
-
-
-def repromatrix(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
-    return subprocess.run(
-        [sys.executable, "-m", "repromatrix", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
 
 
 def test_dry_run_shows_the_exact_gpu_calls_without_an_engine_or_a_gpu(tmp_path: Path):
