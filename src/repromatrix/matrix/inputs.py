@@ -50,7 +50,11 @@ def _for_catalogue(
     can match no cell of this catalogue."""
     if DEFAULT_SCENARIOS in folders or not DEFAULT_SCENARIOS.is_dir():
         return matrix
-    check_references(matrix, (*scenarios, *load_scenarios(DEFAULT_SCENARIOS)))
+    try:
+        default = load_scenarios(DEFAULT_SCENARIOS)
+    except ConfigError:
+        return matrix  # not this matrix's catalogue: its rules must name the loaded scenarios
+    check_references(matrix, (*scenarios, *default))
     loaded = {scenario.id for scenario in scenarios}
     return dataclasses.replace(
         matrix,
