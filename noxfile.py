@@ -57,6 +57,16 @@ def matrix(session: nox.Session) -> None:
 
 
 @nox.session
+def zoo(session: nox.Session) -> None:
+    """The zoo of real start-up crashes (scenarios/zoo) on the CPU lane, each hit and avoided:
+    ``repromatrix run --lane cpu --scenarios scenarios/zoo``; more after ``--`` (``--only``)."""
+    _install(session)
+    session.run(
+        "repromatrix", "run", "--lane", "cpu", "--scenarios", "scenarios/zoo", *session.posargs
+    )
+
+
+@nox.session
 def rehearse(session: nox.Session) -> None:
     """The GPU lane for real against a local registry, vLLM on the CPU (needs Docker and
     Debian's docker-registry): a check of the plumbing, not of GPU kernels."""

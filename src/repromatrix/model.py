@@ -219,6 +219,8 @@ class Variant:
     # False: the launch's interrupt (``Launch.interrupt_after_s``) is not sent for this variant,
     # i.e. a start-up allowance long enough for warm-up (seed 004's workaround).
     interrupt: bool = True
+    # The model folder's files for this variant (``MODEL_FILES``), overriding the launch's.
+    model_files: str | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,21 @@ class Launch:
     lora_adapter_line: int = 0  # where the scenario file names it, for errors
     interrupt_after_s: float | None = None  # SIGTERM the server this long after start
     startup_timeout_s: float = 600.0
+    # The rank of the tiny LoRA adapter the CPU lane makes for ``lora_adapter`` (None: its own).
+    lora_rank: int | None = None
+    # Which files of the CPU lane's tiny model folder the server gets (``MODEL_FILES``).
+    model_files: str | None = None
+
+
+# A CPU-lane tiny model folder as served: whole, or broken in one documented way (made
+# locally from the whole folder, never fetched).
+MODEL_FILES: Mapping[str, str] = MappingProxyType(
+    {
+        "intact": "the whole folder",
+        "no-config": "the folder without config.json",
+        "corrupt-tokenizer": "tokenizer.json cut short (not valid JSON)",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -314,6 +331,12 @@ class Cell:
         if name is None or not self.flags.get("enable_lora"):
             return None
         return self.model.adapter(name)
+
+    @property
+    def model_files(self) -> str:
+        """Which files of the tiny model folder this cell serves: the variant's, else the
+        launch's, else ``intact``."""
+        return self.variant.model_files or self.scenario.launch.model_files or "intact"
 
     @property
     def watched(self) -> tuple[Scenario, ...]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from repromatrix.build.tinymodel import LORA_RANK
 from repromatrix.model import Cell, Image, Lane, Model
 
 if TYPE_CHECKING:
@@ -98,8 +99,15 @@ class Backend(Protocol):
         """vLLM's version as installed in a prepared image (None when it cannot be read)."""
         ...
 
-    def make_model(self, model: Model, prepared: Prepared, models_root: Path) -> TinyModel:
-        """Generate ``model``'s tiny model (and adapter) with the image's own Python, once."""
+    def make_model(
+        self,
+        model: Model,
+        prepared: Prepared,
+        models_root: Path,
+        lora_ranks: Sequence[int] = (LORA_RANK,),
+    ) -> TinyModel:
+        """Generate ``model``'s tiny model (and an adapter per rank) with the image's own
+        Python, once."""
         ...
 
     def alive(self) -> bool:

@@ -101,9 +101,16 @@ class LocalBackend:
         """Always: there is no engine to lose."""
         return True
 
-    def make_model(self, model: Model, prepared: Prepared, models_root: Path) -> TinyModel:
-        """Generate the tiny model with the virtualenv's own Python, once."""
-        return tinymodel.ensure_tiny_model(model, self.python_of(prepared), models_root)
+    def make_model(
+        self,
+        model: Model,
+        prepared: Prepared,
+        models_root: Path,
+        lora_ranks: Sequence[int] = (tinymodel.LORA_RANK,),
+    ) -> TinyModel:
+        """Generate the tiny model (an adapter per rank) with the virtualenv's Python, once."""
+        python = self.python_of(prepared)
+        return tinymodel.ensure_tiny_model(model, python, models_root, lora_ranks)
 
     def prepare(self, images: Sequence[Image]) -> Mapping[str, Prepared]:
         """Find or create each image's virtualenv; GPU-lane images are errors, not raised."""

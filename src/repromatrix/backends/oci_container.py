@@ -340,12 +340,20 @@ class DockerBackend:
         except ENGINE_ERRORS:
             return False
 
-    def make_model(self, model: Model, prepared: Prepared, models_root: Path) -> TinyModel:
-        """Generate the tiny model inside the image (its torch and transformers), once."""
+    def make_model(
+        self,
+        model: Model,
+        prepared: Prepared,
+        models_root: Path,
+        lora_ranks: Sequence[int] = (tinymodel.LORA_RANK,),
+    ) -> TinyModel:
+        """Generate the tiny model (an adapter per rank) inside the image, once."""
         tiny = tinymodel.tiny_model_for(model, models_root)
         models_root.mkdir(parents=True, exist_ok=True)
         root = str(models_root)
-        argv = tinymodel.generator_argv(model, str(tiny.path), script=GENERATOR_IN_IMAGE)
+        argv = tinymodel.generator_argv(
+            model, str(tiny.path), script=GENERATOR_IN_IMAGE, lora_ranks=lora_ranks
+        )
         done = self.run_tool(prepared.ref, argv, [Mount(root, root, read_only=False)])
         if not (done.exit_code == 0 and tiny.complete):
             tail = done.log.decode(errors="replace")[-images.OUTPUT_TAIL :]

@@ -6,13 +6,18 @@ names the cache folder ``.cache/models/<name>-<hash>/``, and
 ``harness/make_tiny_model.py`` writes it there once, inside a vLLM
 environment (the first CPU image, or a local virtualenv) because it needs
 torch and transformers. Cells mount the folder read-only. LoRA adapters for the
-model live in ``<folder>/adapters/lora-r<rank>/`` (PEFT format).
+model live in ``<folder>/adapters/lora-r<rank>/`` (PEFT format), one per rank a
+scenario asks for (``launch.lora_rank``). The zoo's broken model folders
+(``launch.model_files``: no ``config.json``, a corrupt tokenizer) are copies of
+the whole folder beside it, ``<folder>-<files>/``, broken here on the host by plain
+file operations: nothing is fetched.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +27,7 @@ from typing import Any
 
 from repromatrix.build.wheelhouse import CACHE_ROOT, OUTPUT_TAIL
 from repromatrix.errors import ConfigError, InfraError, Problem, suggest
-from repromatrix.model import MODEL_SHAPE, Model
+from repromatrix.model import MODEL_FILES, MODEL_SHAPE, Model
 
 MODELS_ROOT = CACHE_ROOT / "models"
 GENERATOR = "make_tiny_model.py"
@@ -57,6 +62,44 @@ class TinyModel:
     def has_adapter(self, rank: int = LORA_RANK) -> bool:
         """Whether the adapter of ``rank`` has been generated."""
         return _marker(self.adapter_path(rank)).is_file()
+
+    def files_path(self, files: str = "intact") -> Path:
+        """Where the folder served for ``files`` (a ``MODEL_FILES`` name) lies."""
+        return self.path if files == "intact" else self.path.with_name(f"{self.path.name}-{files}")
+
+
+def _drop_config(folder: Path) -> None:
+    (folder / "config.json").unlink()
+
+
+def _cut_tokenizer(folder: Path) -> None:
+    # Half of a JSON document: the tokenizer's own loader fails to parse it.
+    tokenizer = folder / "tokenizer.json"
+    data = tokenizer.read_bytes()
+    tokenizer.write_bytes(data[: len(data) // 2])
+
+
+BREAKERS = {"no-config": _drop_config, "corrupt-tokenizer": _cut_tokenizer}
+assert set(BREAKERS) == set(MODEL_FILES) - {"intact"}
+
+
+def ensure_model_files(tiny: TinyModel, files: str) -> Path:
+    """The folder served for ``files``: the whole model, or a broken copy of it made once
+    beside it (without its adapters); raises ``InfraError`` when the copy cannot be made."""
+    target = tiny.files_path(files)
+    if files == "intact" or _marker(target).is_file():
+        return target
+    partial = target.with_name(target.name + ".partial")
+    try:
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(tiny.path, partial, ignore=shutil.ignore_patterns("adapters"))
+        BREAKERS[files](partial)
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+        _marker(target).touch()
+    except OSError as exc:
+        raise InfraError(f"could not make the model folder {target}: {exc}") from exc
+    return target
 
 
 def recipe(model: Model) -> dict[str, Any]:

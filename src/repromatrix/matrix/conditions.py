@@ -36,7 +36,7 @@ MODEL_FACTS = (
     "head_dim",
 )
 GPU_FACTS = ("name", "runner_label", "count", "compute_capability", "memory_gib")
-LAUNCH_FACTS = ("mode", "lora_adapter", "interrupt_after_s")
+LAUNCH_FACTS = ("mode", "lora_adapter", "interrupt_after_s", "lora_rank", "model_files")
 
 
 @dataclass(frozen=True)

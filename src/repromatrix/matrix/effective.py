@@ -96,6 +96,8 @@ def run_key(cell: Cell) -> tuple[object, ...]:
         tuple(cell.flags.items()),
         tuple(sorted(cell.env.items())),
         cell.interrupt_after_s,
+        cell.model_files,
+        cell.scenario.launch.lora_rank,
     )
 
 

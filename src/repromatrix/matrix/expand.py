@@ -22,7 +22,7 @@ image, GPU, model and flag set; the image may be a tag the lane does not list).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packaging.version import Version
 
@@ -269,7 +269,10 @@ class _LaneWalk:
                 }
             )
             interrupt = scenario.launch.interrupt_after_s if variant.interrupt else None
-            facts = Facts(point.model, point.gpu, effective.flags, scenario.launch, interrupt)
+            # A variant's model folder is the cell's own launch fact, as its flags are.
+            files = variant.model_files or scenario.launch.model_files
+            launch = replace(scenario.launch, model_files=files)
+            facts = Facts(point.model, point.gpu, effective.flags, launch, interrupt)
             predicted: tuple[Scenario, ...] = ()
             if scenario.baseline and level is Level.ENGINE:
                 predicted = predicted_crashes(facts, self.catalogue, self.lane)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from repromatrix.errors import ConfigError, Problem
-from repromatrix.matrix.config import Matrix, load_matrix
-from repromatrix.matrix.scenarios import load_catalogue
+from repromatrix.matrix.config import Matrix, Rule, check_references, load_matrix
+from repromatrix.matrix.scenarios import load_catalogue, load_scenarios
 from repromatrix.model import Scenario
 
 DEFAULT_SCENARIOS = Path("scenarios")
@@ -37,4 +38,39 @@ def load_inputs(
         problems.extend(exc.problems)
     if problems or matrix is None or scenarios is None:
         raise ConfigError(problems)
-    return matrix, scenarios
+    return _for_catalogue(matrix, scenarios, scenario_dirs(scenarios_dir)), scenarios
+
+
+def _for_catalogue(
+    matrix: Matrix, scenarios: tuple[Scenario, ...], folders: Sequence[Path]
+) -> Matrix:
+    """The matrix as it applies to a catalogue without the default folder (``--scenarios
+    scenarios/zoo``): its rules are checked against the default catalogue too (a misspelt
+    name is still an error), then rules about scenarios not loaded are left out, since they
+    can match no cell of this catalogue."""
+    if DEFAULT_SCENARIOS in folders or not DEFAULT_SCENARIOS.is_dir():
+        return matrix
+    try:
+        default = load_scenarios(DEFAULT_SCENARIOS)
+    except ConfigError:
+        return matrix  # not this matrix's catalogue: its rules must name the loaded scenarios
+    check_references(matrix, (*scenarios, *default))
+    loaded = {scenario.id for scenario in scenarios}
+    return dataclasses.replace(
+        matrix,
+        exclude=_kept(matrix.exclude, loaded),
+        include=_kept(matrix.include, loaded),
+    )
+
+
+def _kept(rules: Sequence[Rule], loaded: Collection[str]) -> tuple[Rule, ...]:
+    """Each rule with only the loaded scenarios it names; a rule left with none is dropped."""
+    kept: list[Rule] = []
+    for rule in rules:
+        named = rule.match.get("scenario")
+        if named is None:
+            kept.append(rule)
+        elif named & set(loaded):
+            match = {**rule.match, "scenario": named & frozenset(loaded)}
+            kept.append(dataclasses.replace(rule, match=match))
+    return tuple(kept)

@@ -14,7 +14,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from repromatrix.model import DTYPE_BYTES, MODEL_SHAPE, Lane, LaunchMode, Level, PullPolicy
+from repromatrix.model import (
+    DTYPE_BYTES,
+    MODEL_FILES,
+    MODEL_SHAPE,
+    Lane,
+    LaunchMode,
+    Level,
+    PullPolicy,
+)
 
 # The axes a rule can name: the parts of a cell id, in order, and its level (engine or probe).
 ID_PARTS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant")
@@ -26,6 +34,12 @@ BASE_SOURCES = ("debootstrap", "image")
 VARIANT_KINDS = ("workaround", "control")
 MODEL_INTS = MODEL_SHAPE
 PULL_POLICIES = tuple(policy.value for policy in PullPolicy)
+MODEL_FILES_CHOICES = tuple(MODEL_FILES)
+FILES_DOC = (
+    "CPU lane: the tiny model folder as served ("
+    + ", ".join(f"{name}: {what}" for name, what in MODEL_FILES.items())
+    + ")"
+)
 
 
 @dataclass(frozen=True)
@@ -235,6 +249,8 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("flags", "flags", "engine arguments in snake_case"),
             Key("env", "env", "environment variables"),
             Key("lora_adapter", "text", "the LoRA adapter to load and request through"),
+            Key("lora_rank", "integer", "CPU lane: the rank of the tiny adapter made", minimum=1),
+            Key("model_files", "choice", FILES_DOC, choices=MODEL_FILES_CHOICES),
             Key("interrupt_after_s", "number_or_null", "SIGTERM the server this long after start"),
             Key("startup_timeout_s", "number_or_null", "how long start-up may take"),
         ),
@@ -255,6 +271,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("kind", "choice", "workaround or control", True, None, VARIANT_KINDS),
             Key("flags", "flags", "flags changed from the launch"),
             Key("interrupt", "boolean", "false drops the launch's interrupt"),
+            Key("model_files", "choice", FILES_DOC, choices=MODEL_FILES_CHOICES),
             Key("description", "text", "one line"),
         ),
     ),

@@ -31,6 +31,8 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "model_source": cell.model.source,
         "model_path": cell.model.path,
         "adapter": _adapter_json(cell),
+        "lora_rank": cell.scenario.launch.lora_rank,
+        "model_files": cell.model_files,
         "flagset": cell.flagset.name,
         "scenario": cell.scenario.id,
         "variant": cell.variant.name,
@@ -68,11 +70,18 @@ def _row(cell: Cell) -> tuple[str, ...]:
 
 
 def flags_text(cell: Cell) -> str:
-    """The effective flags, each marked with its source: ``max_lora_rank=256[f]``."""
-    return " ".join(
+    """The effective flags, each marked with its source: ``max_lora_rank=256[f]``; then the
+    tiny adapter's rank and a broken model folder, where the scenario asks for them."""
+    parts = [
         f"{name}={json.dumps(value)}[{SOURCE_MARKS.get(cell.flag_sources.get(name, ''), '?')}]"
         for name, value in cell.flags.items()
-    )
+    ]
+    if cell.scenario.launch.lora_rank is not None:
+        parts.append(f"lora_rank={cell.scenario.launch.lora_rank}[s]")
+    if cell.model_files != "intact" or cell.variant.model_files:
+        mark = "v" if cell.variant.model_files else "s"
+        parts.append(f"model_files={cell.model_files}[{mark}]")
+    return " ".join(parts)
 
 
 def format_table(cells: Sequence[Cell]) -> str:

@@ -30,6 +30,7 @@ from repromatrix.matrix.yamlsrc import (
     load_yaml,
 )
 from repromatrix.model import (
+    MODEL_FILES,
     Condition,
     FlagValue,
     Launch,
@@ -169,6 +170,21 @@ def _number(body: YMap, key: str, reader: Reader) -> float | None:
     return reader.number(node, f"`{key}`", positive=True)
 
 
+def _rank(node: YNode | None, reader: Reader) -> int | None:
+    return reader.integer(node, "`lora_rank`", minimum=1) if node is not None else None
+
+
+def _model_files(body: YMap, reader: Reader) -> str | None:
+    """``model_files``: one of ``MODEL_FILES`` (a CPU-lane tiny model folder as served)."""
+    text = _text(body, "model_files", reader)
+    if text is not None and text not in MODEL_FILES:
+        node = body.get("model_files")
+        message = f"`model_files` must be one of {', '.join(MODEL_FILES)}, not `{text}`."
+        reader.error((node or body).where, message + suggest(text, MODEL_FILES))
+        return None
+    return text
+
+
 def _trigger(node: YNode | None, reader: Reader) -> tuple[Condition, ...]:
     if node is None:
         return ()
@@ -252,6 +268,8 @@ def _launch(node: YNode | None, reader: Reader) -> Launch:
         lora_adapter_line=_line(body.get("lora_adapter")),
         interrupt_after_s=_number(body, "interrupt_after_s", reader),
         startup_timeout_s=_number(body, "startup_timeout_s", reader) or Launch.startup_timeout_s,
+        lora_rank=_rank(body.get("lora_rank"), reader),
+        model_files=_model_files(body, reader),
     )
 
 
@@ -310,9 +328,13 @@ def _variant(node: YNode, reader: Reader) -> Variant | None:
     flags = reader.flags(flags_node, "`flags`") if flags_node is not None else None
     interrupt_node = body.get("interrupt")
     interrupt = reader.boolean(interrupt_node, "`interrupt`") if interrupt_node else True
-    if not flags and interrupt is not False:
-        reader.error(body.where, "a variant must change something: `flags` or `interrupt: false`")
+    files = _model_files(body, reader)
+    if not flags and interrupt is not False and files is None:
+        reader.error(
+            body.where,
+            "a variant must change something: `flags`, `model_files` or `interrupt: false`",
+        )
     if name is None or kind not in VARIANT_KINDS:
         return None
     description = _text(body, "description", reader) or ""
-    return Variant(name, kind, frozen_flags(flags), description, interrupt is not False)
+    return Variant(name, kind, frozen_flags(flags), description, interrupt is not False, files)

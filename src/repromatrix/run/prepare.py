@@ -13,7 +13,7 @@ from pathlib import Path
 
 from repromatrix.backends.base import Backend, BackendKind, Host, Prepared
 from repromatrix.backends.harness_spec import model_path
-from repromatrix.build.tinymodel import TinyModel, tiny_model_for
+from repromatrix.build.tinymodel import LORA_RANK, TinyModel, ensure_model_files, tiny_model_for
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.heartbeat import heartbeat
 from repromatrix.model import Cell, Image, Lane, Level, Model
@@ -36,22 +36,38 @@ def make_models(
     models_root: Path,
     note: Callable[[str], None],
 ) -> dict[str, TinyModel | str]:
-    """Each CPU model the engine cells need, generated once: the model, or why it failed."""
+    """Each CPU model the engine cells need, generated once with every adapter rank and
+    broken folder they ask for: the model, or why it failed."""
     models: dict[str, Model] = {}
+    ranks: dict[str, set[int]] = {}
+    files: dict[str, set[str]] = {}
     first_image: dict[str, Prepared] = {}
     for cell in cells:
         image = prepared.get(cell.image.key)
         if cell.lane is Lane.CPU and cell.level is Level.ENGINE and image is not None:
             models.setdefault(cell.model.name, cell.model)
+            ranks.setdefault(cell.model.name, {LORA_RANK}).add(adapter_rank(cell))
+            files.setdefault(cell.model.name, set()).add(cell.model_files)
             if image.error is None:
                 first_image.setdefault(cell.model.name, image)
     made: dict[str, TinyModel | str] = {}
     for name, model in models.items():
         try:
-            made[name] = _make_model(backend, model, first_image.get(name), models_root, note)
+            needs = sorted(ranks[name])
+            tiny = _make_model(
+                backend, model, first_image.get(name), models_root, ranks=needs, note=note
+            )
+            for kind in sorted(files[name]):
+                ensure_model_files(tiny, kind)
+            made[name] = tiny
         except RepromatrixError as exc:
             made[name] = str(exc)
     return made
+
+
+def adapter_rank(cell: Cell) -> int:
+    """The rank of the tiny LoRA adapter a CPU cell is served: its scenario's, else 8."""
+    return cell.scenario.launch.lora_rank or LORA_RANK
 
 
 def _make_model(
@@ -59,15 +75,18 @@ def _make_model(
     model: Model,
     image: Prepared | None,
     models_root: Path,
+    *,
+    ranks: Sequence[int],
     note: Callable[[str], None],
 ) -> TinyModel:
     tiny = tiny_model_for(model, models_root)
-    if tiny.complete and tiny.has_adapter():
+    if tiny.complete and all(tiny.has_adapter(rank) for rank in ranks):
         return tiny
     if image is None:
         raise InfraError(f"tiny model {model.name}: no working image to generate it in")
-    with heartbeat(note, f"generating the tiny model {model.name} (once, cached in {tiny.path})"):
-        return backend.make_model(model, image, models_root)
+    what = f"the tiny model {model.name} (LoRA ranks {', '.join(map(str, ranks))})"
+    with heartbeat(note, f"generating {what} (once, cached in {tiny.path})"):
+        return backend.make_model(model, image, models_root, ranks)
 
 
 def image_versions(backend: Backend, prepared: Mapping[str, Prepared]) -> dict[str, str | None]:
@@ -99,9 +118,10 @@ def cell_contexts(
         if isinstance(model, str) and image is not None and image.error is None:
             contexts[cell.id] = CellContext(Prepared(image.image_key, image.ref, error=model), "")
         elif isinstance(model, TinyModel):
-            adapter = model.adapter_path() if cell.scenario.launch.lora_adapter else None
-            path = str(adapter) if adapter else None
-            contexts[cell.id] = CellContext(image, str(model.path), path, image_version=version)
+            adapter = model.adapter_path(adapter_rank(cell))
+            path = str(adapter) if cell.scenario.launch.lora_adapter else None
+            served = str(model.files_path(cell.model_files))
+            contexts[cell.id] = CellContext(image, served, path, image_version=version)
         else:
             path = model_path(cell, models_root)
             contexts[cell.id] = CellContext(image, path, image_version=version)

