@@ -15,23 +15,21 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from repromatrix.backends.oci_container import engine_available
 from repromatrix.model import Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import CellResult
+from support import paths
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.ROOT
 RUN_ID = "ci-zoo"
 RUN_S = 3600  # a cold cache builds the images and the tiny model's adapters first
 
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.vllm,
-    pytest.mark.skipif(not engine_available(), reason="no Docker engine answers"),
 ]
 
 

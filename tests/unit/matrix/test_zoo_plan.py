@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from _matrix_support import write
 from repromatrix import cli
 from repromatrix.backends.base import Prepared
 from repromatrix.build.tinymodel import TinyModel, ensure_model_files, tiny_model_for
@@ -21,8 +20,10 @@ from repromatrix.matrix.listing import flags_text
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.model import Cell, Expected, Lane, Model
 from repromatrix.run import prepare
+from support import paths
+from support.matrix import write
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.ROOT
 ZOO = ROOT / "scenarios" / "zoo"
 
 
