@@ -112,7 +112,11 @@ def _folder(node: YNode, reader: Reader) -> str | None:
     text = reader.text(node, "`path`")
     if text is None:
         return None
-    folder = Path(text).expanduser()
+    try:
+        folder = Path(text).expanduser()
+    except RuntimeError:  # `~name/...` for a user this host does not have
+        reader.error(node.where, f"`path` {text!r}: no home folder for its `~` here")
+        return None
     if not folder.is_absolute():
         folder = Path(node.where.file).resolve().parent / folder
     return str(folder)

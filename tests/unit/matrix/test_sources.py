@@ -233,3 +233,10 @@ def test_prepare_stops_at_a_missing_folder_before_downloading(tmp_path: Path) ->
 
     with pytest.raises(ConfigError, match=r"model `local-moe`: the folder .* does not exist"):
         prepare.run(prepare_args(tmp_path), download=never)
+
+
+def test_a_tilde_path_of_an_unknown_user_is_a_config_error(tmp_path: Path) -> None:
+    # `~.cache/x` (a slash forgotten) asks for the home of a user named `.cache`.
+    text = MODELS.replace("/srv/adapters/moe", "~nosuchuser.cache/adapter")
+    with pytest.raises(ConfigError, match="no home folder"):
+        load_matrix(write(tmp_path, "matrix.yaml", text))
