@@ -97,7 +97,10 @@ def interrupt_during_second_cell(args: list[str]) -> tuple[int, list[str]]:
 @pytest.fixture(scope="session")
 def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MatrixRun]:
     out = tmp_path_factory.mktemp("cpu-matrix")
-    base = [*SELECTION, "--backend", "docker", "--results", str(out), "--run-id", RUN_ID]
+    # One cell at a time: the interrupt comes while the second runs, after the first is saved
+    # (test_cpu_matrix_jobs.py runs 0.32.0's cells with --jobs 2).
+    base = [*SELECTION, "--backend", "docker", "--jobs", "1", "--results", str(out)]
+    base += ["--run-id", RUN_ID]
     status, lines = interrupt_during_second_cell(repromatrix("run", *base))
     left = containers_of(RUN_ID)
     kept = results.finished_ids(out / RUN_ID)
