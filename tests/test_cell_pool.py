@@ -8,6 +8,7 @@ exercised by ``test_schedule_docker.py`` and ``test_cpu_matrix_jobs.py``.
 from __future__ import annotations
 
 import io
+import re
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -96,10 +97,15 @@ def resources(gpus: int = 0, cores: int = 8, memory: int = 64 * GIB) -> HostReso
 
 
 def run(
-    tmp_path: Path, backend: Recorder, cells: Sequence[Cell], host: HostResources, **kw: Any
+    tmp_path: Path,
+    backend: Recorder,
+    cells: Sequence[Cell],
+    host: HostResources,
+    out: io.StringIO | None = None,
+    **kw: Any,
 ) -> dict[str, int]:
     contexts = {c.id: CellContext(Prepared(c.image.key, "img"), "/m") for c in cells}
-    progress = Progress(len(cells), out=io.StringIO())
+    progress = Progress(len(cells), out=out or io.StringIO())
     return run_cells(
         backend, cells, contexts, run_dir=tmp_path, run_id="t", progress=progress,
         resources=host, **kw,
@@ -148,21 +154,32 @@ def test_four_single_gpu_cells_run_together_on_four_gpus(tmp_path: Path):
 
 def test_jobs_caps_the_cells_at_once(tmp_path: Path):
     cells = [cell(variant=f"c{i}") for i in range(4)]
-    backend = Recorder(hold=together(2))
-    counts = run(tmp_path, backend, cells, resources(cores=8), jobs=2)
+    backend, out = Recorder(hold=together(2)), io.StringIO()
+    counts = run(tmp_path, backend, cells, resources(cores=8), out, jobs=2)
     assert backend.most == 2
     assert counts == {"other_failure": 4}  # each ended on its own, none by a broken barrier
+    # The scheduler's own count of running cells at each start (exact, unlike the recorder's).
+    assert max(at_once(out)) == 2
+
+
+def at_once(out: io.StringIO) -> list[int]:
+    """The cells running at each start, from the progress lines' ``(N other(s) running)``."""
+    lines = [line for line in out.getvalue().splitlines() if " start " in line]
+    return [
+        1 + int(re.findall(r"\((\d+) other\(s\) running\)", line + "(0 other(s) running)")[0])
+        for line in lines
+    ]
 
 
 def test_cores_and_memory_cap_the_cpu_cells_at_once(tmp_path: Path):
     # Each cell needs one core and 3 GiB plus its 256 KiB KV budget: 7 GiB holds two.
     cells = [cell(variant=f"c{i}") for i in range(4)]
-    backend = Recorder(hold=together(2))
-    run(tmp_path, backend, cells, resources(cores=8, memory=7 * GIB))
-    assert backend.most == 2
-    backend = Recorder(hold=together(1))
-    run(tmp_path / "one-core", backend, cells, resources(cores=1))
-    assert backend.most == 1
+    backend, out = Recorder(hold=together(2)), io.StringIO()
+    run(tmp_path, backend, cells, resources(cores=8, memory=7 * GIB), out)
+    assert backend.most == 2 and max(at_once(out)) == 2
+    backend, out = Recorder(hold=together(1)), io.StringIO()
+    run(tmp_path / "one-core", backend, cells, resources(cores=1), out)
+    assert backend.most == 1 and max(at_once(out)) == 1
 
 
 def test_a_hung_cell_does_not_block_the_others_and_ends_at_its_deadline(tmp_path: Path):
