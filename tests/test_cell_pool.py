@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from _runner_support import cell
-from repromatrix.backends.base import Execution, Placement, Prepared, Watcher
+from repromatrix.backends.base import Execution, Host, Placement, Prepared, Watcher
 from repromatrix.backends.docker_calls import ContainerSettings
 from repromatrix.backends.oci_container import DockerBackend
 from repromatrix.model import Cell, Lane, Outcome
@@ -28,7 +28,7 @@ from repromatrix.run.cell import CellContext
 from repromatrix.run.host_resources import HostGpu, HostResources
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB
-from repromatrix.run.stages import run_cells
+from repromatrix.run.stages import run_cells, runner_resources
 
 GUARD_S = 120.0  # only a broken test waits this long; it decides nothing
 UUIDS = {str(i): f"GPU-{i}{i}{i}{i}-uuid" for i in range(4)}
@@ -258,3 +258,13 @@ def test_the_docker_container_gets_exactly_the_scheduled_gpus(tmp_path: Path):
     assert "device_requests" not in backend.call_for(
         gpu, {}, Prepared("k", "i"), placement
     ).create_kwargs({})
+
+
+def test_the_pool_lends_the_runs_gpus_as_every_other_stage_sees_them(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-not-on-this-host")  # not read again here
+    host = Host(gpu_ids=("MIG-4f1c", "1"))
+    lent = runner_resources(host)
+    assert lent.gpu_ids == ("MIG-4f1c", "1")
+    assert lent.capacity(None).total.gpus == 2

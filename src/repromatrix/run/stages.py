@@ -233,7 +233,6 @@ def stage_cells(state: RunState, progress: Progress) -> RunState:
     written as soon as its cell ends."""
     assert state.backend is not None
     options = state.options
-    runnable = [c for c in state.todo if state.contexts[c.id].skip_reason is None]
     counts = run_cells(
         state.backend,
         state.todo,
@@ -241,7 +240,7 @@ def stage_cells(state: RunState, progress: Progress) -> RunState:
         run_dir=state.run_dir,
         run_id=state.run_id,
         progress=progress,
-        resources=runner_resources(runnable, options.gpus, rehearse=options.rehearse),
+        resources=runner_resources(state.host),
         jobs=options.jobs,
         rehearse=options.rehearse,
     )
@@ -280,7 +279,7 @@ def run_cells(
     ).items():
         progress.note(f"{count} {lane} cell(s) skipped: {reason}")
     progress.total = progress.to_run = len(runnable)
-    resources = resources or runner_resources(runnable, None, rehearse=rehearse)
+    resources = resources or runner_resources(Host())
     try:
         interrupted = run_pooled(
             where, runnable, resources, progress, counts, jobs=jobs, rehearse=rehearse
@@ -297,13 +296,12 @@ def run_cells(
     return counts
 
 
-def runner_resources(
-    cells: Sequence[Cell], gpus_option: str | None, *, rehearse: bool
-) -> HostResources:
-    """What this runner may lend the cells; the GPU variables are read only when a cell
-    needs a GPU (a CPU run must not fail on a ``CUDA_VISIBLE_DEVICES`` it does not use)."""
-    gpu = not rehearse and any(cell.lane is Lane.GPU for cell in cells)
-    return host_resources.detect(None if gpu else {}, gpus_option if gpu else None)
+def runner_resources(host: Host) -> HostResources:
+    """What this runner may lend cells: the run's GPUs (``host.gpu_ids``, as every other
+    stage sees them: ``--gpus``, the visible-devices variables, MIG ids too), with their
+    UUIDs where ``nvidia-smi -L`` lists them, this process's cores and the free memory."""
+    found = host_resources.detect(environ={}, gpus_option=None)
+    return replace(found, gpu_ids=host.gpu_ids)
 
 
 def stage_reports(state: RunState, progress: Progress) -> RunState:
