@@ -21,6 +21,7 @@ import pytest
 from _runner_support import cell
 from repromatrix.backends.base import Execution, Host, Placement, Prepared, Watcher
 from repromatrix.backends.docker_calls import ContainerSettings
+from repromatrix.backends.local import LocalBackend, kill_tagged
 from repromatrix.backends.oci_container import DockerBackend
 from repromatrix.model import Cell, Lane, Outcome
 from repromatrix.results import store
@@ -268,3 +269,29 @@ def test_the_pool_lends_the_runs_gpus_as_every_other_stage_sees_them(
     lent = runner_resources(host)
     assert lent.gpu_ids == ("MIG-4f1c", "1")
     assert lent.capacity(None).total.gpus == 2
+
+
+def test_the_local_backend_stops_one_cell_and_its_children(tmp_path: Path):
+    # A stand-in for the venv's python: a harness that starts a child and hangs.
+    fake = tmp_path / "venv" / "bin" / "python3"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\nsleep 600 &\necho up\nwait\n")
+    fake.chmod(0o755)
+    backend = LocalBackend(tmp_path / "venvs", environ={"PATH": "/usr/bin:/bin"})
+    one, up = cell(variant="hangs", deadline_s=GUARD_S), threading.Event()
+    done: list[Execution] = []
+
+    def watch(chunk: bytes) -> bool:
+        up.set()
+        return False
+
+    prepared = Prepared("k", str(tmp_path / "venv"))
+    thread = threading.Thread(target=lambda: done.append(backend.execute(one, {}, prepared, watch)))
+    thread.start()
+    assert up.wait(GUARD_S)
+    token = backend.tokens[one.id]
+    backend.stop(one.id)
+    thread.join(GUARD_S)
+    assert done and not done[0].timed_out and done[0].exit_code != 0
+    assert kill_tagged(token) == 0  # the child went with its cell
+    backend.close()
