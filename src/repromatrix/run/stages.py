@@ -7,9 +7,9 @@ Cells run as many at once as the runner's GPUs, cores and memory and ``--jobs``
 allow (``cell_pool``, ``pool``), each with a live ``Triager`` on its output so a
 cell stops as soon as its root cause is named, and each result is written the
 moment the cell ends, so an interrupted run keeps everything it finished and
-``--resume`` does the rest. Whatever goes
-wrong inside one cell becomes that cell's outcome (``cell.run_cell``); only an
-interrupt ends a run early, and then nothing the run started is left behind.
+``--resume`` does the rest. Whatever goes wrong inside one cell becomes that
+cell's outcome (``cell.run_cell``); only an interrupt ends a run early, and then
+nothing the run started is left behind.
 """
 
 from __future__ import annotations
