@@ -14,9 +14,9 @@ with +-30% noise (re-runs vary), and none measured (the class estimates of
 ``cell_needs``: every crash cell looks alike, so does every healthy one).
 
 ``--real`` also runs a few real CPU-lane cells (vLLM in Docker, images built by a
-matrix run) through the same ``Pool`` with ``--jobs 1`` and then ``--jobs 2``, and
-prints the wall-clock ratio and whether every cell's outcome is the same. It starts
-engines: run it alone (``flock /tmp/repromatrix-engine.lock``).
+matrix run) through the real command, ``repromatrix run --jobs 1`` and then
+``--jobs 2``, and prints the wall-clock ratio and whether every cell's outcome is
+the same. It starts engines: run it alone (``flock /tmp/repromatrix-engine.lock``).
 
 Usage: ``python benchmarks/bench_schedule.py [--seeds N] [--cells N] [--real [GLOB]]``.
 """
@@ -27,7 +27,6 @@ import argparse
 import random
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,10 +136,8 @@ def real_cpu_lane(selection: str) -> None:
     print(f"\nreal CPU lane: {selection}")
     outcomes, wall = {}, {}
     for jobs in (1, 2):
-        started = time.monotonic()
-        outcomes[jobs] = run_real(selection, jobs)
-        wall[jobs] = time.monotonic() - started
-        print(f"  --jobs {jobs}: {wall[jobs]:6.1f} s")
+        wall[jobs], outcomes[jobs] = run_real(selection, jobs)
+        print(f"  repromatrix run --jobs {jobs}: {wall[jobs]:6.1f} s")
     for cell_id in sorted(outcomes[1]):
         print(f"    {outcomes[1][cell_id]:<14} {outcomes[2].get(cell_id, '-'):<14} {cell_id}")
     same = "yes" if outcomes[1] == outcomes[2] else "NO"

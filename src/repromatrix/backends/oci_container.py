@@ -26,8 +26,9 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest
 from requests.exceptions import RequestException
 
-from repromatrix.backends.base import Execution, Prepared, Watcher
+from repromatrix.backends.base import Execution, Placement, Prepared, Watcher
 from repromatrix.backends.docker_calls import (
+    CELL_LABEL,
     RUN_LABEL,
     VERSION_ARGV,
     ContainerCall,
@@ -173,6 +174,7 @@ class DockerBackend:
         self.build_logs = build_logs  # each build's whole output goes to <key>.log here
         self.failed: dict[str, Prepared] = {}  # images that failed before their build (staging)
         self._closed = False
+        self._stopped: set[str] = set()  # cells asked to stop: a container made later goes too
 
     def prepare(self, images: Sequence[Image]) -> Mapping[str, Prepared]:
         """Make each image once: reuse an existing tag, else pull and build; failures recorded."""
@@ -313,11 +315,35 @@ class DockerBackend:
         return None
 
     def execute(
-        self, cell: Cell, spec: Mapping[str, Any], prepared: Prepared, watch: Watcher
+        self,
+        cell: Cell,
+        spec: Mapping[str, Any],
+        prepared: Prepared,
+        watch: Watcher,
+        placement: Placement | None = None,
     ) -> Execution:
         """Run ``cell``'s harness in a fresh container; engine failures become ``infra_error``."""
-        plan = container_call(cell, spec, prepared.ref, self.settings[cell.lane], self.run_id)
-        return self.run_plan(plan, cell.deadline_s, watch)
+        return self.run_plan(self.call_for(cell, spec, prepared, placement), cell.deadline_s, watch)
+
+    def call_for(
+        self,
+        cell: Cell,
+        spec: Mapping[str, Any],
+        prepared: Prepared,
+        placement: Placement | None = None,
+    ) -> ContainerCall:
+        """The container ``execute`` creates: on the scheduler's GPUs when it placed the cell."""
+        ids = placement.gpu_ids if placement is not None else None
+        settings = self.settings[cell.lane]
+        return container_call(cell, spec, prepared.ref, settings, self.run_id, device_ids=ids)
+
+    def stop(self, cell_id: str) -> None:
+        """Kill and remove this run's containers of ``cell_id`` (found by their labels)."""
+        self._stopped.add(cell_id)  # before the listing: see ``_container``
+        labels = [f"{RUN_LABEL}={self.run_id}", f"{CELL_LABEL}={cell_id}"]
+        with suppress(*ENGINE_ERRORS):
+            for container in self.client.containers.list(all=True, filters={"label": labels}):
+                self._remove(container)
 
     def run_tool(
         self, image: str, argv: Sequence[str], mounts: Sequence[Mount], deadline_s: float = 900.0
@@ -375,10 +401,12 @@ class DockerBackend:
                 state = self._final_state(container)
                 log = self._logs(container, secrets) if seen.stream_error else bytes(seen.log)
         except ENGINE_ERRORS as exc:
+            stopped = plan.labels.get(CELL_LABEL) in self._stopped
+            why = "stopped on request" if stopped else f"Docker engine failed: {_one_line(exc)}"
             return Execution(
                 exit_code=None,
                 log=redact(bytes(seen.log), secrets),
-                infra_error=f"Docker engine failed: {_one_line(exc)}",
+                infra_error=why,
                 total_s=time.monotonic() - started,
             )
         return Execution(
@@ -396,6 +424,10 @@ class DockerBackend:
         container: Container | None = None
         try:
             container = self.client.containers.create(**docker_kwargs(plan, self.environ))
+            if plan.labels.get(CELL_LABEL) in self._stopped:
+                # Made after ``stop`` listed this cell's containers: it must not run to its
+                # deadline while the run waits for the cell's thread.
+                raise InfraError("the cell was stopped before its container started")
             yield container
         finally:
             if container is not None:

@@ -66,6 +66,15 @@ def add_parser(subparsers: Any) -> None:
         "check of the GPU lane's plumbing (see `repromatrix rehearse`), not of GPU kernels",
     )
     parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=None,
+        metavar="N",
+        help="run at most N cells at once (default: as many as this runner's GPUs, cores and "
+        "free memory allow; each GPU cell holds its own GPUs, each CPU cell a core and its "
+        "memory); --jobs 1 runs them one after another",
+    )
+    parser.add_argument(
         "--dockerfiles",
         type=Path,
         default=Path("dockerfiles"),
@@ -94,6 +103,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         rehearse=args.rehearse,
         pull=args.pull,
         gpus=args.gpus,
+        jobs=args.jobs,
     )
 
 
@@ -122,6 +132,13 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_INFRA if failed or skipped else EXIT_OK
+
+
+def _jobs(text: str) -> int:
+    """``--jobs``: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1")
+    return int(text)
 
 
 def _prepared_status(state: RunState) -> int:

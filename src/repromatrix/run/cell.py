@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from repromatrix.backends.base import Backend, Execution, Prepared
+from repromatrix.backends.base import Backend, Execution, Placement, Prepared
 from repromatrix.backends.harness_spec import build_spec
 from repromatrix.errors import RepromatrixError
 from repromatrix.model import Cell
@@ -61,26 +61,33 @@ class CellRun:
     status: HarnessStatus | None = None
 
 
-def execute_cell(backend: Backend, cell: Cell, context: CellContext) -> CellRun:
-    """Run one cell on ``backend`` and decide its outcome from the facts."""
+def execute_cell(
+    backend: Backend, cell: Cell, context: CellContext, placement: Placement | None = None
+) -> CellRun:
+    """Run one cell on ``backend`` (on ``placement``) and decide its outcome from the facts."""
     assert context.prepared is not None
     spec = build_spec(cell, context.model_path, adapter_path=context.adapter_path)
     watch, triager = make_watcher(cell)
-    execution = backend.execute(cell, spec, context.prepared, watch)
+    execution = backend.execute(cell, spec, context.prepared, watch, placement)
     status = outcome.parse_status(execution.log)
     diagnosis = triager.diagnose(oom_killed=execution.oom_killed)
     return CellRun(outcome.decide(cell, execution, status, diagnosis), execution, status)
 
 
-def run_cell(backend: Backend, cell: Cell, context: CellContext) -> CellRun:
-    """One cell, every failure mapped to an outcome here; only an interrupt escapes."""
+def run_cell(
+    backend: Backend, cell: Cell, context: CellContext, placement: Placement | None = None
+) -> CellRun:
+    """One cell, every failure mapped to an outcome here; only an interrupt escapes.
+
+    Safe to call from several threads at once: each call has its own triager and log.
+    """
     if context.skip_reason is not None:
         return CellRun(outcome.skipped(context.skip_reason), NOT_RUN)
     if context.prepared is None or context.prepared.error is not None:
         why = context.prepared.error if context.prepared else "image was not prepared"
         return CellRun(outcome.infra_error(f"image not available: {why}"), NOT_RUN)
     try:
-        return execute_cell(backend, cell, context)
+        return execute_cell(backend, cell, context, placement)
     except RepromatrixError as exc:
         return CellRun(outcome.infra_error(str(exc)), NOT_RUN)
     except Exception as exc:

@@ -147,9 +147,10 @@ def too_big(need: Need, capacity: Capacity) -> str | None:
     return "needs " + " and ".join(parts) if parts else None
 
 
-def priority(job: Job) -> tuple[float, int, str]:
-    """Sort key: longest estimate first, then the wider job, then the key (deterministic)."""
-    return (-job.estimate_s, -job.need.gpus, job.key)
+def priority(job: Job) -> tuple[float, int]:
+    """Sort key: longest estimate first, then the wider job; the sort is stable, so equal
+    jobs keep the order they were given in (the plan's order: ``--jobs 1`` runs it as is)."""
+    return (-job.estimate_s, -job.need.gpus)
 
 
 @dataclass
@@ -232,12 +233,12 @@ class Planner:
         """True when jobs wait but none runs and none can start: a bug, never a user's input."""
         return bool(self.pending) and not self.running
 
-    def _order(self, job: Job) -> tuple[float, int, str]:
+    def _order(self, job: Job) -> tuple[float, int]:
         if not job.image_task:
             return priority(job)
         # An image is wanted as early as its longest cell: build that one first.
         waiting = [j.estimate_s for j in self.jobs if j.after == job.key]
-        return (-max(waiting, default=0.0), 0, job.key)
+        return (-max(waiting, default=0.0), 0)
 
     def _ready(self, job: Job) -> bool:
         return job.after is None or job.after in self.finished

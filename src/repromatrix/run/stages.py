@@ -3,12 +3,13 @@
 Each stage is a small function from one ``RunState`` to the next, listed in
 ``STAGES`` in the order they run; the work itself is done by functions that
 take the narrow values they need (``prepare.py``, ``cell.py``, the backend).
-Cells run one at a time (an engine start takes every core), each with a live
-``Triager`` on its output so a cell stops as soon as its root cause is named,
-and each result is written the moment the cell ends, so an interrupted run
-keeps everything it finished and ``--resume`` does the rest. Whatever goes
-wrong inside one cell becomes that cell's outcome (``cell.run_cell``); only an
-interrupt ends a run early, and then nothing the run started is left behind.
+Cells run as many at once as the runner's GPUs, cores and memory and ``--jobs``
+allow (``cell_pool``, ``pool``), each with a live ``Triager`` on its output so a
+cell stops as soon as its root cause is named, and each result is written the
+moment the cell ends, so an interrupted run keeps everything it finished and
+``--resume`` does the rest. Whatever goes wrong inside one cell becomes that
+cell's outcome (``cell.run_cell``); only an interrupt ends a run early, and then
+nothing the run started is left behind.
 """
 
 from __future__ import annotations
@@ -26,20 +27,21 @@ from types import FrameType
 from repromatrix.backends import registry
 from repromatrix.backends.base import Backend, BackendKind, Host, Setup
 from repromatrix.build.wheelhouse import CACHE_ROOT
-from repromatrix.errors import ConfigError, InfraError, UsageError
+from repromatrix.errors import ConfigError, UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_local
-from repromatrix.model import Cell, Lane, Outcome
+from repromatrix.model import Cell, Lane
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
-from repromatrix.results.store import CellResult
-from repromatrix.run import dry_run, prepare
-from repromatrix.run.cell import CellContext, cell_result, now_iso, run_cell
+from repromatrix.run import dry_run, host_resources, prepare
+from repromatrix.run.cell import CellContext, now_iso, run_cell
+from repromatrix.run.cell_pool import BackendDown, Ran, Where, run_pooled, save
 from repromatrix.run.claim import RunClaim, claim
 from repromatrix.run.host import detect_host
+from repromatrix.run.host_resources import HostResources
 from repromatrix.run.progress import Progress
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
@@ -65,6 +67,7 @@ class RunOptions:
     rehearse: bool = False  # GPU-lane cells run without their device request (a rehearsal)
     pull: str | None = None  # always | missing | never for every image, over each one's own
     gpus: str | None = None  # --gpus: the GPUs this runner may use (default: from the env)
+    jobs: int | None = None  # --jobs: cells at once at most (None: as the runner's resources allow)
 
     @property
     def models_root(self) -> Path:
@@ -226,8 +229,10 @@ def stage_prepare(state: RunState, progress: Progress) -> RunState:
 
 
 def stage_cells(state: RunState, progress: Progress) -> RunState:
-    """Run the cells one at a time, writing each result as soon as it ends."""
+    """Run the cells, as many at once as the runner and ``--jobs`` allow, each result
+    written as soon as its cell ends."""
     assert state.backend is not None
+    options = state.options
     counts = run_cells(
         state.backend,
         state.todo,
@@ -235,6 +240,9 @@ def stage_cells(state: RunState, progress: Progress) -> RunState:
         run_dir=state.run_dir,
         run_id=state.run_id,
         progress=progress,
+        resources=runner_resources(state.host),
+        jobs=options.jobs,
+        rehearse=options.rehearse,
     )
     return replace(state, outcomes=counts)
 
@@ -247,68 +255,53 @@ def run_cells(
     run_dir: Path,
     run_id: str,
     progress: Progress,
+    resources: HostResources | None = None,
+    jobs: int | None = None,
+    rehearse: bool = False,
 ) -> dict[str, int]:
-    """Run ``cells`` in order on ``backend``, saving each result the moment it ends.
+    """Run ``cells`` on ``backend``, as many at once as ``resources`` and ``jobs`` allow,
+    saving each result the moment it ends (``cell_pool``).
 
     Cells this host cannot run are saved as skipped first and summarised in one
     line per lane and reason, not one line each. When a cell fails because the
     backend itself died (the Docker engine stopped answering), no further cell
     is started against it: they keep no result, so ``--resume`` runs them later.
+    An interrupt stops every running cell and re-raises once the pool has ended.
     """
+    where = Where(backend, contexts, run_dir, run_id)
     counts: dict[str, int] = {}
     skipped = [cell for cell in cells if contexts[cell.id].skip_reason is not None]
     runnable = [cell for cell in cells if contexts[cell.id].skip_reason is None]
     for cell in skipped:
-        _save(backend, cell, contexts[cell.id], run_dir=run_dir, run_id=run_id, counts=counts)
+        save(where, cell, Ran(now_iso(), run_cell(backend, cell, contexts[cell.id])), counts)
     for (lane, reason), count in Counter(
         (cell.lane.value, contexts[cell.id].skip_reason) for cell in skipped
     ).items():
         progress.note(f"{count} {lane} cell(s) skipped: {reason}")
     progress.total = progress.to_run = len(runnable)
-    for cell in runnable:
-        progress.start(cell.id)
-        result = _save(
-            backend, cell, contexts[cell.id], run_dir=run_dir, run_id=run_id, counts=counts
+    resources = resources or runner_resources(Host())
+    try:
+        interrupted = run_pooled(
+            where, runnable, resources, progress, counts, jobs=jobs, rehearse=rehearse
         )
-        progress.end(cell.id, result.outcome.value, _short(result.reason))
-        if _engine_failed(result, contexts[cell.id]) and not backend.alive():
-            left = len(runnable) - runnable.index(cell) - 1
-            progress.note(
-                f"the {backend.name} backend stopped answering: {left} cell(s) not started; "
-                "`repromatrix run --resume` runs them once it is back"
-            )
-            break
+    except BackendDown:
+        left = len(runnable) - (sum(counts.values()) - len(skipped))
+        progress.note(
+            f"the {backend.name} backend stopped answering: {left} cell(s) not started; "
+            "`repromatrix run --resume` runs them once it is back"
+        )
+        return counts
+    if interrupted:
+        raise KeyboardInterrupt  # every finished cell is saved; the caller cleans up
     return counts
 
 
-def _engine_failed(result: CellResult, context: CellContext) -> bool:
-    """Whether the cell ran on a ready image and still failed for the machine's reasons."""
-    ready = context.prepared is not None and context.prepared.error is None
-    return ready and result.outcome is Outcome.INFRA_ERROR
-
-
-def _save(
-    backend: Backend,
-    cell: Cell,
-    context: CellContext,
-    *,
-    run_dir: Path,
-    run_id: str,
-    counts: dict[str, int],
-) -> CellResult:
-    """Run one cell (a skipped one only records why), save its result, count its outcome."""
-    started_at = now_iso()
-    run = run_cell(backend, cell, context)
-    result = cell_result(cell, run, context=context, run_id=run_id, started_at=started_at)
-    try:
-        store.write_result(run_dir, result, run.execution.log)
-    except OSError as exc:
-        # A full disk or a read-only folder: the write left nothing half-done (it renames a
-        # finished file), and the run must stop here with one clear line.
-        why = exc.strerror or str(exc)
-        raise InfraError(f"cannot save the result of {cell.id} under {run_dir}: {why}") from exc
-    counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1
-    return result
+def runner_resources(host: Host) -> HostResources:
+    """What this runner may lend cells: the run's GPUs (``host.gpu_ids``, as every other
+    stage sees them: ``--gpus``, the visible-devices variables, MIG ids too), with their
+    UUIDs where ``nvidia-smi -L`` lists them, this process's cores and the free memory."""
+    found = host_resources.detect(environ={}, gpus_option=None)
+    return replace(found, gpu_ids=host.gpu_ids)
 
 
 def stage_reports(state: RunState, progress: Progress) -> RunState:
@@ -361,11 +354,6 @@ def execute_run(
 
 def _doing(options: RunOptions) -> str:
     return "described, nothing started" if options.dry_run else "prepared, no cell is run"
-
-
-def _short(reason: str, width: int = 160) -> str:
-    line = reason.strip().splitlines()[0] if reason.strip() else ""
-    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 @contextmanager

@@ -11,7 +11,6 @@ so images are built and engines started once.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -19,22 +18,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
 import pytest
 
-from repromatrix.backends.docker_calls import RUN_LABEL
 from repromatrix.model import Outcome
 from repromatrix.results import store as results
 from support import paths
-from support.cli import argv
+from support.cli import ENV, TOKEN, argv
+from support.runner import containers_of
 
 ROOT = paths.ROOT
 VERSIONS = ("0.31.0", "0.32.0")
 SELECTION = ["--lane", "cpu", "--only", "cpu/0.3{1,2}.0/cpu/tiny-llama/*"]
 RUN_ID = "ci-cpu-matrix"
 # A token-shaped value in the run's environment: containers get it, nothing may keep it.
-TOKEN = "hf_repromatrixNotARealToken0123456789"
-ENV = {**os.environ, "HF_TOKEN": TOKEN}
 BUILD_AND_RUN_S = 3600  # a cold cache builds two images first: minutes on 2 cores
 
 pytestmark = [
@@ -55,15 +51,6 @@ class MatrixRun:
     resume_status: int
     resume_output: str
     rerun_output: str
-
-
-def containers_of(run_id: str) -> list[str]:
-    client = docker.from_env()
-    try:
-        found = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"})
-        return [c.name for c in found]
-    finally:
-        client.close()
 
 
 def interrupt_during_second_cell(args: list[str]) -> tuple[int, list[str]]:
@@ -92,7 +79,10 @@ def interrupt_during_second_cell(args: list[str]) -> tuple[int, list[str]]:
 @pytest.fixture(scope="session")
 def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MatrixRun]:
     out = tmp_path_factory.mktemp("cpu-matrix")
-    base = [*SELECTION, "--backend", "docker", "--results", str(out), "--run-id", RUN_ID]
+    # One cell at a time: the interrupt comes while the second runs, after the first is saved
+    # (test_cpu_matrix_jobs.py runs 0.32.0's cells with --jobs 2).
+    base = [*SELECTION, "--backend", "docker", "--jobs", "1", "--results", str(out)]
+    base += ["--run-id", RUN_ID]
     status, lines = interrupt_during_second_cell(argv("run", *base))
     left = containers_of(RUN_ID)
     kept = results.finished_ids(out / RUN_ID)

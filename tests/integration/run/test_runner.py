@@ -161,6 +161,7 @@ def test_an_engine_that_disappears_mid_run_fails_the_cells_not_the_run(tmp_path:
     out = io.StringIO()
     killer = threading.Thread(target=kill_engine_when_second_starts)
     state = run_state(tmp_path, backend, [first, second, third], image)
+    state = replace(state, options=replace(state.options, jobs=1))  # the third starts after
     progress = Progress(3, out=out)
     try:
         # The first cell runs before the watcher thread looks: start it after.

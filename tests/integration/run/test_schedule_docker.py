@@ -12,7 +12,7 @@ import docker
 import pytest
 
 from repromatrix.backends.base import Execution, Prepared
-from repromatrix.backends.docker_calls import CELL_LABEL, RUN_LABEL, ContainerSettings
+from repromatrix.backends.docker_calls import RUN_LABEL, ContainerSettings
 from repromatrix.backends.oci_container import DockerBackend
 from repromatrix.model import Lane
 from repromatrix.run.pool import Pool, Ticket
@@ -59,12 +59,7 @@ def test_ctrl_c_stops_and_removes_every_running_container(backend: DockerBackend
     def sleeper(ticket: Ticket) -> str:
         one = next(c for c in sleepers if c.id == ticket.key)
 
-        def stop() -> None:  # what the run's cancel hook does: kill the cell's container
-            labels = [f"{RUN_LABEL}={backend.run_id}", f"{CELL_LABEL}={one.id}"]
-            for container in backend.client.containers.list(filters={"label": labels}):
-                container.kill()
-
-        ticket.on_cancel(stop)
+        ticket.on_cancel(lambda: backend.stop(one.id))  # the run's cancel hook
         executions[one.id] = backend.execute(one, {"act": "sleep"}, Prepared("k", image), _no)
         return "ended"
 
@@ -83,8 +78,8 @@ def test_ctrl_c_stops_and_removes_every_running_container(backend: DockerBackend
     assert report.interrupted
     assert report.cancelled == tuple(sorted(c.id for c in sleepers))
     assert containers(backend.run_id) == []  # gone before the backend's close() sweeps
-    for execution in executions.values():
-        assert execution.exit_code == 137 and not execution.timed_out  # killed, not timed out
+    for execution in executions.values():  # killed and removed, not timed out
+        assert not execution.timed_out and execution.exit_code in (137, None)
 
 
 def _no(_chunk: bytes) -> bool:

@@ -92,6 +92,8 @@ def test_render_writes_the_same_bytes_and_tags_twice(tmp_path: Path):
         (["--only", "cpu/0.99.0/*"], "matches nothing"),
         (["--matrix", "no-such.yaml"], "no-such.yaml"),
         (["--resume", "--results", "/nonexistent/results"], "no earlier run"),
+        (["--jobs", "0"], "at least 1"),
+        (["--jobs", "two"], "at least 1"),
     ],
 )
 def test_bad_input_is_one_clear_message_and_exit_2(args: list[str], message: str):

@@ -1,0 +1,297 @@
+"""The cell stage through the pool: GPUs never shared, limits held, hung cells alone, skips.
+
+A recording backend stands behind the project's ``Backend`` interface (pure
+wiring logic: what the stage hands the backend, and when); the real engine is
+exercised by ``test_schedule_docker.py`` and ``test_cpu_matrix_jobs.py``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from repromatrix.backends.base import Execution, Host, Placement, Prepared, Watcher
+from repromatrix.backends.docker_calls import ContainerSettings
+from repromatrix.backends.local import LocalBackend, kill_tagged
+from repromatrix.backends.oci_container import DockerBackend
+from repromatrix.model import Cell, Lane, Outcome
+from repromatrix.results import store
+from repromatrix.run.cell import CellContext
+from repromatrix.run.host_resources import HostGpu, HostResources
+from repromatrix.run.progress import Progress
+from repromatrix.run.schedule import GIB
+from repromatrix.run.stages import run_cells, runner_resources
+from support.runner import cell
+
+GUARD_S = 120.0  # only a broken test waits this long; it decides nothing
+UUIDS = {str(i): f"GPU-{i}{i}{i}{i}-uuid" for i in range(4)}
+
+
+@dataclass
+class Recorder:
+    """A backend that records what ran at once; ``hold`` decides when each cell may end."""
+
+    hold: Callable[[Cell, threading.Event], Execution] = lambda _c, _e: Execution(0, b"")
+    name: str = "recorder"
+    running: dict[str, Placement | None] = field(default_factory=dict)
+    most: int = 0
+    clashes: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    placements: dict[str, Placement | None] = field(default_factory=dict)
+    events: dict[str, threading.Event] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def execute(
+        self,
+        cell: Cell,
+        spec: Mapping[str, Any],
+        prepared: Prepared,
+        watch: Watcher,
+        placement: Placement | None = None,
+    ) -> Execution:
+        stop = self.events.setdefault(cell.id, threading.Event())
+        with self.lock:
+            held = {g for p in self.running.values() if p and p.gpu_ids for g in p.gpu_ids}
+            mine = set(placement.gpu_ids or ()) if placement else set()
+            if held & mine:
+                self.clashes.append(f"{cell.id} got {sorted(mine)} while {sorted(held)} held")
+            self.running[cell.id] = placement
+            self.placements[cell.id] = placement
+            self.most = max(self.most, len(self.running))
+        try:
+            return self.hold(cell, stop)
+        finally:
+            with self.lock:
+                del self.running[cell.id]
+
+    def stop(self, cell_id: str) -> None:
+        self.stopped.append(cell_id)
+        self.events.setdefault(cell_id, threading.Event()).set()
+
+    def alive(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    def prepare(self, images: Sequence[Any]) -> Mapping[str, Prepared]:
+        raise NotImplementedError
+
+    def vllm_version(self, prepared: Prepared) -> str | None:
+        raise NotImplementedError
+
+    def make_model(self, model: Any, prepared: Prepared, models_root: Path) -> Any:
+        raise NotImplementedError
+
+
+def resources(gpus: int = 0, cores: int = 8, memory: int = 64 * GIB) -> HostResources:
+    listed = tuple(HostGpu(str(i), "H200", UUIDS[str(i)]) for i in range(gpus))
+    return HostResources(listed, tuple(g.index for g in listed), tuple(range(cores)), memory)
+
+
+def run(
+    tmp_path: Path,
+    backend: Recorder,
+    cells: Sequence[Cell],
+    host: HostResources,
+    out: io.StringIO | None = None,
+    **kw: Any,
+) -> dict[str, int]:
+    contexts = {c.id: CellContext(Prepared(c.image.key, "img"), "/m") for c in cells}
+    progress = Progress(len(cells), out=out or io.StringIO())
+    return run_cells(
+        backend, cells, contexts, run_dir=tmp_path, run_id="t", progress=progress,
+        resources=host, **kw,
+    )  # fmt: skip
+
+
+def saved(tmp_path: Path) -> dict[str, store.CellResult]:
+    found, problems = store.read_results(tmp_path)
+    assert problems == []
+    return {r.id: r for r in found}
+
+
+def together(count: int) -> Callable[[Cell, threading.Event], Execution]:
+    """Cells that end only once ``count`` of them run at the same time."""
+    barrier = threading.Barrier(count, timeout=GUARD_S)
+
+    def hold(_cell: Cell, _stop: threading.Event) -> Execution:
+        barrier.wait()
+        return Execution(0, b"")
+
+    return hold
+
+
+def test_no_two_running_gpu_cells_share_a_gpu_and_the_engine_gets_uuids(tmp_path: Path):
+    cells = [cell(Lane.GPU, gpus=1, variant=f"one-{i}") for i in range(4)]
+    cells += [cell(Lane.GPU, gpus=2, variant=f"two-{i}") for i in range(3)]
+    backend = Recorder()
+    run(tmp_path, backend, cells, resources(gpus=4))
+    assert backend.clashes == []
+    assert len(saved(tmp_path)) == 7
+    for one in cells:
+        placement = backend.placements[one.id]
+        assert placement is not None and placement.gpu_ids is not None
+        assert len(placement.gpu_ids) == one.gpu.count
+        assert set(placement.gpu_ids) <= set(UUIDS.values())
+
+
+def test_four_single_gpu_cells_run_together_on_four_gpus(tmp_path: Path):
+    cells = [cell(Lane.GPU, gpus=1, variant=f"one-{i}") for i in range(4)]
+    backend = Recorder(hold=together(4))  # serial execution would break the barrier
+    run(tmp_path, backend, cells, resources(gpus=4))
+    assert backend.most == 4 and backend.clashes == []
+    ids = [backend.placements[c.id].gpu_ids for c in cells]  # type: ignore[union-attr]
+    assert sorted(i for one in ids for i in one or ()) == sorted(UUIDS.values())
+
+
+def test_jobs_caps_the_cells_at_once(tmp_path: Path):
+    cells = [cell(variant=f"c{i}") for i in range(4)]
+    backend, out = Recorder(hold=together(2)), io.StringIO()
+    counts = run(tmp_path, backend, cells, resources(cores=8), out, jobs=2)
+    assert backend.most == 2
+    assert counts == {"other_failure": 4}  # each ended on its own, none by a broken barrier
+    # The scheduler's own count of running cells at each start (exact, unlike the recorder's).
+    assert max(at_once(out)) == 2
+
+
+def at_once(out: io.StringIO) -> list[int]:
+    """The cells running at each start, from the progress lines' ``(N other(s) running)``."""
+    lines = [line for line in out.getvalue().splitlines() if " start " in line]
+    return [
+        1 + int(re.findall(r"\((\d+) other\(s\) running\)", line + "(0 other(s) running)")[0])
+        for line in lines
+    ]
+
+
+def test_cores_and_memory_cap_the_cpu_cells_at_once(tmp_path: Path):
+    # Each cell needs one core and 3 GiB plus its 256 KiB KV budget: 7 GiB holds two.
+    cells = [cell(variant=f"c{i}") for i in range(4)]
+    backend, out = Recorder(hold=together(2)), io.StringIO()
+    run(tmp_path, backend, cells, resources(cores=8, memory=7 * GIB), out)
+    assert backend.most == 2 and max(at_once(out)) == 2
+    backend, out = Recorder(hold=together(1)), io.StringIO()
+    run(tmp_path / "one-core", backend, cells, resources(cores=1), out)
+    assert backend.most == 1 and max(at_once(out)) == 1
+
+
+def test_a_hung_cell_does_not_block_the_others_and_ends_at_its_deadline(tmp_path: Path):
+    hung = cell(variant="hung", deadline_s=1)
+    others = [cell(variant=f"quick-{i}") for i in range(3)]
+    started = threading.Event()
+    ended: list[str] = []
+
+    def hold(one: Cell, stop: threading.Event) -> Execution:
+        if one is hung:
+            started.set()
+            # What a backend does: wait for the cell to end or its deadline, then stop it.
+            timed_out = not stop.wait(one.deadline_s)
+            ended.append(one.variant.name)
+            return Execution(None, b"", timed_out=timed_out)
+        assert started.wait(GUARD_S)
+        ended.append(one.variant.name)
+        return Execution(0, b"")
+
+    run(tmp_path, Recorder(hold=hold), [hung, *others], resources(cores=4))
+    assert ended[-1] == "hung" and len(ended) == 4
+    assert saved(tmp_path)[hung.id].outcome is Outcome.TIMEOUT
+
+
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("sigint_raises")
+def test_ctrl_c_stops_every_running_cell_and_keeps_the_finished_ones(tmp_path: Path):
+    quick = cell(variant="quick")
+    hung = [cell(variant=f"hung-{i}") for i in range(2)]
+    main = threading.get_ident()
+
+    def hold(one: Cell, stop: threading.Event) -> Execution:
+        if one is quick:
+            return Execution(0, b"")
+        if one is hung[0]:  # once the quick cell is saved, Ctrl-C the run
+            while not (tmp_path / "cells").exists() or not saved(tmp_path):
+                assert not stop.wait(0.05)
+            signal.pthread_kill(main, signal.SIGINT)
+        assert stop.wait(GUARD_S), "the cell was never stopped"
+        return Execution(137, b"killed")
+
+    backend = Recorder(hold=hold)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, backend, [quick, *hung], resources(cores=4))
+    assert sorted(backend.stopped) == sorted(c.id for c in hung)
+    assert list(saved(tmp_path)) == [quick.id]  # the stopped cells are left to --resume
+
+
+def test_a_cell_too_big_for_the_runner_is_skipped_with_the_reason(tmp_path: Path):
+    wide, narrow = cell(Lane.GPU, gpus=4, variant="wide"), cell(Lane.GPU, gpus=1, variant="one")
+    backend = Recorder()
+    counts = run(tmp_path, backend, [wide, narrow], resources(gpus=2))
+    results = saved(tmp_path)
+    assert results[wide.id].outcome is Outcome.SKIPPED
+    assert "needs 4 GPU(s)" in results[wide.id].reason and "0, 1" in results[wide.id].reason
+    assert wide.id not in backend.placements and narrow.id in backend.placements
+    assert counts["skipped"] == 1
+
+
+def test_the_docker_container_gets_exactly_the_scheduled_gpus(tmp_path: Path):
+    gpu = cell(Lane.GPU, gpus=2)
+    backend = DockerBackend("t", {Lane.GPU: ContainerSettings()}, client=object())  # type: ignore[arg-type]
+    placement = Placement(gpu_ids=(UUIDS["2"], UUIDS["3"]))
+    call = backend.call_for(gpu, {}, Prepared(gpu.image.key, "img"), placement)
+    kwargs = call.create_kwargs({})
+    assert kwargs["device_requests"][0]["device_ids"] == [UUIDS["2"], UUIDS["3"]]
+    assert kwargs["environment"]["NVIDIA_VISIBLE_DEVICES"] == f"{UUIDS['2']},{UUIDS['3']}"
+    rehearsal = replace(ContainerSettings(), devices=False)
+    backend.settings[Lane.GPU] = rehearsal
+    assert "device_requests" not in backend.call_for(
+        gpu, {}, Prepared("k", "i"), placement
+    ).create_kwargs({})
+
+
+def test_the_pool_lends_the_runs_gpus_as_every_other_stage_sees_them(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-not-on-this-host")  # not read again here
+    host = Host(gpu_ids=("MIG-4f1c", "1"))
+    lent = runner_resources(host)
+    assert lent.gpu_ids == ("MIG-4f1c", "1")
+    assert lent.capacity(None).total.gpus == 2
+
+
+def test_the_local_backend_stops_one_cell_and_its_children(tmp_path: Path):
+    # A stand-in for the venv's python: a harness that starts a child and hangs.
+    fake = tmp_path / "venv" / "bin" / "python3"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\nsleep 600 &\necho up\nwait\n")
+    fake.chmod(0o755)
+    backend = LocalBackend(tmp_path / "venvs", environ={"PATH": "/usr/bin:/bin"})
+    one, up = cell(variant="hangs", deadline_s=GUARD_S), threading.Event()
+    done: list[Execution] = []
+
+    def watch(chunk: bytes) -> bool:
+        up.set()
+        return False
+
+    prepared = Prepared("k", str(tmp_path / "venv"))
+    thread = threading.Thread(target=lambda: done.append(backend.execute(one, {}, prepared, watch)))
+    thread.start()
+    assert up.wait(GUARD_S)
+    token = backend.tokens[one.id]
+    backend.stop(one.id)
+    thread.join(GUARD_S)
+    assert done and not done[0].timed_out and done[0].exit_code != 0
+    assert kill_tagged(token) == 0  # the child went with its cell
+    backend.close()
