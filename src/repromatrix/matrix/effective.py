@@ -96,6 +96,7 @@ def run_key(cell: Cell) -> tuple[object, ...]:
         tuple(cell.flags.items()),
         tuple(sorted(cell.env.items())),
         cell.interrupt_after_s,
+        cell.container,  # a variant may change only the container (its shm, memory, port)
     )
 
 

@@ -17,7 +17,13 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from repromatrix.errors import ConfigError, Problem, suggest
 from repromatrix.matrix.conditions import subject_problem
 from repromatrix.matrix.keys import BASELINE_FORBIDDEN, CRASH_REQUIRED, VARIANT_KINDS, section
-from repromatrix.matrix.scenario_parts import read_lanes, read_probe, read_signatures, read_source
+from repromatrix.matrix.scenario_parts import (
+    read_container,
+    read_lanes,
+    read_probe,
+    read_signatures,
+    read_source,
+)
 from repromatrix.matrix.yamlsrc import (
     Reader,
     Where,
@@ -31,6 +37,7 @@ from repromatrix.matrix.yamlsrc import (
 )
 from repromatrix.model import (
     Condition,
+    ContainerOptions,
     FlagValue,
     Launch,
     LaunchMode,
@@ -252,6 +259,7 @@ def _launch(node: YNode | None, reader: Reader) -> Launch:
         lora_adapter_line=_line(body.get("lora_adapter")),
         interrupt_after_s=_number(body, "interrupt_after_s", reader),
         startup_timeout_s=_number(body, "startup_timeout_s", reader) or Launch.startup_timeout_s,
+        container=read_container(body.get("container"), reader),
     )
 
 
@@ -310,9 +318,14 @@ def _variant(node: YNode, reader: Reader) -> Variant | None:
     flags = reader.flags(flags_node, "`flags`") if flags_node is not None else None
     interrupt_node = body.get("interrupt")
     interrupt = reader.boolean(interrupt_node, "`interrupt`") if interrupt_node else True
-    if not flags and interrupt is not False:
-        reader.error(body.where, "a variant must change something: `flags` or `interrupt: false`")
+    container = read_container(body.get("container"), reader)
+    if not flags and interrupt is not False and container == ContainerOptions():
+        reader.error(
+            body.where,
+            "a variant must change something: `flags`, `container` or `interrupt: false`",
+        )
     if name is None or kind not in VARIANT_KINDS:
         return None
     description = _text(body, "description", reader) or ""
-    return Variant(name, kind, frozen_flags(flags), description, interrupt is not False)
+    flagged = frozen_flags(flags)
+    return Variant(name, kind, flagged, description, interrupt is not False, container)
