@@ -184,7 +184,8 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
         f"{affected}: `affected` `>=0.31.0,<<0.31.1` is not a version specifier set "
         "(e.g. `>=0.31.0,<0.31.1rc0` or `all`)",
         f"{at(text, '{name: trigger')}: duplicate variant `trigger` (`trigger` is reserved)",
-        f"{at(text, '{name: x')}: a variant must change something: `flags` or `interrupt: false`",
+        f"{at(text, '{name: x')}: a variant must change something: `flags`, `container` or "
+        "`interrupt: false`",
         f"{at(text, 'fix')}: `kind` must be `workaround` or `control`, not `fix`",
     ]
 

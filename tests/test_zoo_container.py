@@ -138,9 +138,8 @@ def test_bad_container_options_are_each_reported(tmp_path: Path):
 
 def test_the_held_port_makes_a_second_bind_fail_with_address_in_use():
     port = harness.free_port()
-    with harness.hold_port(port), socket.socket() as other:
-        with pytest.raises(OSError) as info:
-            other.bind(("127.0.0.1", port))
+    with harness.hold_port(port), socket.socket() as other, pytest.raises(OSError) as info:
+        other.bind(("127.0.0.1", port))
     assert info.value.errno == errno.EADDRINUSE
 
 
@@ -177,3 +176,13 @@ def test_a_snapshot_names_live_processes_by_their_title(tmp_path: Path):
     assert sorted(seen) == [5, 8]  # the zombie is already gone
     assert (seen[5].name, seen[8].name) == ("VLLM::EngineCore", "python3")
     assert seen[5].rss_bytes == 256 * oomwatch.PAGE
+
+
+def test_the_local_backend_skips_what_needs_a_container_but_holds_a_port_itself():
+    from repromatrix.backends.base import Host  # noqa: PLC0415
+    from repromatrix.backends.local import LocalKind  # noqa: PLC0415
+
+    local = LocalKind()
+    for scenario in ("cpu-memory-limit", "cpu-shm-too-small", "cpu-libnuma-missing"):
+        assert "needs Docker" in (local.skip_reason(zoo_cells(scenario)["trigger"], Host()) or "")
+    assert local.skip_reason(zoo_cells("cpu-port-taken")["trigger"], Host()) is None
