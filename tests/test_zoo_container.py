@@ -64,6 +64,9 @@ def test_the_memory_limit_goes_to_the_container_with_swap_included():
     trigger, workaround = create_kwargs(cells["trigger"]), create_kwargs(cells["memory-8g"])
     assert (trigger["mem_limit"], trigger["memswap_limit"]) == ("1g", "1g")
     assert (workaround["mem_limit"], workaround["memswap_limit"]) == ("8g", "8g")
+    gpu = create_kwargs(zoo_cells("cpu-memory-limit", Lane.GPU)["trigger"])
+    assert (gpu["mem_limit"], gpu["ipc_mode"]) == ("1g", "host")
+    assert "mem_limit" not in create_kwargs(zoo_cells("cpu-port-taken")["trigger"])
 
 
 def test_the_scenario_shm_replaces_the_lanes_and_gives_gpu_cells_a_private_one():
