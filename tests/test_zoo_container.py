@@ -62,10 +62,10 @@ def test_a_variant_changing_only_the_container_is_not_planned_as_its_trigger():
 def test_the_memory_limit_goes_to_the_container_with_swap_included():
     cells = zoo_cells("cpu-memory-limit")
     trigger, workaround = create_kwargs(cells["trigger"]), create_kwargs(cells["memory-8g"])
-    assert (trigger["mem_limit"], trigger["memswap_limit"]) == ("1g", "1g")
+    assert (trigger["mem_limit"], trigger["memswap_limit"]) == ("1500m", "1500m")
     assert (workaround["mem_limit"], workaround["memswap_limit"]) == ("8g", "8g")
     gpu = create_kwargs(zoo_cells("cpu-memory-limit", Lane.GPU)["trigger"])
-    assert (gpu["mem_limit"], gpu["ipc_mode"]) == ("1g", "host")
+    assert (gpu["mem_limit"], gpu["ipc_mode"]) == ("1500m", "host")
     assert "mem_limit" not in create_kwargs(zoo_cells("cpu-port-taken")["trigger"])
 
 
