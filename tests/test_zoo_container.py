@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import errno
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from _matrix_support import write
+from repromatrix.backends.base import Execution, Prepared
 from repromatrix.backends.docker_calls import ContainerSettings, container_call
 from repromatrix.backends.harness_spec import build_spec
 from repromatrix.build.render import image_tag, render_files
@@ -21,7 +23,8 @@ from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_catalogue, load_scenario
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, ContainerOptions, Lane
+from repromatrix.model import Cell, ContainerOptions, Lane, Outcome
+from repromatrix.run.cell import CellContext, execute_cell
 
 REPO = Path(__file__).resolve().parents[1]
 ZOO = ("cpu-port-taken", "cpu-memory-limit", "cpu-shm-too-small", "cpu-libnuma-missing")
@@ -189,3 +192,32 @@ def test_the_local_backend_skips_what_needs_a_container_but_holds_a_port_itself(
     for scenario in ("cpu-memory-limit", "cpu-shm-too-small", "cpu-libnuma-missing"):
         assert "needs Docker" in (local.skip_reason(zoo_cells(scenario)["trigger"], Host()) or "")
     assert local.skip_reason(zoo_cells("cpu-port-taken")["trigger"], Host()) is None
+
+
+KILLED_LOG = (
+    b"INFO 11-30 19:25:01 [api_server.py:1] vLLM API server version 0.32.0\n"
+    b"[repromatrix harness] Memory cgroup out of memory: Killed process 42 (VLLM::Worker) "
+    b"anon-rss:689032kB (cgroup oom_kill count 1, memory limit 1572864000)\n"
+    b'@@repromatrix-status {"answered": false, "exit_code": -9, "ready": false, '
+    b'"oom_killed": [{"pid": 42, "name": "VLLM::Worker"}]}\n'
+)
+
+
+class KilledBackend:
+    """A backend whose container ran and whose Docker state did not say OOMKilled."""
+
+    def execute(
+        self, cell: object, spec: object, prepared: object, watch: Callable[[bytes], bool]
+    ) -> Execution:
+        watch(KILLED_LOG)  # the runner triages the stream as it arrives
+        return Execution(exit_code=1, log=KILLED_LOG, oom_killed=False)
+
+
+def test_the_harness_oom_report_makes_the_cell_oom_killed_and_a_hit_naming_the_worker():
+    cell = zoo_cells("cpu-memory-limit")["trigger"]
+    context = CellContext(Prepared(cell.image.key, "img"), "/m")
+    run = execute_cell(KilledBackend(), cell, context)  # type: ignore[arg-type]
+    assert run.status is not None and run.status.oom_killed == ("VLLM::Worker",)
+    assert run.execution.oom_killed is True
+    assert run.decision.outcome is Outcome.HIT
+    assert "Killed process 42 (VLLM::Worker)" in run.decision.reason

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from repromatrix.backends.base import Backend, Execution, Prepared
@@ -68,6 +68,9 @@ def execute_cell(backend: Backend, cell: Cell, context: CellContext) -> CellRun:
     watch, triager = make_watcher(cell)
     execution = backend.execute(cell, spec, context.prepared, watch)
     status = outcome.parse_status(execution.log)
+    if status is not None and status.oom_killed:
+        # Docker's OOMKilled can miss a killed grandchild; the harness's cgroup count does not.
+        execution = replace(execution, oom_killed=True)
     diagnosis = triager.diagnose(oom_killed=execution.oom_killed)
     return CellRun(outcome.decide(cell, execution, status, diagnosis), execution, status)
 
