@@ -94,6 +94,8 @@ class Image:
     ref: str
     version: Version | None
     pull: PullPolicy = PullPolicy.MISSING
+    # An image variant a scenario asks for (``no-libnuma``): its own key, render and tag.
+    variant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,33 @@ class Signature:
 
 
 @dataclass(frozen=True)
+class ContainerOptions:
+    """What a scenario (or one of its variants) changes about the cell's container and harness.
+
+    ``None`` (``False`` for ``port_taken`` on a launch) keeps the lane's own: its
+    ``shm_size``, no memory limit, a free port, the normal image. A variant's options
+    override the launch's one by one (``merged``).
+    """
+
+    shm_size: str | None = None  # docker --shm-size, e.g. "1m"
+    memory: str | None = None  # docker --memory (swap included), e.g. "1500m"
+    port_taken: bool | None = None  # the harness holds vLLM's port before starting it
+    image: str | None = None  # an image variant ("no-libnuma"); "": the lane's normal image
+
+    def merged(self, over: ContainerOptions) -> ContainerOptions:
+        """These options with every option ``over`` sets put over them."""
+        return ContainerOptions(
+            shm_size=over.shm_size if over.shm_size is not None else self.shm_size,
+            memory=over.memory if over.memory is not None else self.memory,
+            port_taken=over.port_taken if over.port_taken is not None else self.port_taken,
+            image=over.image if over.image is not None else self.image,
+        )
+
+
+NO_CONTAINER_OPTIONS = ContainerOptions()
+
+
+@dataclass(frozen=True)
 class Variant:
     """A flag change on a scenario's launch: the trigger itself, a control, or a workaround."""
 
@@ -221,6 +250,7 @@ class Variant:
     interrupt: bool = True
     # The model folder's files for this variant (``MODEL_FILES``), overriding the launch's.
     model_files: str | None = None
+    container: ContainerOptions = NO_CONTAINER_OPTIONS  # overrides on the launch's
 
 
 @dataclass(frozen=True)
@@ -238,6 +268,7 @@ class Launch:
     lora_rank: int | None = None
     # Which files of the CPU lane's tiny model folder the server gets (``MODEL_FILES``).
     model_files: str | None = None
+    container: ContainerOptions = NO_CONTAINER_OPTIONS
 
 
 # A CPU-lane tiny model folder as served: whole, or broken in one documented way (made
@@ -323,6 +354,8 @@ class Cell:
     expected_scenario: str | None = None
     # Ids of identical effective cells this one is planned and run for.
     same_as: tuple[str, ...] = ()
+    # The launch's container options with the variant's over them (shm, memory, port, image).
+    container: ContainerOptions = NO_CONTAINER_OPTIONS
 
     @property
     def adapter(self) -> Adapter | None:

@@ -205,6 +205,8 @@ def container_call(
         mounts.append(Mount(settings.hf_cache, HF_CACHE_TARGET))
         environment["HF_HOME"] = HF_CACHE_TARGET
     gpu = cell.lane is Lane.GPU
+    # A scenario's own /dev/shm gives GPU cells a private one too, in place of the host's.
+    private_shm = not gpu or cell.container.shm_size is not None
     needed = cell.gpu.count if gpu and settings.devices else 0
     ids = _device_ids(needed, device_ids, settings.gpu_ids)
     if ids:
@@ -219,11 +221,11 @@ def container_call(
         secret_env=settings.secret_env,
         # GPU images share memory between workers through the host IPC namespace, as
         # vLLM's docs run them; CPU cells get a private, larger /dev/shm.
-        shm_size=None if gpu else settings.shm_size,
-        ipc_mode="host" if gpu else None,
+        shm_size=(cell.container.shm_size or settings.shm_size) if private_shm else None,
+        ipc_mode=None if private_shm else "host",
         gpus_needed=needed,
         device_ids=ids,
-        mem_limit=settings.mem_limit,
+        mem_limit=cell.container.memory or settings.mem_limit,
         environment=environment,
     )
 

@@ -74,6 +74,7 @@ def build_spec(
         "startup_timeout_s": min(cell.scenario.launch.startup_timeout_s, cell.deadline_s),
         "interrupt_after_s": cell.interrupt_after_s,
         "port": port,
+        "port_taken": bool(cell.container.port_taken),
     }
     if spec["mode"] == "probe":
         spec["probe"] = _probe(cell)

@@ -361,6 +361,11 @@ class LocalKind:
         """GPU cells need a container image; this backend has none."""
         if cell.lane is Lane.GPU:
             return "GPU cell: the local backend runs the CPU lane only (GPU cells need Docker)"
+        options = cell.container
+        if options.shm_size or options.memory or options.image:
+            return (
+                "the scenario sets its container's /dev/shm, memory limit or image (needs Docker)"
+            )
         return None
 
     def describe(self, setup: Setup, cells: Sequence[Cell], host: Host) -> dict[str, Any]:

@@ -31,8 +31,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import IO, Any
+
+try:  # run as a script inside the image: its sibling is on sys.path
+    from oomwatch import OomWatch  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # imported as part of the repromatrix package
+    from repromatrix.harness.oomwatch import OomWatch
 
 # Lines the harness and probes print for the host to read (never evidence for triage).
 PROTOCOL_PREFIX = "@@repromatrix-"
@@ -88,6 +93,8 @@ class Status:
     error: str | None = None
     probe: dict[str, Any] | None = None
     stopped: bool = False
+    # Processes the kernel's OOM killer ended, as ``oomwatch`` saw them: {"pid", "name"}.
+    oom_killed: list[dict[str, Any]] = field(default_factory=list)
 
 
 # Every process the harness launched, so a signal or an error can stop them all.
@@ -292,9 +299,32 @@ def schedule_interrupt(spec: dict[str, Any], child: Child) -> threading.Timer | 
     return timer
 
 
+def hold_port(port: int) -> socket.socket:
+    """Listen on 127.0.0.1:``port`` (what another server in the container would do)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(1)
+    return sock
+
+
 def run_server(spec: dict[str, Any], out: Output, status: Status) -> None:
-    """Server mode: launch, wait for readiness, send the request, stop the server."""
+    """Server mode: launch, wait for readiness, send the request, stop the server.
+
+    With ``port_taken`` the harness itself listens on the port first, so vLLM meets a
+    port already in use (the scenario of another server in the same container).
+    """
     port = int(spec.get("port") or free_port())
+    with contextlib.ExitStack() as held:
+        if spec.get("port_taken"):
+            held.enter_context(hold_port(port))
+            out.write_line(
+                f"[repromatrix harness] holding 127.0.0.1:{port} before vLLM starts".encode()
+            )
+        serve(spec, port, out, status)
+
+
+def serve(spec: dict[str, Any], port: int, out: Output, status: Status) -> None:
+    """Launch the server on ``port``, wait for readiness, send the request, stop it."""
     child = Child(server_command(spec, port, sys.executable), child_env(spec), out)
     CHILDREN.append(child)
     timer = schedule_interrupt(spec, child)
@@ -411,12 +441,17 @@ def ignore_signals() -> None:
 def run_mode(spec: dict[str, Any], path: str, out: Output, status: Status) -> None:
     """Run the spec's mode, filling ``status``."""
     status.vllm_version = vllm_version(child_env(spec))
-    if spec["mode"] == "server":
-        run_server(spec, out, status)
-    elif spec["mode"] == "offline":
-        run_offline(spec, path, out, status)
-    else:
-        run_probe(spec, out, status)
+    watch = OomWatch(lambda line: out.write_line(line.encode())).start()
+    try:
+        if spec["mode"] == "server":
+            run_server(spec, out, status)
+        elif spec["mode"] == "offline":
+            run_offline(spec, path, out, status)
+        else:
+            run_probe(spec, out, status)
+    finally:
+        watch.stop()
+        status.oom_killed = [{"pid": p.pid, "name": p.name} for p in watch.killed]
 
 
 def run(args: argparse.Namespace, out: Output) -> int:

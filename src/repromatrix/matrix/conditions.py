@@ -19,7 +19,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from repromatrix.errors import suggest
-from repromatrix.model import DTYPE_BYTES, MODEL_SHAPE, Condition, FlagValue, Gpu, Launch, Model, Op
+from repromatrix.model import (
+    DTYPE_BYTES,
+    MODEL_SHAPE,
+    NO_CONTAINER_OPTIONS,
+    Condition,
+    ContainerOptions,
+    FlagValue,
+    Gpu,
+    Launch,
+    Model,
+    Op,
+)
 
 # vLLM V1's default token budget per step when chunked prefill is on and none is given.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
@@ -37,6 +48,7 @@ MODEL_FACTS = (
 )
 GPU_FACTS = ("name", "runner_label", "count", "compute_capability", "memory_gib")
 LAUNCH_FACTS = ("mode", "lora_adapter", "interrupt_after_s", "lora_rank", "model_files")
+CONTAINER_FACTS = ("shm_size", "memory", "port_taken", "image")
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,7 @@ class Facts:
     flags: Mapping[str, FlagValue]
     launch: Launch
     interrupt_after_s: float | None = None  # the cell's own (a variant may drop the interrupt)
+    container: ContainerOptions = NO_CONTAINER_OPTIONS  # the launch's, the variant's over them
 
     def get(self, subject: str) -> FlagValue:
         """Return the value of ``namespace.name``; ``None`` when the fact is unknown or unset."""
@@ -58,6 +71,8 @@ class Facts:
             return model_fact(self.model, name)
         if namespace == "gpu":
             return gpu_fact(self.gpu, name)
+        if namespace == "container":
+            return getattr(self.container, name)  # type: ignore[no-any-return]
         if namespace == "launch":
             return (
                 self.interrupt_after_s
@@ -189,6 +204,7 @@ NAMESPACES: Mapping[str, tuple[str, ...] | None] = {
     "model": MODEL_FACTS,
     "gpu": GPU_FACTS,
     "launch": LAUNCH_FACTS,
+    "container": CONTAINER_FACTS,
     "derived": tuple(DERIVED),
     "flags": None,  # any flag name
 }
@@ -199,9 +215,8 @@ def subject_problem(subject: str) -> str | None:
     namespace, dot, name = subject.partition(".")
     if namespace not in NAMESPACES or not dot:
         hint = suggest(namespace, NAMESPACES)
-        return (
-            f"unknown fact `{subject}`: use model.*, gpu.*, flags.*, launch.* or derived.*.{hint}"
-        )
+        spaces = "model.*, gpu.*, flags.*, launch.*, container.* or derived.*"
+        return f"unknown fact `{subject}`: use {spaces}.{hint}"
     names = NAMESPACES[namespace]
     if not name or (names is not None and name not in names):
         hint = suggest(name, names or ())

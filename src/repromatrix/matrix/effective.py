@@ -98,6 +98,7 @@ def run_key(cell: Cell) -> tuple[object, ...]:
         cell.interrupt_after_s,
         cell.model_files,
         cell.scenario.launch.lora_rank,
+        cell.container,  # a variant may change only the container (its shm, memory, port)
     )
 
 

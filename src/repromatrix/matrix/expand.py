@@ -232,11 +232,12 @@ class _LaneWalk:
         deadlines = [self.config.runtime.deadline_s, scenario.launch.startup_timeout_s]
         deadlines += [rule.deadline_s for rule in rules if rule.deadline_s is not None]
         expected, named = self._expected(scenario, point.image, template)
+        container = scenario.launch.container.merged(variant.container)
         return Cell(
             id=identifier,
             lane=self.lane,
             level=level,
-            image=point.image,
+            image=image_variant(point.image, container.image),
             gpu=point.gpu,
             model=point.model,
             flagset=point.flagset,
@@ -250,6 +251,7 @@ class _LaneWalk:
             flag_sources=template.sources,
             predicted=template.predicted,
             expected_scenario=named,
+            container=container,
         )
 
     def _template(
@@ -272,7 +274,8 @@ class _LaneWalk:
             # A variant's model folder is the cell's own launch fact, as its flags are.
             files = variant.model_files or scenario.launch.model_files
             launch = replace(scenario.launch, model_files=files)
-            facts = Facts(point.model, point.gpu, effective.flags, launch, interrupt)
+            container = scenario.launch.container.merged(variant.container)
+            facts = Facts(point.model, point.gpu, effective.flags, launch, interrupt, container)
             predicted: tuple[Scenario, ...] = ()
             if scenario.baseline and level is Level.ENGINE:
                 predicted = predicted_crashes(facts, self.catalogue, self.lane)
@@ -361,3 +364,11 @@ def _hint(glob: str, everything: Sequence[str]) -> str:
         if part and not any(char in part for char in "*?[{") and part not in known:
             return f" No cell id has a part `{part}`.{suggest(part, known)}"
     return ""
+
+
+def image_variant(image: Image, variant: str | None) -> Image:
+    """``image``, or its ``variant`` (``no-libnuma``): a key and so a render and tag of its own,
+    so a variant image is never the lane's normal one."""
+    if not variant:  # None, or "" for the normal image named over a launch's variant
+        return image
+    return replace(image, key=f"{image.key}-{variant}", variant=variant)

@@ -32,6 +32,8 @@ LEVELS = tuple(level.value for level in Level)
 MODES = tuple(mode.value for mode in LaunchMode)
 BASE_SOURCES = ("debootstrap", "image")
 VARIANT_KINDS = ("workaround", "control")
+# Image variants a scenario can ask for (``build.render`` knows how to make each one).
+IMAGE_VARIANTS = ("no-libnuma",)
 MODEL_INTS = MODEL_SHAPE
 PULL_POLICIES = tuple(policy.value for policy in PullPolicy)
 MODEL_FILES_CHOICES = tuple(MODEL_FILES)
@@ -253,6 +255,17 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("model_files", "choice", FILES_DOC, choices=MODEL_FILES_CHOICES),
             Key("interrupt_after_s", "number_or_null", "SIGTERM the server this long after start"),
             Key("startup_timeout_s", "number_or_null", "how long start-up may take"),
+            Key("container", "section", "the cell's container and harness", ref="container"),
+        ),
+    ),
+    Section(
+        "container",
+        "what a scenario or variant changes about the cell's container and harness",
+        (
+            Key("shm_size", "size", "the container's /dev/shm over the lane's, e.g. 1m"),
+            Key("memory", "size", "a memory limit (swap included), e.g. 1500m (docker --memory)"),
+            Key("port_taken", "boolean", "the harness holds vLLM's port before starting it"),
+            Key("image", "choice", "an image variant of the lane's image", choices=IMAGE_VARIANTS),
         ),
     ),
     Section(
@@ -272,6 +285,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("flags", "flags", "flags changed from the launch"),
             Key("interrupt", "boolean", "false drops the launch's interrupt"),
             Key("model_files", "choice", FILES_DOC, choices=MODEL_FILES_CHOICES),
+            Key("container", "section", "container options over the launch's", ref="container"),
             Key("description", "text", "one line"),
         ),
     ),

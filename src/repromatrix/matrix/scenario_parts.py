@@ -1,4 +1,4 @@
-"""The smaller parts of a scenario file: its signatures, its source and its probe.
+"""The smaller parts of a scenario file: signatures, source, probe and container options.
 
 ``scenarios`` reads the file as a whole; these readers record their problems in
 the same ``Reader``, so every problem of a file is still reported at once.
@@ -11,9 +11,10 @@ from types import MappingProxyType
 
 from repromatrix.errors import suggest
 from repromatrix.grammars import unsafe_regex
-from repromatrix.matrix.keys import section
-from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, YSeq
-from repromatrix.model import Lane, Probe, Signature, Source
+from repromatrix.matrix.keys import IMAGE_VARIANTS, section
+from repromatrix.matrix.lanes import SHM_PATTERN
+from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, YSeq, describe
+from repromatrix.model import ContainerOptions, Lane, Probe, Signature, Source
 from repromatrix.triage.signatures import same_process
 
 PROGRAM_PATTERN = re.compile(r"[a-z][a-z0-9_]*\.py")
@@ -142,3 +143,41 @@ def read_lanes(
 def _text(body: YMap, key: str, reader: Reader) -> str | None:
     node = body.get(key)
     return reader.text(node, f"`{key}`") if node is not None else None
+
+
+def read_container(node: YNode | None, reader: Reader) -> ContainerOptions:
+    """The ``container`` mapping of a launch or a variant: shm, memory, port, image variant."""
+    body = reader.mapping(node, "`container`") if node is not None else None
+    if body is None:
+        return ContainerOptions()
+    keys = section("container")
+    reader.keys(body, keys.names, "`container`")
+    port_node, image_node = body.get("port_taken"), body.get("image")
+    # `image: null` in a variant asks for the lane's normal image over the launch's variant.
+    normal = isinstance(image_node, YScalar) and image_node.value is None
+    image = "" if normal else _text(body, "image", reader)
+    if image and image not in IMAGE_VARIANTS:
+        hint = suggest(image, IMAGE_VARIANTS)
+        assert image_node is not None
+        reader.error(
+            image_node.where,
+            f"unknown image variant `{image}`: one of {', '.join(IMAGE_VARIANTS)}.{hint}",
+        )
+        image = None
+    return ContainerOptions(
+        shm_size=_size(body.get("shm_size"), "shm_size", reader),
+        memory=_size(body.get("memory"), "memory", reader),
+        port_taken=reader.boolean(port_node, "`port_taken`") if port_node is not None else None,
+        image=image,
+    )
+
+
+def _size(node: YNode | None, key: str, reader: Reader) -> str | None:
+    if node is None:
+        return None
+    value = node.value if isinstance(node, YScalar) else None
+    text = str(value).lower() if isinstance(value, str | int) and value is not True else ""
+    if SHM_PATTERN.fullmatch(text):
+        return text
+    reader.error(node.where, f"`{key}` must be a size like `2g` or `512m`, not {describe(node)}")
+    return None

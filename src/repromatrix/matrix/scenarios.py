@@ -17,7 +17,13 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from repromatrix.errors import ConfigError, Problem, suggest
 from repromatrix.matrix.conditions import subject_problem
 from repromatrix.matrix.keys import BASELINE_FORBIDDEN, CRASH_REQUIRED, VARIANT_KINDS, section
-from repromatrix.matrix.scenario_parts import read_lanes, read_probe, read_signatures, read_source
+from repromatrix.matrix.scenario_parts import (
+    read_container,
+    read_lanes,
+    read_probe,
+    read_signatures,
+    read_source,
+)
 from repromatrix.matrix.yamlsrc import (
     Reader,
     Where,
@@ -32,6 +38,7 @@ from repromatrix.matrix.yamlsrc import (
 from repromatrix.model import (
     MODEL_FILES,
     Condition,
+    ContainerOptions,
     FlagValue,
     Launch,
     LaunchMode,
@@ -270,6 +277,7 @@ def _launch(node: YNode | None, reader: Reader) -> Launch:
         startup_timeout_s=_number(body, "startup_timeout_s", reader) or Launch.startup_timeout_s,
         lora_rank=_rank(body.get("lora_rank"), reader),
         model_files=_model_files(body, reader),
+        container=read_container(body.get("container"), reader),
     )
 
 
@@ -329,12 +337,22 @@ def _variant(node: YNode, reader: Reader) -> Variant | None:
     interrupt_node = body.get("interrupt")
     interrupt = reader.boolean(interrupt_node, "`interrupt`") if interrupt_node else True
     files = _model_files(body, reader)
-    if not flags and interrupt is not False and files is None:
+    container = read_container(body.get("container"), reader)
+    if not flags and interrupt is not False and files is None and container == ContainerOptions():
         reader.error(
             body.where,
-            "a variant must change something: `flags`, `model_files` or `interrupt: false`",
+            "a variant must change something: `flags`, `model_files`, `container` or "
+            "`interrupt: false`",
         )
     if name is None or kind not in VARIANT_KINDS:
         return None
     description = _text(body, "description", reader) or ""
-    return Variant(name, kind, frozen_flags(flags), description, interrupt is not False, files)
+    return Variant(
+        name,
+        kind,
+        frozen_flags(flags),
+        description,
+        interrupt is not False,
+        model_files=files,
+        container=container,
+    )

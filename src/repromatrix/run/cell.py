@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from repromatrix.backends.base import Backend, Execution, Placement, Prepared
@@ -70,6 +70,9 @@ def execute_cell(
     watch, triager = make_watcher(cell)
     execution = backend.execute(cell, spec, context.prepared, watch, placement)
     status = outcome.parse_status(execution.log)
+    if status is not None and status.oom_killed:
+        # Docker's OOMKilled can miss a killed grandchild; the harness's cgroup count does not.
+        execution = replace(execution, oom_killed=True)
     diagnosis = triager.diagnose(oom_killed=execution.oom_killed)
     return CellRun(outcome.decide(cell, execution, status, diagnosis), execution, status)
 

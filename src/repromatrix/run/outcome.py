@@ -69,6 +69,8 @@ class HarnessStatus:
     vllm_version: str | None = None
     error: str | None = None
     probe: ProbeReport | None = None
+    # Names of the processes the kernel's OOM killer ended, as the harness saw them.
+    oom_killed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,15 @@ def status_from_json(data: Mapping[str, Any]) -> HarnessStatus:
         vllm_version=_str_or_none(data.get("vllm_version")),
         error=_str_or_none(data.get("error")),
         probe=_probe(probe) if isinstance(probe, dict) else None,
+        oom_killed=_victims(data.get("oom_killed")),
     )
+
+
+def _victims(value: object) -> tuple[str, ...]:
+    """The names in the harness's ``oom_killed`` list (``[{"pid", "name"}]``)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(str(item.get("name")) for item in value if isinstance(item, dict))
 
 
 def _probe(data: Mapping[str, Any]) -> ProbeReport:

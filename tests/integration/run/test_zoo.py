@@ -12,6 +12,7 @@ scenario.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -55,7 +56,23 @@ ZOO = (
     Row("cpu-tokenizer-corrupt", "whole-folder", Outcome.AVOIDED, ("0.31.0",)),
     Row("cpu-unknown-flag", "trigger", Outcome.HIT, BOTH),
     Row("cpu-unknown-flag", "spelled-right", Outcome.AVOIDED, ("0.32.0",)),
+    # The container's own faults: a port already held, a memory limit, /dev/shm, no libnuma.
+    Row("cpu-port-taken", "trigger", Outcome.HIT, BOTH),
+    Row("cpu-port-taken", "another-port", Outcome.AVOIDED, ("0.32.0",)),
+    Row("cpu-memory-limit", "trigger", Outcome.HIT, BOTH),
+    Row("cpu-memory-limit", "memory-8g", Outcome.AVOIDED, ("0.31.0",)),
+    Row("cpu-shm-too-small", "trigger", Outcome.HIT, BOTH),
+    Row("cpu-shm-too-small", "shm-2g", Outcome.AVOIDED, ("0.32.0",)),
+    Row("cpu-libnuma-missing", "trigger", Outcome.HIT, BOTH),
+    Row("cpu-libnuma-missing", "with-libnuma", Outcome.AVOIDED, ("0.31.0",)),
 )
+# The container scenarios' hits: the root cause's category and what the reason must name.
+CAUSES = {
+    "cpu-port-taken": ("port_in_use", "Address already in use"),
+    "cpu-memory-limit": ("host_oom", "Killed process"),
+    "cpu-shm-too-small": ("shm_too_small", "Insufficient space in /dev/shm"),
+    "cpu-libnuma-missing": ("libnuma_missing", "libnuma.so.1"),
+}
 CELLS = [(row, version) for row in ZOO for version in row.versions]
 
 
@@ -106,3 +123,24 @@ def test_the_zoo_cell_gives_its_real_outcome(
     else:
         assert result.root_cause is None
         assert result.ready and result.answered
+
+
+@pytest.mark.parametrize("version", BOTH)
+@pytest.mark.parametrize("scenario", sorted(CAUSES))
+def test_a_container_fault_is_named_by_its_cause(
+    zoo_run: dict[str, CellResult], scenario: str, version: str
+) -> None:
+    result = zoo_run[cell_id(Row(scenario, "trigger", Outcome.HIT, BOTH), version)]
+    category, named = CAUSES[scenario]
+    assert result.root_cause is not None and result.root_cause.category == category
+    assert named in result.reason
+
+
+@pytest.mark.parametrize("version", BOTH)
+def test_the_oom_kill_names_an_engine_process_and_the_container_state(
+    zoo_run: dict[str, CellResult], version: str
+) -> None:
+    result = zoo_run[cell_id(Row("cpu-memory-limit", "trigger", Outcome.HIT, BOTH), version)]
+    # An engine process (vLLM titles them VLLM::EngineCore, VLLM::Worker), not the API server.
+    assert re.search(r"Memory cgroup out of memory: Killed process \d+ \(VLLM::", result.reason)
+    assert result.oom_killed

