@@ -140,7 +140,7 @@ def test_bad_container_options_are_each_reported(tmp_path: Path):
     assert "unknown image variant `no-libnum`: one of no-libnuma. Perhaps you meant" in text
     assert "`port_taken`" in text
     assert "swap" in text
-    assert "a variant must change something: `flags`, `container`" in text
+    assert "a variant must change something: `flags`, `model_files`, `container`" in text
 
 
 def test_the_held_port_makes_a_second_bind_fail_with_address_in_use():
@@ -208,7 +208,12 @@ class KilledBackend:
     """A backend whose container ran and whose Docker state did not say OOMKilled."""
 
     def execute(
-        self, cell: object, spec: object, prepared: object, watch: Callable[[bytes], bool]
+        self,
+        cell: object,
+        spec: object,
+        prepared: object,
+        watch: Callable[[bytes], bool],
+        placement: object = None,
     ) -> Execution:
         watch(KILLED_LOG)  # the runner triages the stream as it arrives
         return Execution(exit_code=1, log=KILLED_LOG, oom_killed=False)

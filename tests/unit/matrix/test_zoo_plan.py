@@ -147,11 +147,12 @@ def test_preparing_the_zoo_asks_for_each_adapter_rank_and_makes_each_folder(
     cells = [c for c in zoo_cells() if c.image.tag == "0.32.0"]
     tiny_folder(tmp_path)
     backend = RecordingBackend()
-    image = Prepared(cells[0].image.key, "image")
+    # Every image the cells need (the no-libnuma variant is an image of its own).
+    images = {c.image.key: Prepared(c.image.key, "image") for c in cells}
     made = prepare.make_models(
         backend,  # type: ignore[arg-type]
         cells,
-        {image.image_key: image},
+        images,
         tmp_path,
         lambda _: None,
     )
@@ -162,7 +163,7 @@ def test_preparing_the_zoo_asks_for_each_adapter_rank_and_makes_each_folder(
         cells,
         models_root=tmp_path,
         skips={},
-        prepared={image.image_key: image},
+        prepared=images,
         made=made,
         versions={},
     )
