@@ -21,6 +21,7 @@ from itertools import compress
 from operator import not_
 
 from repromatrix.harness.harness import PROTOCOL_PREFIX
+from repromatrix.harness.oomwatch import LINE_PREFIX as HARNESS_LINE
 from repromatrix.model import Scenario
 from repromatrix.triage import reasoning
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue
@@ -223,7 +224,9 @@ class Triager:
         head = self._message
         if head is None or head.kind is Kind.ASSERT or self._message_end != self._prev_number():
             return False
-        if head.line.record != line.record:
+        # The harness speaks for itself: its line after a bare traceback (both without a
+        # process prefix) is a new message, not the end of the exception's.
+        if head.line.record != line.record or line.raw.startswith(HARNESS_LINE):
             return False
         if head.seq >= 0:
             head.add_detail(line)
