@@ -8,6 +8,7 @@ escapes.
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from repromatrix.backends.base import Backend, Execution, Placement, Prepared
 from repromatrix.backends.harness_spec import build_spec
 from repromatrix.errors import RepromatrixError
+from repromatrix.harness.oomwatch import LINE_PREFIX
 from repromatrix.model import Cell
 from repromatrix.results.store import CellResult, Timings
 from repromatrix.run import outcome
@@ -73,8 +75,34 @@ def execute_cell(
     if status is not None and status.oom_killed:
         # Docker's OOMKilled can miss a killed grandchild; the harness's cgroup count does not.
         execution = replace(execution, oom_killed=True)
+    if (report := oom_report(execution)) is not None:
+        triager.feed(report)
+        execution = replace(execution, log=execution.log + report)
     diagnosis = triager.diagnose(oom_killed=execution.oom_killed)
     return CellRun(outcome.decide(cell, execution, status, diagnosis), execution, status)
+
+
+# vLLM's executor names the process that got SIGKILL: "Worker proc VllmWorker-0 died
+# unexpectedly (exit code: -9)".
+_SIGKILLED = re.compile(rb"(?:proc|process) (\S+) died unexpectedly \(exit code:? -9\)")
+_HARNESS_REPORT = (LINE_PREFIX + "Memory cgroup out of memory").encode()
+
+
+def oom_report(execution: Execution) -> bytes | None:
+    """The OOM kill in the kernel's words when Docker saw it and the harness could not say it.
+
+    The OOM killer can end the harness with the engine (the container's exit code is then
+    137 and its last lines are missing); the container's ``OOMKilled`` state remains, and
+    vLLM's own log names the process that got SIGKILL.
+    """
+    if not execution.oom_killed or _HARNESS_REPORT in execution.log:
+        return None
+    named = _SIGKILLED.search(execution.log)
+    victim = named.group(1).decode(errors="replace") if named else "(not named in the log)"
+    return (
+        f"{LINE_PREFIX}Memory cgroup out of memory: Killed process {victim} "
+        "(the container's State.OOMKilled; the harness did not outlive the kill)\n"
+    ).encode()
 
 
 def run_cell(

