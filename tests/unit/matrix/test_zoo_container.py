@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -204,8 +205,13 @@ KILLED_LOG = (
 )
 
 
-class KilledBackend:
-    """A backend whose container ran and whose Docker state did not say OOMKilled."""
+@dataclass(frozen=True)
+class ReplayBackend:
+    """A backend whose container printed ``log`` and ended as Docker reports it."""
+
+    log: bytes
+    exit_code: int
+    oom_killed: bool  # Docker's State.OOMKilled
 
     def execute(
         self,
@@ -215,14 +221,14 @@ class KilledBackend:
         watch: Callable[[bytes], bool],
         placement: object = None,
     ) -> Execution:
-        watch(KILLED_LOG)  # the runner triages the stream as it arrives
-        return Execution(exit_code=1, log=KILLED_LOG, oom_killed=False)
+        watch(self.log)  # the runner triages the stream as it arrives
+        return Execution(exit_code=self.exit_code, log=self.log, oom_killed=self.oom_killed)
 
 
 def test_the_harness_oom_report_makes_the_cell_oom_killed_and_a_hit_naming_the_worker():
     cell = zoo_cells("cpu-memory-limit")["trigger"]
     context = CellContext(Prepared(cell.image.key, "img"), "/m")
-    run = execute_cell(KilledBackend(), cell, context)  # type: ignore[arg-type]
+    run = execute_cell(ReplayBackend(KILLED_LOG, 1, False), cell, context)  # type: ignore[arg-type]
     assert run.status is not None and run.status.oom_killed == ("VLLM::Worker",)
     assert run.execution.oom_killed is True
     assert run.decision.outcome is Outcome.HIT
@@ -236,25 +242,10 @@ HARNESS_KILLED_LOG = (
 ).read_bytes()
 
 
-class DockerSawItBackend:
-    """A backend whose container Docker reports OOMKilled, the harness silent."""
-
-    def execute(
-        self,
-        cell: object,
-        spec: object,
-        prepared: object,
-        watch: Callable[[bytes], bool],
-        placement: object = None,
-    ) -> Execution:
-        watch(HARNESS_KILLED_LOG)
-        return Execution(exit_code=137, log=HARNESS_KILLED_LOG, oom_killed=True)
-
-
 def test_an_oom_kill_that_took_the_harness_is_still_a_hit_naming_the_process_vllm_names():
     cell = zoo_cells("cpu-memory-limit")["trigger"]
     context = CellContext(Prepared(cell.image.key, "img"), "/m")
-    run = execute_cell(DockerSawItBackend(), cell, context)  # type: ignore[arg-type]
+    run = execute_cell(ReplayBackend(HARNESS_KILLED_LOG, 137, True), cell, context)  # type: ignore[arg-type]
     assert run.decision.outcome is Outcome.HIT, run.decision.reason
     assert "Memory cgroup out of memory: Killed process VllmWorker-0" in run.decision.reason
     assert run.execution.log.endswith(b"the harness did not outlive the kill)\n")
