@@ -175,11 +175,12 @@ class DockerBackend:
         self.failed: dict[str, Prepared] = {}  # images that failed before their build (staging)
         self._closed = False
         self._stopped: set[str] = set()  # cells asked to stop: a container made later goes too
+        self._bases: dict[str, str | None] = {}  # each base image's error (None: it is there)
+        self._bases_lock = threading.Lock()  # image jobs run prepare() from several threads
 
     def prepare(self, images: Sequence[Image]) -> Mapping[str, Prepared]:
         """Make each image once: reuse an existing tag, else pull and build; failures recorded."""
         prepared: dict[str, Prepared] = {}
-        bases: dict[str, str | None] = {}
         for image in images:
             build = self.builds.get(image.key)
             if image.key in self.failed:
@@ -188,9 +189,7 @@ class DockerBackend:
             if build is None:
                 prepared[image.key] = Prepared(image.key, "", error="image was not rendered")
                 continue
-            if build.base is not None and build.base.ref not in bases:
-                bases[build.base.ref] = self._ensure_base(build.base)
-            base_error = bases.get(build.base.ref) if build.base is not None else None
+            base_error = self._base(build.base) if build.base is not None else None
             if base_error is not None:
                 prepared[image.key] = Prepared(image.key, build.tag, error=base_error)
                 continue
@@ -291,6 +290,13 @@ class DockerBackend:
                 self.build_logs.mkdir(parents=True, exist_ok=True)
                 log = self.build_logs / f"{key}.log"
                 log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def _base(self, base: BaseImage) -> str | None:
+        """The base image made once per run (image jobs of one base wait for the first)."""
+        with self._bases_lock:
+            if base.ref not in self._bases:
+                self._bases[base.ref] = self._ensure_base(base)
+            return self._bases[base.ref]
 
     def _ensure_base(self, base: BaseImage) -> str | None:
         """Make the base image when missing: pull it, or import a debootstrap root file system."""
@@ -424,6 +430,9 @@ class DockerBackend:
         container: Container | None = None
         try:
             container = self.client.containers.create(**docker_kwargs(plan, self.environ))
+            if self._closed:
+                # An image job left running by an interrupt: close() has swept the run.
+                raise InfraError("the run was closed before this container started")
             if plan.labels.get(CELL_LABEL) in self._stopped:
                 # Made after ``stop`` listed this cell's containers: it must not run to its
                 # deadline while the run waits for the cell's thread.

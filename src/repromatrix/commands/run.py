@@ -75,6 +75,23 @@ def add_parser(subparsers: Any) -> None:
         "memory); --jobs 1 runs them one after another",
     )
     parser.add_argument(
+        "--image-jobs",
+        type=_jobs,
+        default=2,
+        metavar="N",
+        help="build or pull at most N images at once, beside the running cells (default: 2); "
+        "each cell starts as soon as its own image is ready",
+    )
+    parser.add_argument(
+        "--durations-from",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="an earlier run's folder (results/<run-id>): the time each of its cells took "
+        "orders this run's cells, longest first, and makes the ETA (default: estimates by "
+        "lane, level and expected outcome)",
+    )
+    parser.add_argument(
         "--dockerfiles",
         type=Path,
         default=Path("dockerfiles"),
@@ -104,6 +121,8 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         pull=args.pull,
         gpus=args.gpus,
         jobs=args.jobs,
+        image_jobs=args.image_jobs,
+        durations_from=args.durations_from,
     )
 
 

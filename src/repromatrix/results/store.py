@@ -73,6 +73,7 @@ __all__ = [
     "write_result",
 ]
 
+CELLS_DIR = "cells"  # one folder per cell below it
 RESULT_FILE = "result.json"
 LOG_FILE = "log.txt"
 PLAN_FILE = "plan.json"  # the ids a run means to run, written when it starts
@@ -85,7 +86,7 @@ def cell_dir(run_dir: Path, cell_id: str) -> Path:
     """Return the folder of one cell's files; the id's ``/`` become folders, ``@`` stays."""
     if not is_cell_id(cell_id):
         raise ValueError(f"{cell_id!r} is not a cell id")
-    return run_dir / "cells" / Path(*cell_id.split("/"))
+    return run_dir / CELLS_DIR / Path(*cell_id.split("/"))
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -257,7 +258,7 @@ def read_results(run_dir: Path) -> tuple[list[CellResult], list[RunProblem]]:
 
 def _result_paths(run_dir: Path, problems: list[RunProblem]) -> Iterator[Path]:
     """Every ``result.json`` below ``cells/``; links to folders are named, never followed."""
-    cells = run_dir / "cells"
+    cells = run_dir / CELLS_DIR
     if cells.is_symlink():
         problems.append(RunProblem(ProblemKind.CORRUPT, "cells", "a symbolic link: not followed"))
         return
@@ -279,7 +280,7 @@ def finished_ids(run_dir: Path) -> set[str]:
 def unfinished_cells(run_dir: Path) -> list[RunProblem]:
     """Cells with a log or a half-written file but no result: the run stopped inside them."""
     problems = []
-    cells = run_dir / "cells"
+    cells = run_dir / CELLS_DIR
     for folder, dirs, files in os.walk(cells, followlinks=False):
         names = set(files) | set(dirs)
         if RESULT_FILE in names:

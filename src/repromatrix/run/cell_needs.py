@@ -108,8 +108,3 @@ def cell_jobs(
         )
         for cell in cells
     ]
-
-
-def image_job(key: str, estimate: float = 300.0) -> Job:
-    """An image build or pull as a job cells can wait for (``image:<key>``)."""
-    return Job(f"image:{key}", Need(slots=0), estimate, image_task=True)

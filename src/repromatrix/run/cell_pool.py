@@ -8,15 +8,19 @@ the calling thread: it turns each ended job into a result and writes it at once,
 so an interrupted run keeps every finished cell and ``--resume`` runs the rest.
 A cell too big for the runner ends as skipped with the pool's reason; a job that
 raised (a bug of ours) or whose image job failed ends as an infra error.
+
+Given ``ImageJobs``, the images are jobs of the same pool: each cell waits
+for its image's job only, so a pull or build overlaps with the cells of the
+images already made, and the image job fills in the cell's context.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from repromatrix.backends.base import Backend, Placement
+from repromatrix.backends.base import Backend, Placement, Prepared
 from repromatrix.errors import InfraError
 from repromatrix.model import Cell, Lane, Outcome
 from repromatrix.results import store
@@ -25,6 +29,7 @@ from repromatrix.run import outcome
 from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, cell_result, now_iso, run_cell
 from repromatrix.run.cell_needs import cell_jobs
 from repromatrix.run.host_resources import HostResources
+from repromatrix.run.image_jobs import ImageJobs
 from repromatrix.run.pool import DependencyFailed, Done, Pool, Skipped, Ticket, Work
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import Allocation, Job, Need
@@ -40,12 +45,22 @@ class Ran:
 
 @dataclass(frozen=True)
 class Where:
-    """Where the cells run and what they are saved as."""
+    """Where the cells run and what they are saved as (image jobs fill in ``contexts``)."""
 
     backend: Backend
-    contexts: Mapping[str, CellContext]
+    contexts: MutableMapping[str, CellContext]
     run_dir: Path
     run_id: str
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How many run at once, and what the planner knows of their durations."""
+
+    jobs: int | None = None  # cells at once at most (None: as the resources allow)
+    image_jobs: int = 1  # image builds and pulls at once, apart from the cells
+    measured: Mapping[str, float] | None = None  # seconds each cell took in an earlier run
+    rehearse: bool = False  # GPU cells run on the CPU and need the host to themselves
 
 
 class BackendDown(Exception):
@@ -58,10 +73,18 @@ def placement_of(allocation: Allocation, resources: HostResources) -> Placement:
     return Placement(gpu_ids=gpus if allocation.gpu_ids else None, core_ids=allocation.core_ids)
 
 
-def jobs_for(cells: Sequence[Cell], resources: HostResources, *, rehearse: bool) -> list[Job]:
-    """One job per cell; in a rehearsal GPU cells run on the CPU and need the host to themselves."""
-    jobs = cell_jobs(cells, resources.free_memory)
-    if not rehearse:
+def jobs_for(
+    cells: Sequence[Cell],
+    resources: HostResources,
+    pacing: Pacing,
+    images: ImageJobs | None = None,
+) -> list[Job]:
+    """One job per cell (after its image's job, given ``images``) and one per image; in a
+    rehearsal GPU cells run on the CPU and need the host to themselves."""
+    after = images.after() if images is not None else None
+    jobs = cell_jobs(cells, resources.free_memory, pacing.measured, after)
+    jobs += images.jobs() if images is not None else []
+    if not pacing.rehearse:
         return jobs
     alone = Need(cores=1, memory=resources.free_memory)
     gpu = {cell.id for cell in cells if cell.lane is Lane.GPU}
@@ -80,9 +103,9 @@ def work_for(where: Where, cell: Cell, resources: HostResources) -> Work[Ran]:
     return work
 
 
-def ended_run(done: Done[Ran]) -> Ran:
-    """What an ended job stands for: its run, or the outcome of why it did not run."""
-    if done.value is not None:
+def ended_run(done: Done[Ran | Prepared]) -> Ran:
+    """What an ended cell job stands for: its run, or the outcome of why it did not run."""
+    if isinstance(done.value, Ran):
         return done.value
     error = done.error
     if isinstance(error, Skipped):
@@ -120,18 +143,24 @@ def run_pooled(
     progress: Progress,
     counts: dict[str, int],
     *,
-    jobs: int | None = None,
-    rehearse: bool = False,
+    pacing: Pacing | None = None,
+    images: ImageJobs | None = None,
 ) -> bool:
-    """Run ``cells`` through a ``Pool``, counting outcomes in ``counts``; True if interrupted.
+    """Run ``cells`` (and ``images``' jobs) through a ``Pool``, counting outcomes in
+    ``counts``; True if interrupted.
 
     Raises ``BackendDown`` (after stopping the running cells) when a cell failed
     because the backend died; its message says how many cells were not started.
     """
     by_id = {cell.id: cell for cell in cells}
     down: list[str] = []
+    pacing = pacing or Pacing()
 
-    def on_done(done: Done[Ran]) -> None:
+    def on_done(done: Done[Ran | Prepared]) -> None:
+        if done.image_task:
+            if done.error is not None:  # a bug of ours: its cells end as infra errors
+                progress.note(f"{done.key} failed: {done.error!r}")
+            return
         cell, ran = by_id[done.key], ended_run(done)
         result = save(where, cell, ran, counts)
         progress.end(
@@ -142,13 +171,17 @@ def run_pooled(
             down.append(cell.id)  # once: ``Pool`` delivers what had ended after this raise
             raise BackendDown(cell.id)
 
-    work = {cell.id: work_for(where, cell, resources) for cell in cells}
+    work: dict[str, Work[Ran | Prepared]] = {
+        cell.id: work_for(where, cell, resources) for cell in cells
+    }
+    work.update(images.work() if images is not None else {})
     pool = Pool(
-        jobs_for(cells, resources, rehearse=rehearse),
-        resources.capacity(jobs),
+        jobs_for(cells, resources, pacing, images),
+        resources.capacity(pacing.jobs),
         work,
         on_done,
-        on_start=lambda start: progress.start(start.job.key),
+        image_slots=pacing.image_jobs,
+        on_start=lambda start: None if start.job.image_task else progress.start(start.job.key),
     )
     progress.watch(pool.snapshot)
     try:

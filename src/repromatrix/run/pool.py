@@ -10,7 +10,7 @@ backend's to enforce. On Ctrl-C (``KeyboardInterrupt`` in the main thread) the
 pool stops starting jobs, calls every running job's cancel hooks, waits for
 their threads and returns: cells that had ended are in the report, cells cut
 short are listed as cancelled (never handed to ``on_done``: ``--resume`` runs
-them again).
+them again). An image job still running then is not waited for.
 """
 
 from __future__ import annotations
@@ -256,8 +256,11 @@ class Pool(Generic[R]):
         for ticket, _ in running.values():
             ticket.cancel()
         try:
-            for _, thread in running.values():
-                if thread.ident is not None:
+            for key, (_, thread) in running.items():
+                # An image job (a build, a pull) cannot be cut short from here and may run
+                # for minutes: it is not waited for; the backend's close() removes the run's
+                # containers and its thread, a daemon, ends with the process.
+                if thread.ident is not None and key not in self._image_tasks:
                     thread.join()
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: stop waiting; the backend's close() removes what is left
@@ -269,5 +272,9 @@ class Pool(Generic[R]):
             else:
                 self._deliver(done)
         ended = {d.key for d in self._delivered}
-        cancelled += [key for key in running if key not in ended and key not in cancelled]
+        cancelled += [
+            key
+            for key in running
+            if key not in ended and key not in cancelled and key not in self._image_tasks
+        ]
         return tuple(sorted(cancelled))

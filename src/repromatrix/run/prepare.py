@@ -9,6 +9,7 @@ first image that can make it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from repromatrix.backends.base import Backend, BackendKind, Host, Prepared
@@ -29,6 +30,48 @@ def runnable_images(cells: Iterable[Cell], kind: BackendKind, host: Host) -> lis
     return list(seen.values())
 
 
+@dataclass(frozen=True)
+class ModelNeed:
+    """A CPU model the engine cells need, with each adapter rank and broken folder they ask for."""
+
+    model: Model
+    ranks: tuple[int, ...]
+    files: tuple[str, ...]
+
+
+def model_needs(cells: Iterable[Cell]) -> dict[str, ModelNeed]:
+    """What each tiny model must hold for ``cells``: generated once, it serves all of them."""
+    models: dict[str, Model] = {}
+    ranks: dict[str, set[int]] = {}
+    files: dict[str, set[str]] = {}
+    for cell in cells:
+        if cell.lane is Lane.CPU and cell.level is Level.ENGINE:
+            models.setdefault(cell.model.name, cell.model)
+            ranks.setdefault(cell.model.name, {LORA_RANK}).add(adapter_rank(cell))
+            files.setdefault(cell.model.name, set()).add(cell.model_files)
+    return {
+        name: ModelNeed(model, tuple(sorted(ranks[name])), tuple(sorted(files[name])))
+        for name, model in models.items()
+    }
+
+
+def make_model(
+    backend: Backend,
+    need: ModelNeed,
+    image: Prepared | None,
+    models_root: Path,
+    note: Callable[[str], None],
+) -> TinyModel | str:
+    """``need``'s tiny model made (in ``image`` when it is not already cached), or why not."""
+    try:
+        tiny = _make_model(backend, need.model, image, models_root, ranks=need.ranks, note=note)
+        for kind in need.files:
+            ensure_model_files(tiny, kind)
+    except RepromatrixError as exc:
+        return str(exc)
+    return tiny
+
+
 def make_models(
     backend: Backend,
     cells: Iterable[Cell],
@@ -36,33 +79,18 @@ def make_models(
     models_root: Path,
     note: Callable[[str], None],
 ) -> dict[str, TinyModel | str]:
-    """Each CPU model the engine cells need, generated once with every adapter rank and
-    broken folder they ask for: the model, or why it failed."""
-    models: dict[str, Model] = {}
-    ranks: dict[str, set[int]] = {}
-    files: dict[str, set[str]] = {}
+    """Each CPU model the engine cells of ``prepared`` images need, generated once in the
+    first working image: the model, or why it failed."""
+    ours = [cell for cell in cells if cell.image.key in prepared]
     first_image: dict[str, Prepared] = {}
-    for cell in cells:
-        image = prepared.get(cell.image.key)
-        if cell.lane is Lane.CPU and cell.level is Level.ENGINE and image is not None:
-            models.setdefault(cell.model.name, cell.model)
-            ranks.setdefault(cell.model.name, {LORA_RANK}).add(adapter_rank(cell))
-            files.setdefault(cell.model.name, set()).add(cell.model_files)
-            if image.error is None:
-                first_image.setdefault(cell.model.name, image)
-    made: dict[str, TinyModel | str] = {}
-    for name, model in models.items():
-        try:
-            needs = sorted(ranks[name])
-            tiny = _make_model(
-                backend, model, first_image.get(name), models_root, ranks=needs, note=note
-            )
-            for kind in sorted(files[name]):
-                ensure_model_files(tiny, kind)
-            made[name] = tiny
-        except RepromatrixError as exc:
-            made[name] = str(exc)
-    return made
+    for cell in ours:
+        image = prepared[cell.image.key]
+        if image.error is None:
+            first_image.setdefault(cell.model.name, image)
+    return {
+        name: make_model(backend, need, first_image.get(name), models_root, note)
+        for name, need in model_needs(ours).items()
+    }
 
 
 def adapter_rank(cell: Cell) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import signal
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -38,10 +38,12 @@ from repromatrix.reports.write import write_reports
 from repromatrix.results import store
 from repromatrix.run import dry_run, host_resources, prepare
 from repromatrix.run.cell import CellContext, now_iso, run_cell
-from repromatrix.run.cell_pool import BackendDown, Ran, Where, run_pooled, save
+from repromatrix.run.cell_needs import measured_durations
+from repromatrix.run.cell_pool import BackendDown, Pacing, Ran, Where, run_pooled, save
 from repromatrix.run.claim import RunClaim, claim
 from repromatrix.run.host import detect_host
 from repromatrix.run.host_resources import HostResources
+from repromatrix.run.image_jobs import ImageJobs
 from repromatrix.run.progress import Progress
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
@@ -68,6 +70,8 @@ class RunOptions:
     pull: str | None = None  # always | missing | never for every image, over each one's own
     gpus: str | None = None  # --gpus: the GPUs this runner may use (default: from the env)
     jobs: int | None = None  # --jobs: cells at once at most (None: as the runner's resources allow)
+    image_jobs: int = 2  # --image-jobs: image builds and pulls at once, beside the cells
+    durations_from: Path | None = None  # an earlier run whose cells' durations guide the packing
 
     @property
     def models_root(self) -> Path:
@@ -205,65 +209,96 @@ def stage_open(state: RunState, progress: Progress) -> RunState:
 
 
 def stage_prepare(state: RunState, progress: Progress) -> RunState:
-    """Make each image and tiny model the runnable cells need; give every cell its context."""
+    """Give cells this host cannot run their skip reason; with ``--prepare-only`` make every
+    image and tiny model the others need and stop (a run makes them as its cells go)."""
     assert state.kind is not None and state.backend is not None
-    kind, host, backend, cells = state.kind, state.host, state.backend, state.todo
-    prepared = dict(backend.prepare(prepare.runnable_images(cells, kind, host)))
-    built = sum(1 for p in prepared.values() if p.built)
-    progress.note(f"images ready: {len(prepared)} ({built} built)")
-    skips = {c.id: r for c in cells if (r := kind.skip_reason(c, host)) is not None}
-    runnable = [c for c in cells if c.id not in skips]
-    made = prepare.make_models(
-        backend, runnable, prepared, state.options.models_root, progress.note
+    kind, host = state.kind, state.host
+    contexts = {
+        cell.id: CellContext(None, "", None, reason)
+        for cell in state.todo
+        if (reason := kind.skip_reason(cell, host)) is not None
+    }
+    if not state.options.prepare_only:
+        return replace(state, contexts=contexts)
+    runnable = [cell for cell in state.todo if cell.id not in contexts]
+    images = image_jobs_for(state, runnable, contexts, progress)
+    where = Where(state.backend, contexts, state.run_dir, state.run_id)
+    pacing = Pacing(image_jobs=state.options.image_jobs)
+    run_pooled(where, (), runner_resources(host), progress, {}, pacing=pacing, images=images)
+    built = sum(1 for p in images.prepared.values() if p.built)
+    progress.note(f"images ready: {len(images.prepared)} ({built} built)")
+    return replace(state, contexts=contexts, done=True)
+
+
+def image_jobs_for(
+    state: RunState,
+    cells: Sequence[Cell],
+    contexts: dict[str, CellContext],
+    progress: Progress,
+) -> ImageJobs:
+    """The image jobs of ``cells``, which fill in their contexts in ``contexts`` (until its
+    image job ends, a cell's image counts as not prepared)."""
+    assert state.backend is not None
+    contexts.update({cell.id: CellContext(None, "") for cell in cells})
+    models = state.options.models_root
+    return ImageJobs(
+        state.backend, cells, models_root=models, note=progress.note, contexts=contexts
     )
-    versions = prepare.image_versions(backend, prepared)
-    contexts = prepare.cell_contexts(
-        cells,
-        models_root=state.options.models_root,
-        skips=skips,
-        prepared=prepared,
-        made=made,
-        versions=versions,
-    )
-    return replace(state, contexts=contexts, done=state.options.prepare_only)
 
 
 def stage_cells(state: RunState, progress: Progress) -> RunState:
-    """Run the cells, as many at once as the runner and ``--jobs`` allow, each result
-    written as soon as its cell ends."""
+    """Make the images and run the cells, as many at once as the runner and ``--jobs``
+    allow, each result written as soon as its cell ends."""
     assert state.backend is not None
     options = state.options
+    contexts = dict(state.contexts)
+    runnable = [cell for cell in state.todo if cell.id not in contexts]
+    images = image_jobs_for(state, runnable, contexts, progress)
     counts = run_cells(
         state.backend,
         state.todo,
-        state.contexts,
+        contexts,
         run_dir=state.run_dir,
         run_id=state.run_id,
         progress=progress,
         resources=runner_resources(state.host),
-        jobs=options.jobs,
-        rehearse=options.rehearse,
+        pacing=Pacing(options.jobs, options.image_jobs, measured_s(options), options.rehearse),
+        images=images,
     )
     return replace(state, outcomes=counts)
+
+
+def measured_s(options: RunOptions) -> dict[str, float] | None:
+    """Each cell's duration in the earlier run ``--durations-from`` names (None: not given)."""
+    folder = options.durations_from
+    if folder is None:
+        return None
+    if not (folder / store.CELLS_DIR).is_dir():
+        raise UsageError(f"--durations-from {folder}: not a run folder (no {store.CELLS_DIR}/)")
+    results, _problems = store.read_results(folder)  # an unreadable cell is only not measured
+    return measured_durations(results)
 
 
 def run_cells(
     backend: Backend,
     cells: Sequence[Cell],
-    contexts: Mapping[str, CellContext],
+    contexts: MutableMapping[str, CellContext],
     *,
     run_dir: Path,
     run_id: str,
     progress: Progress,
     resources: HostResources | None = None,
-    jobs: int | None = None,
-    rehearse: bool = False,
+    pacing: Pacing | None = None,
+    images: ImageJobs | None = None,
 ) -> dict[str, int]:
-    """Run ``cells`` on ``backend``, as many at once as ``resources`` and ``jobs`` allow,
+    """Run ``cells`` on ``backend``, as many at once as ``resources`` and ``pacing`` allow,
     saving each result the moment it ends (``cell_pool``).
 
-    Cells this host cannot run are saved as skipped first and summarised in one
-    line per lane and reason, not one line each. When a cell fails because the
+    ``contexts`` holds every cell's context; given ``images`` (which write into
+    the same mapping), the image jobs make the images as the cells go and fill in
+    the contexts of their cells. Cells
+    this host cannot run are saved as skipped first and summarised in one line
+    per lane and reason, not one line each. When a cell fails because the
     backend itself died (the Docker engine stopped answering), no further cell
     is started against it: they keep no result, so ``--resume`` runs them later.
     An interrupt stops every running cell and re-raises once the pool has ended.
@@ -282,7 +317,7 @@ def run_cells(
     resources = resources or runner_resources(Host())
     try:
         interrupted = run_pooled(
-            where, runnable, resources, progress, counts, jobs=jobs, rehearse=rehearse
+            where, runnable, resources, progress, counts, pacing=pacing, images=images
         )
     except BackendDown:
         left = len(runnable) - (sum(counts.values()) - len(skipped))

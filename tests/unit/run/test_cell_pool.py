@@ -25,6 +25,7 @@ from repromatrix.backends.oci_container import DockerBackend
 from repromatrix.model import Cell, Lane, Outcome
 from repromatrix.results import store
 from repromatrix.run.cell import CellContext
+from repromatrix.run.cell_pool import Pacing
 from repromatrix.run.host_resources import HostGpu, HostResources
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB
@@ -156,7 +157,7 @@ def test_four_single_gpu_cells_run_together_on_four_gpus(tmp_path: Path):
 def test_jobs_caps_the_cells_at_once(tmp_path: Path):
     cells = [cell(variant=f"c{i}") for i in range(4)]
     backend, out = Recorder(hold=together(2)), io.StringIO()
-    counts = run(tmp_path, backend, cells, resources(cores=8), out, jobs=2)
+    counts = run(tmp_path, backend, cells, resources(cores=8), out, pacing=Pacing(jobs=2))
     assert backend.most == 2
     assert counts == {"other_failure": 4}  # each ended on its own, none by a broken barrier
     # The scheduler's own count of running cells at each start (exact, unlike the recorder's).

@@ -12,11 +12,11 @@ from repromatrix.run.cell_needs import (
     CPU_PROBE_BYTES,
     cell_jobs,
     estimate_s,
-    image_job,
     kv_budget_bytes,
     measured_durations,
     need_of,
 )
+from repromatrix.run.image_jobs import image_job
 from repromatrix.run.schedule import GIB, Capacity, Planner
 from support.runner import cell
 

@@ -1,0 +1,134 @@
+"""Each image of a run as a pool job: made, read, its tiny models made, its cells given context.
+
+An image job builds or pulls one image (``Backend.prepare``), reads vLLM's
+version inside it, makes the tiny models its CPU engine cells need (each
+model once, by whichever image job gets to it first, with every adapter rank
+and broken folder any cell of the run asks for) and then gives each of its
+cells its ``CellContext``. The pool starts a cell only once its image job has
+ended, so a cell's context is always there when it starts; image jobs run
+``--image-jobs`` at once, apart from the cells' GPUs, cores and memory, so a
+slow pull or build overlaps with the cells of images already made.
+
+A failed build or pull is not an exception: it is the image's ``Prepared.error``
+and each of its cells ends as an infra error naming it. An image job that
+raises (a bug of ours) fails only the cells that wait for it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from pathlib import Path
+
+from repromatrix.backends.base import Backend, Prepared
+from repromatrix.build.tinymodel import TinyModel
+from repromatrix.heartbeat import seconds as duration
+from repromatrix.model import Cell, Image, Level
+from repromatrix.run import prepare
+from repromatrix.run.cell import CellContext
+from repromatrix.run.pool import Ticket, Work
+from repromatrix.run.schedule import Job, Need
+
+PREFIX = "image:"
+# What an image job takes when nothing is known: a pull or build of minutes; an image already
+# made takes seconds, but the estimate only orders image jobs among themselves and feeds the ETA.
+IMAGE_ESTIMATE_S = 300.0
+
+
+def job_key(image_key: str) -> str:
+    """The pool's key of the job that makes the image ``image_key``."""
+    return PREFIX + image_key
+
+
+def image_job(image_key: str, estimate_s: float = IMAGE_ESTIMATE_S) -> Job:
+    """The job that makes ``image_key``: it holds an image slot, none of the cells' resources."""
+    return Job(job_key(image_key), Need(slots=0), estimate_s, image_task=True)
+
+
+class ImageJobs:
+    """The image jobs of one run and the cell contexts they fill in ``contexts``."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        cells: Iterable[Cell],
+        *,
+        models_root: Path,
+        note: Callable[[str], None],
+        contexts: MutableMapping[str, CellContext],
+    ) -> None:
+        self.backend = backend
+        self.models_root = models_root
+        self.note = note
+        self.contexts = contexts
+        self.cells: dict[str, list[Cell]] = {}
+        self.images: dict[str, Image] = {}
+        for cell in cells:
+            self.images.setdefault(cell.image.key, cell.image)
+            self.cells.setdefault(cell.image.key, []).append(cell)
+        self.needs = prepare.model_needs(c for group in self.cells.values() for c in group)
+        self.prepared: dict[str, Prepared] = {}
+        self._models: dict[str, TinyModel | str] = {}
+        self._model_locks = {name: threading.Lock() for name in self.needs}
+
+    def jobs(self) -> list[Job]:
+        """One job per image, in the order the cells first need them."""
+        return [image_job(key) for key in self.images]
+
+    def after(self) -> Mapping[str, str]:
+        """Each image key and the job key its cells wait for."""
+        return {key: job_key(key) for key in self.images}
+
+    def work(self) -> dict[str, Work[Prepared]]:
+        """Each image job's callable for the pool."""
+        return {job_key(key): self._work_for(key) for key in self.images}
+
+    def _work_for(self, key: str) -> Work[Prepared]:
+        def work(_ticket: Ticket) -> Prepared:
+            return self.make(key)
+
+        return work
+
+    def make(self, key: str) -> Prepared:
+        """Make the image ``key`` and its models; give each of its cells its context."""
+        image = self.images[key]
+        prepared = self.backend.prepare([image])[key]
+        cells = self.cells[key]
+        version = None if prepared.error else self.backend.vllm_version(prepared)
+        made = {} if prepared.error else self._models_for(cells, prepared)
+        self.contexts.update(
+            prepare.cell_contexts(
+                cells,
+                models_root=self.models_root,
+                skips={},
+                prepared={key: prepared},
+                made=made,
+                versions={key: version},
+            )
+        )
+        self.prepared[key] = prepared
+        self.note(ready_line(image, prepared))
+        return prepared
+
+    def _models_for(self, cells: Sequence[Cell], image: Prepared) -> dict[str, TinyModel | str]:
+        names = {c.model.name for c in cells if c.level is Level.ENGINE} & set(self.needs)
+        return {name: self._model(name, image) for name in sorted(names)}
+
+    def _model(self, name: str, image: Prepared) -> TinyModel | str:
+        # Two image jobs whose cells share a model: the first makes it, the other waits and
+        # takes what it made (a failure too: the next image would fail the same way).
+        with self._model_locks[name]:
+            if name not in self._models:
+                need = self.needs[name]
+                made = prepare.make_model(self.backend, need, image, self.models_root, self.note)
+                self._models[name] = made
+            return self._models[name]
+
+
+def ready_line(image: Image, prepared: Prepared) -> str:
+    """One progress line for an image job that ended."""
+    if prepared.error is not None:
+        first = prepared.error.strip().splitlines()[0] if prepared.error.strip() else "?"
+        return f"image {image.ref} failed: {first} (its cells end as infra errors)"
+    how = f"built in {duration(prepared.build_s)}" if prepared.built else "found"
+    return f"image {image.ref} ready ({how})"
