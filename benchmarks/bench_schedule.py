@@ -13,12 +13,21 @@ kinds of estimates: exact (every cell measured in an earlier run), measured
 with +-30% noise (re-runs vary), and none measured (the class estimates of
 ``cell_needs``: every crash cell looks alike, so does every healthy one).
 
+It also simulates the images: each cell waits for one of several images whose
+pulls take minutes, made as jobs of the same pool (``--image-jobs``) or all
+before the first cell, and prints the ratio of the two makespans.
+
 ``--real`` also runs a few real CPU-lane cells (vLLM in Docker, images built by a
 matrix run) through the real command, ``repromatrix run --jobs 1`` and then
 ``--jobs 2``, and prints the wall-clock ratio and whether every cell's outcome is
 the same. It starts engines: run it alone (``flock /tmp/repromatrix-engine.lock``).
 
-Usage: ``python benchmarks/bench_schedule.py [--seeds N] [--cells N] [--real [GLOB]]``.
+``--real-images`` removes one built CPU image and builds it again twice: before
+a run (``--prepare-only``, then the run) and during one (an image job of its
+pool while the cells of an image already built run), and prints the ratio.
+
+Usage: ``python benchmarks/bench_schedule.py [--seeds N] [--cells N] [--real [GLOB]]
+[--real-images]``.
 """
 
 from __future__ import annotations
@@ -125,6 +134,54 @@ def bench(gpus: int, count: int, seeds: int) -> None:
             )
 
 
+PULL_S = (120.0, 600.0)  # a vllm/vllm-openai image of 10-20 GB from a registry mirror
+IMAGE_SLOTS = 2  # ``--image-jobs``' default
+
+
+def image_run(cells: list[SimCell], gpus: int, rng: random.Random) -> tuple[float, float, float]:
+    """Makespans with images as pool jobs and with every image made first, and a lower bound.
+
+    Each cell needs one of ``gpus // 2`` images (one per vLLM version of the matrix), whose
+    pull takes 2-10 minutes; ``IMAGE_SLOTS`` pulls run at once either way. The bound: no cell
+    starts before the first pull ends, and none before its own image's pull could end.
+    """
+    pulls = {f"image:{i}": rng.uniform(*PULL_S) for i in range(max(gpus // 2, 2))}
+    image_of = {c.key: rng.choice(sorted(pulls)) for c in cells}
+    actual = {**{c.key: c.duration for c in cells}, **pulls}
+    capacity = Capacity(gpu_ids=tuple(str(i) for i in range(gpus)))
+    images = [Job(key, Need(slots=0), 300.0, image_task=True) for key in pulls]
+    cell_jobs = [Job(c.key, Need(gpus=c.gpus), c.duration, after=image_of[c.key]) for c in cells]
+    overlapped = simulate(Planner([*images, *cell_jobs], capacity, IMAGE_SLOTS), _took(actual))
+    alone = [Job(c.key, Need(gpus=c.gpus), c.duration) for c in cells]
+    first = simulate(Planner(images, capacity, IMAGE_SLOTS), _took(actual)).end
+    first += simulate(Planner(alone, capacity), _took(actual)).end
+    area = sum(c.gpus * c.duration for c in cells) / gpus
+    bound = max(min(pulls.values()) + area, *(pulls[image_of[c.key]] + c.duration for c in cells))
+    return overlapped.end, first, bound
+
+
+def _took(actual: dict[str, float]) -> Callable[[Job], float]:
+    return lambda job: actual[job.key]
+
+
+def bench_images(gpus: int, count: int, seeds: int) -> None:
+    """Print how much overlapping pulls with cells saves over pulling every image first."""
+    runs = [
+        image_run(draw_cells(random.Random(s), count), gpus, random.Random(s)) for s in range(seeds)
+    ]
+    to_bound = [over / bound for over, _, bound in runs]
+    saved = [first / over for over, first, _ in runs]
+    print(
+        f"\n{gpus} GPUs, {count} cells over {max(gpus // 2, 2)} images pulled "
+        f"{IMAGE_SLOTS} at a time (2-10 min each), {seeds} random matrices, exact estimates"
+    )
+    print(
+        f"  images as pool jobs: makespan/bound mean {statistics.mean(to_bound):5.3f}x "
+        f"worst {max(to_bound):5.3f}x; every image first takes "
+        f"{statistics.mean(saved):.2f}x as long (worst case {min(saved):.2f}x)"
+    )
+
+
 REAL_CELLS = "cpu/0.32.0/cpu/tiny-llama/*"
 
 
@@ -144,17 +201,49 @@ def real_cpu_lane(selection: str) -> None:
     print(f"  jobs 1 / jobs 2 wall clock: {wall[1] / wall[2]:.2f}x; same outcomes: {same}")
 
 
+def real_image_overlap(build: str = "0.30.0", ready: str = "0.32.0") -> None:
+    """One image built during the run, real: made first (``--prepare-only``, then the run),
+    or as a job of the run's pool while the cells of the image already built run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from real_cells import remove_image, run_real  # noqa: PLC0415 (docker only for --real)
+
+    selection = [
+        f"cpu/{ready}/cpu/tiny-llama/default/*",
+        f"cpu/{build}/cpu/tiny-llama/default/cpu-kv-cache-too-small/trigger",
+    ]
+    print(f"\nreal CPU lane, the {build} image built during the run: {', '.join(selection)}")
+    remove_image(build)
+    prepared, _ = run_real(selection, 2, "--prepare-only")
+    cells, first = run_real(selection, 2)
+    print(f"  image first (--prepare-only, then run): {prepared:6.1f} s + {cells:6.1f} s")
+    remove_image(build)
+    overlapped, pooled = run_real(selection, 2)
+    print(f"  image as a job of the run's pool:       {overlapped:6.1f} s")
+    same = "yes" if first == pooled else f"NO: {first} vs {pooled}"
+    ratio = (prepared + cells) / overlapped
+    print(f"  image first / overlapped wall clock: {ratio:.2f}x; same outcomes: {same}")
+
+
 def main() -> None:
     """Run the simulated runners (and, with ``--real``, the real CPU lane)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--cells", type=int, default=0, help="cells per run (default: 6 x GPUs)")
     parser.add_argument("--real", nargs="?", const=REAL_CELLS, default=None, metavar="GLOB")
+    parser.add_argument(
+        "--real-images",
+        action="store_true",
+        help="also build one CPU image twice for real: before the run, and during it",
+    )
     args = parser.parse_args()
     for gpus in (8, 4):
         bench(gpus, args.cells or 6 * gpus, args.seeds)
+    for gpus in (8, 4):
+        bench_images(gpus, args.cells or 6 * gpus, args.seeds)
     if args.real:
         real_cpu_lane(args.real)
+    if args.real_images:
+        real_image_overlap()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ at which, by the running cells' estimates, enough resources free up (its
 uses only what the reserved cell will not need. A wide cell (4 GPUs) is
 therefore never starved by a stream of narrow ones. Cells that need more than
 the runner has are never queued: they get a skip reason at once, so the queue
-cannot deadlock.
+cannot deadlock. Image tasks (builds, pulls) run in slots of their own beside
+the cells, the image whose waiting cells hold the most GPU-seconds first.
 """
 
 from __future__ import annotations
@@ -236,9 +237,9 @@ class Planner:
     def _order(self, job: Job) -> tuple[float, int]:
         if not job.image_task:
             return priority(job)
-        # An image is wanted as early as its longest cell: build that one first.
-        waiting = [j.estimate_s for j in self.jobs if j.after == job.key]
-        return (-max(waiting, default=0.0), 0)
+        # The image that frees the most work first: the runner fills soonest.
+        waiting = [j.estimate_s * max(j.need.gpus, 1) for j in self.jobs if j.after == job.key]
+        return (-sum(waiting), 0)
 
     def _ready(self, job: Job) -> bool:
         return job.after is None or job.after in self.finished

@@ -8,127 +8,24 @@ exercised by ``test_schedule_docker.py`` and ``test_cpu_matrix_jobs.py``.
 from __future__ import annotations
 
 import io
-import re
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from repromatrix.backends.base import Execution, Host, Placement, Prepared, Watcher
+from repromatrix.backends.base import Execution, Host, Placement, Prepared
 from repromatrix.backends.docker_calls import ContainerSettings
 from repromatrix.backends.local import LocalBackend, kill_tagged
 from repromatrix.backends.oci_container import DockerBackend
 from repromatrix.model import Cell, Lane, Outcome
-from repromatrix.results import store
-from repromatrix.run.cell import CellContext
 from repromatrix.run.cell_pool import Pacing
-from repromatrix.run.host_resources import HostGpu, HostResources
-from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB
-from repromatrix.run.stages import run_cells, runner_resources
+from repromatrix.run.stages import runner_resources
+from support.pool import GUARD_S, UUIDS, Recorder, at_once, resources, run, saved, together
 from support.runner import cell
-
-GUARD_S = 120.0  # only a broken test waits this long; it decides nothing
-UUIDS = {str(i): f"GPU-{i}{i}{i}{i}-uuid" for i in range(4)}
-
-
-@dataclass
-class Recorder:
-    """A backend that records what ran at once; ``hold`` decides when each cell may end."""
-
-    hold: Callable[[Cell, threading.Event], Execution] = lambda _c, _e: Execution(0, b"")
-    name: str = "recorder"
-    running: dict[str, Placement | None] = field(default_factory=dict)
-    most: int = 0
-    clashes: list[str] = field(default_factory=list)
-    stopped: list[str] = field(default_factory=list)
-    placements: dict[str, Placement | None] = field(default_factory=dict)
-    events: dict[str, threading.Event] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def execute(
-        self,
-        cell: Cell,
-        spec: Mapping[str, Any],
-        prepared: Prepared,
-        watch: Watcher,
-        placement: Placement | None = None,
-    ) -> Execution:
-        stop = self.events.setdefault(cell.id, threading.Event())
-        with self.lock:
-            held = {g for p in self.running.values() if p and p.gpu_ids for g in p.gpu_ids}
-            mine = set(placement.gpu_ids or ()) if placement else set()
-            if held & mine:
-                self.clashes.append(f"{cell.id} got {sorted(mine)} while {sorted(held)} held")
-            self.running[cell.id] = placement
-            self.placements[cell.id] = placement
-            self.most = max(self.most, len(self.running))
-        try:
-            return self.hold(cell, stop)
-        finally:
-            with self.lock:
-                del self.running[cell.id]
-
-    def stop(self, cell_id: str) -> None:
-        self.stopped.append(cell_id)
-        self.events.setdefault(cell_id, threading.Event()).set()
-
-    def alive(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
-
-    def prepare(self, images: Sequence[Any]) -> Mapping[str, Prepared]:
-        raise NotImplementedError
-
-    def vllm_version(self, prepared: Prepared) -> str | None:
-        raise NotImplementedError
-
-    def make_model(self, model: Any, prepared: Prepared, models_root: Path) -> Any:
-        raise NotImplementedError
-
-
-def resources(gpus: int = 0, cores: int = 8, memory: int = 64 * GIB) -> HostResources:
-    listed = tuple(HostGpu(str(i), "H200", UUIDS[str(i)]) for i in range(gpus))
-    return HostResources(listed, tuple(g.index for g in listed), tuple(range(cores)), memory)
-
-
-def run(
-    tmp_path: Path,
-    backend: Recorder,
-    cells: Sequence[Cell],
-    host: HostResources,
-    out: io.StringIO | None = None,
-    **kw: Any,
-) -> dict[str, int]:
-    contexts = {c.id: CellContext(Prepared(c.image.key, "img"), "/m") for c in cells}
-    progress = Progress(len(cells), out=out or io.StringIO())
-    return run_cells(
-        backend, cells, contexts, run_dir=tmp_path, run_id="t", progress=progress,
-        resources=host, **kw,
-    )  # fmt: skip
-
-
-def saved(tmp_path: Path) -> dict[str, store.CellResult]:
-    found, problems = store.read_results(tmp_path)
-    assert problems == []
-    return {r.id: r for r in found}
-
-
-def together(count: int) -> Callable[[Cell, threading.Event], Execution]:
-    """Cells that end only once ``count`` of them run at the same time."""
-    barrier = threading.Barrier(count, timeout=GUARD_S)
-
-    def hold(_cell: Cell, _stop: threading.Event) -> Execution:
-        barrier.wait()
-        return Execution(0, b"")
-
-    return hold
 
 
 def test_no_two_running_gpu_cells_share_a_gpu_and_the_engine_gets_uuids(tmp_path: Path):
@@ -162,15 +59,6 @@ def test_jobs_caps_the_cells_at_once(tmp_path: Path):
     assert counts == {"other_failure": 4}  # each ended on its own, none by a broken barrier
     # The scheduler's own count of running cells at each start (exact, unlike the recorder's).
     assert max(at_once(out)) == 2
-
-
-def at_once(out: io.StringIO) -> list[int]:
-    """The cells running at each start, from the progress lines' ``(N other(s) running)``."""
-    lines = [line for line in out.getvalue().splitlines() if " start " in line]
-    return [
-        1 + int(re.findall(r"\((\d+) other\(s\) running\)", line + "(0 other(s) running)")[0])
-        for line in lines
-    ]
 
 
 def test_cores_and_memory_cap_the_cpu_cells_at_once(tmp_path: Path):

@@ -198,3 +198,13 @@ def test_an_overrunning_cell_is_expected_to_need_a_little_longer() -> None:
     planner = Planner([gpu_job("a", 1, 100)], gpus(1))
     planner.starts(0.0)
     assert eta_s(planner, 150.0) == 25.0
+
+
+def test_the_image_that_frees_the_most_work_is_made_first():
+    images = [Job(f"image:{name}", Need(slots=0), 300.0, image_task=True) for name in "ab"]
+    # a: one long 1-GPU cell (600 GPU-seconds); b: two 4-GPU cells of 100 s (800).
+    cells = [Job("a-long", Need(gpus=1), 600.0, after="image:a")]
+    cells += [Job(f"b-{i}", Need(gpus=4), 100.0, after="image:b") for i in range(2)]
+    planner = Planner([*images, *cells], Capacity(gpu_ids=("0", "1", "2", "3")), image_slots=1)
+    [first] = planner.starts(0.0)
+    assert first.job.key == "image:b"
