@@ -53,7 +53,10 @@ def render(session: nox.Session) -> None:
 def matrix(session: nox.Session) -> None:
     """The main job: build or pull the images, run every cell this host can run, write results/."""
     _install(session)
-    session.run("repromatrix", "run", *session.posargs)
+    # Each run is packed by the durations the previous one measured, when there is one.
+    given = any(arg.startswith("--durations-from") for arg in session.posargs)
+    measured = [] if given else ["--durations-from", "latest"]
+    session.run("repromatrix", "run", *measured, *session.posargs)
 
 
 @nox.session

@@ -87,9 +87,10 @@ def add_parser(subparsers: Any) -> None:
         type=Path,
         default=None,
         metavar="RUN_DIR",
-        help="an earlier run's folder (results/<run-id>): the time each of its cells took "
-        "orders this run's cells, longest first, and makes the ETA (default: estimates by "
-        "lane, level and expected outcome)",
+        help="an earlier run's folder (results/<run-id>), or `latest` for the latest earlier "
+        "run under --results: the time each of its cells took orders this run's cells, "
+        "longest first, and makes the ETA (default: estimates by lane, level and expected "
+        "outcome; `nox -s matrix` passes `latest`)",
     )
     parser.add_argument(
         "--dockerfiles",

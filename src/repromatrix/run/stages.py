@@ -95,6 +95,7 @@ class RunState:
     backend: Backend | None = None  # open from stage_open on; execute_run closes it
     contexts: Mapping[str, CellContext] = field(default_factory=dict)
     outcomes: Mapping[str, int] = field(default_factory=dict)
+    measured: Mapping[str, float] | None = None  # seconds each cell took in an earlier run
     done: bool = False  # nothing further to do (a dry run, or a resumed run already complete)
 
     def setup(self, progress: Progress) -> Setup:
@@ -127,10 +128,10 @@ def resolve_run_dir(options: RunOptions) -> tuple[str, Path]:
     """The run id and folder; ``--resume`` without an id continues the latest run."""
     run_id = options.run_id
     if run_id is None and options.resume:
-        runs = sorted(p.name for p in options.results.glob("*/") if RUN_ID.match(p.name))
-        if not runs:
+        latest = latest_run(options.results)
+        if latest is None:
             raise UsageError(f"--resume: no earlier run under {options.results}/ to continue")
-        run_id = runs[-1]
+        run_id = latest.name
     run_id = run_id or new_run_id()
     if not RUN_ID.match(run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (64 at most)")
@@ -170,7 +171,8 @@ def stage_plan(state: RunState, progress: Progress) -> RunState:
     else:
         progress.note(f"run {run_id}: {left} cells to run, results in {run_dir}/")
     planned = replace(state, matrix=matrix, run_id=run_id, run_dir=run_dir, todo=todo)
-    return replace(planned, done=not todo, planned=cells)
+    measured = None if options.dry_run else measured_s(options, run_dir, progress.note)
+    return replace(planned, done=not todo, planned=cells, measured=measured)
 
 
 def stage_claim(state: RunState, progress: Progress) -> RunState:
@@ -262,21 +264,40 @@ def stage_cells(state: RunState, progress: Progress) -> RunState:
         run_id=state.run_id,
         progress=progress,
         resources=runner_resources(state.host),
-        pacing=Pacing(options.jobs, options.image_jobs, measured_s(options), options.rehearse),
+        pacing=Pacing(options.jobs, options.image_jobs, state.measured, options.rehearse),
         images=images,
     )
     return replace(state, outcomes=counts)
 
 
-def measured_s(options: RunOptions) -> dict[str, float] | None:
-    """Each cell's duration in the earlier run ``--durations-from`` names (None: not given)."""
+LATEST = Path("latest")  # ``--durations-from latest``: the latest earlier run under --results
+
+
+def measured_s(
+    options: RunOptions, run_dir: Path, note: Callable[[str], None]
+) -> dict[str, float] | None:
+    """Each cell's duration in the earlier run ``--durations-from`` names (None: not given,
+    or ``latest`` and there is no earlier run)."""
     folder = options.durations_from
+    if folder == LATEST:
+        folder = latest_run(options.results, besides=run_dir)
+        if folder is None:
+            return None
     if folder is None:
         return None
     if not (folder / store.CELLS_DIR).is_dir():
         raise UsageError(f"--durations-from {folder}: not a run folder (no {store.CELLS_DIR}/)")
     results, _problems = store.read_results(folder)  # an unreadable cell is only not measured
-    return measured_durations(results)
+    measured = measured_durations(results)
+    note(f"cells ordered by the durations measured in {folder}/ ({len(measured)} cells)")
+    return measured
+
+
+def latest_run(results: Path, besides: Path | None = None) -> Path | None:
+    """The run folder under ``results`` whose id sorts last (run ids are UTC times), other
+    than ``besides``; None when there is none."""
+    runs = sorted(p.name for p in results.glob("*/") if RUN_ID.match(p.name) and p != besides)
+    return results / runs[-1] if runs else None
 
 
 def run_cells(

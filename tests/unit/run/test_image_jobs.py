@@ -23,7 +23,7 @@ from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, cell_result
 from repromatrix.run.cell_pool import Pacing
 from repromatrix.run.image_jobs import image_job, job_key, ready_line
 from repromatrix.run.outcome import Decision
-from repromatrix.run.stages import RunOptions, measured_s
+from repromatrix.run.stages import LATEST, RunOptions, measured_s
 from support.pool import GUARD_S, Recorder, resources, run, run_making_images, saved
 from support.runner import cell
 
@@ -173,10 +173,31 @@ def test_durations_come_from_an_earlier_run_folder(tmp_path: Path):
     skipped = CellRun(Decision(Outcome.SKIPPED, "no GPU"), NOT_RUN)
     never = cell_result(NEW, skipped, context=context, run_id="earlier", started_at=when)
     store.write_result(earlier, never, b"")
-    assert measured_s(RunOptions(durations_from=earlier)) == {OLD.id: 42.5}
-    assert measured_s(RunOptions()) is None
+    notes: list[str] = []
+    here = tmp_path / "results" / "now"
+    assert measured_s(RunOptions(durations_from=earlier), here, notes.append) == {OLD.id: 42.5}
+    assert notes == [f"cells ordered by the durations measured in {earlier}/ (1 cells)"]
+    assert measured_s(RunOptions(), here, notes.append) is None
     with pytest.raises(UsageError, match="not a run folder"):
-        measured_s(RunOptions(durations_from=tmp_path / "results"))
+        measured_s(RunOptions(durations_from=tmp_path / "results"), here, notes.append)
+
+
+def test_durations_from_latest_reads_the_latest_earlier_run_or_nothing(tmp_path: Path):
+    results = tmp_path / "results"
+    latest = RunOptions(results=results, durations_from=LATEST)
+    assert measured_s(latest, results / "20261130-120000", print) is None  # no earlier run
+    for run_id, took in (("20261130-100000", 10.0), ("20261130-110000", 20.0)):
+        ran = CellRun(Decision(Outcome.HIT, "seen"), Execution(1, b"", total_s=took))
+        context = CellContext(Prepared(OLD.image.key, "img"), "/m")
+        when = "2026-11-30T10:00:00+00:00"
+        store.write_result(
+            results / run_id,
+            cell_result(OLD, ran, context=context, run_id=run_id, started_at=when),
+            b"",
+        )
+    assert measured_s(latest, results / "20261130-120000", print) == {OLD.id: 20.0}
+    # A resumed run does not read its own folder: the one before it.
+    assert measured_s(latest, results / "20261130-110000", print) == {OLD.id: 10.0}
 
 
 def test_an_image_job_holds_no_cell_resources_and_says_how_its_image_came():
