@@ -156,7 +156,7 @@ def test_preparing_the_zoo_asks_for_each_adapter_rank_and_makes_each_folder(
         tmp_path,
         lambda _: None,
     )
-    assert backend.ranks == [[8, 64]]
+    assert [list(ranks) for ranks in backend.ranks] == [[8, 64]]
     tiny = made["tiny-llama"]
     assert isinstance(tiny, TinyModel)
     contexts = prepare.cell_contexts(
