@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import signal
+from collections.abc import Iterator
 
 import pytest
 
@@ -101,3 +103,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 f"{NO_SKIPS}: {skipped} test(s) skipped; CI must prepare what they need",
                 red=True,
             )
+
+
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises ``KeyboardInterrupt`` during the test (a test run in the background
+    inherits it as ignored), as a run's own handler makes it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

@@ -42,13 +42,6 @@ def backend(request: pytest.FixtureRequest) -> Iterator[DockerBackend]:
     b.close()
 
 
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
 @pytest.mark.usefixtures("sigint_raises")
 def test_ctrl_c_stops_and_removes_every_running_container(backend: DockerBackend) -> None:
     image = fake_image(backend.client)

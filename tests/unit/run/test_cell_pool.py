@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import signal
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -92,13 +91,6 @@ def test_a_hung_cell_does_not_block_the_others_and_ends_at_its_deadline(tmp_path
     run(tmp_path, Recorder(hold=hold), [hung, *others], resources(cores=4))
     assert ended[-1] == "hung" and len(ended) == 4
     assert saved(tmp_path)[hung.id].outcome is Outcome.TIMEOUT
-
-
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.usefixtures("sigint_raises")

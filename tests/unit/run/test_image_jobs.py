@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -112,13 +111,6 @@ def test_cells_of_two_images_share_one_tiny_model_made_once_with_every_rank(tmp_
     results = saved(tmp_path)
     assert results[NEW.id].version == f"version-in-{NEW.image.key}"
     assert results[OLD.id].version == f"version-in-{OLD.image.key}"
-
-
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.usefixtures("sigint_raises")

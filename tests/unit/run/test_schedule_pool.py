@@ -11,7 +11,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -82,13 +82,6 @@ def test_a_hung_cell_does_not_block_the_others() -> None:
     report = pool.run()
     assert order[-1] == "hung" and sorted(order[:3]) == ["a", "b", "c"]
     assert report.done[-1].cancelled and report.done[-1].value == "stopped"
-
-
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.usefixtures("sigint_raises")
