@@ -171,7 +171,8 @@ def stage_plan(state: RunState, progress: Progress) -> RunState:
     else:
         progress.note(f"run {run_id}: {left} cells to run, results in {run_dir}/")
     planned = replace(state, matrix=matrix, run_id=run_id, run_dir=run_dir, todo=todo)
-    measured = None if options.dry_run else measured_s(options, run_dir, progress.note)
+    runs_cells = not (options.dry_run or options.prepare_only)
+    measured = measured_s(options, run_dir, progress.note) if runs_cells else None
     return replace(planned, done=not todo, planned=cells, measured=measured)
 
 
