@@ -268,7 +268,7 @@ def stage_cells(state: RunState, progress: Progress) -> RunState:
         pacing=Pacing(options.jobs, options.image_jobs, state.measured, options.rehearse),
         images=images,
     )
-    return replace(state, outcomes=counts)
+    return replace(state, outcomes=counts, contexts=contexts)
 
 
 LATEST = Path("latest")  # ``--durations-from latest``: the latest earlier run under --results
