@@ -71,6 +71,10 @@ def execute_cell(
     spec = build_spec(cell, context.model_path, adapter_path=context.adapter_path)
     watch, triager = make_watcher(cell)
     execution = backend.execute(cell, spec, context.prepared, watch, placement)
+    # What the backend kept after the watcher last read still counts: the output drained
+    # once an early stop killed the container (the harness's OOM report can come last), or
+    # a log read again after the live stream broke.
+    triager.feed(execution.log[triager.bytes_read :])
     status = outcome.parse_status(execution.log)
     if status is not None and status.oom_killed:
         # Docker's OOMKilled can miss a killed grandchild; the harness's cgroup count does not.

@@ -49,6 +49,7 @@ class Ticket:
         self.key = key
         self.allocation = allocation
         self._cancelled = threading.Event()
+        self._returned = False
         self._hooks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
@@ -70,12 +71,21 @@ class Ticket:
         _call_quietly(hook)
 
     def cancel(self) -> None:
-        """Ask the job to stop: set the flag, then call each hook once, in order."""
+        """Ask the job to stop: set the flag, then call each hook once, in order. A job whose
+        callable has returned is not cancelled: it ended on its own."""
         with self._lock:
+            if self._returned:
+                return
             self._cancelled.set()
             hooks, self._hooks = self._hooks, []
         for hook in hooks:
             _call_quietly(hook)
+
+    def returned(self) -> bool:
+        """Mark the job's callable as returned; True when it was cancelled before that."""
+        with self._lock:
+            self._returned = True
+            return self.cancelled
 
 
 def _call_quietly(hook: Callable[[], None]) -> None:
@@ -223,7 +233,7 @@ class Pool(Generic[R]):
         except BaseException as exc:
             error = exc
         ended = self._clock()
-        cancelled = ticket.cancelled
+        cancelled = ticket.returned()
         self._ended.put(
             Done(ticket.key, value, error, started, ended, ticket.allocation, image_task, cancelled)
         )

@@ -93,6 +93,7 @@ class Triager:
         self._adjacent = 0  # lines up to this one follow ``_prev`` directly (blanks between)
         self._number = 0
         self._source = ByteSource()
+        self._bytes_read = 0
         self._ready_line: int | None = None
         self._fatal_seen = False
         self._cause_seen = False
@@ -105,8 +106,14 @@ class Triager:
         """A root cause has been seen, and a consequence saying the engine start is over."""
         return self._fatal_seen and self._cause_seen
 
+    @property
+    def bytes_read(self) -> int:
+        """How many bytes of the log have been fed so far."""
+        return self._bytes_read
+
     def feed(self, data: bytes) -> None:
         """Read the next chunk of the log (a partial last line waits for the next chunk)."""
+        self._bytes_read += len(data)
         text = self._source.push(data)
         if text:
             self._split(text)

@@ -69,7 +69,8 @@ def test_ctrl_c_stops_and_removes_every_running_container(backend: DockerBackend
     report = Pool(jobs, Capacity(core_ids=(0, 1, 2)), work, lambda _d: None).run()
 
     assert report.interrupted
-    assert report.cancelled == tuple(sorted(c.id for c in sleepers))
+    # The interrupter may still be returning when the pool cancels what runs: not a cell.
+    assert set(report.cancelled) - {"ctrl-c"} == {c.id for c in sleepers}
     assert containers(backend.run_id) == []  # gone before the backend's close() sweeps
     for execution in executions.values():  # killed and removed, not timed out
         assert not execution.timed_out and execution.exit_code in (137, None)

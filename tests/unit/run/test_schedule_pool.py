@@ -220,3 +220,18 @@ def test_threads_never_hold_the_same_gpu_id(widths: list[int], runner: int, seed
     Pool(jobs, gpus(runner), dict.fromkeys((j.key for j in jobs), work), seen.append).run()
     assert clashes == []
     assert sorted(d.key for d in seen) == sorted(j.key for j in jobs)
+
+
+def test_a_job_that_returned_before_the_cancel_counts_as_ended_on_its_own() -> None:
+    # Ctrl-C can land between a callable's return and the pool reading its ticket: that
+    # job ended, and its result must be kept, not run again by --resume.
+    hooks: list[str] = []
+    ended = Ticket("ended", Allocation())
+    ended.on_cancel(lambda: hooks.append("ended"))
+    assert ended.returned() is False
+    ended.cancel()
+    assert hooks == [] and not ended.cancelled
+    stopped = Ticket("stopped", Allocation())
+    stopped.on_cancel(lambda: hooks.append("stopped"))
+    stopped.cancel()
+    assert stopped.returned() is True and hooks == ["stopped"]
