@@ -122,6 +122,11 @@ class TracebackReader:
             return self._outside(line, stripped)
         return self._inside(line, key, tb, stripped)
 
+    def cut(self, line: Line) -> Step:
+        """``line`` is not part of any traceback: end the one open in its record (what the
+        traceback had raised so far is returned) and leave the line to be read on its own."""
+        return Step(raised=self._close(line.record))
+
     def pending(self) -> tuple[Raised, ...]:
         """Failed asserts that end tracebacks still open (a log cut off mid-traceback)."""
         found = (_truncated(tb) for tb in self._open.values())

@@ -206,7 +206,10 @@ class Triager:
             return
         stream = self._stream(line.stream)
         stream.awaiting = [f for f in stream.awaiting if f.add_after(line.raw)]
-        step = self._reader.read(line)
+        # The harness speaks for itself, even inside a traceback a kill cut short (its line
+        # would otherwise be read as the last frame's source line).
+        own = line.raw.startswith(HARNESS_LINE)
+        step = self._reader.cut(line) if own else self._reader.read(line)
         if step.opened:
             self._prefixes.learn(line)
         if step.opened and stream.pending_error is not None:
