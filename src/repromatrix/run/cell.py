@@ -80,6 +80,9 @@ def execute_cell(
         # Docker's OOMKilled can miss a killed grandchild; the harness's cgroup count does not.
         execution = replace(execution, oom_killed=True)
     if (report := oom_report(execution)) is not None:
+        # On a line of its own: the kill can cut the log in the middle of a line.
+        cut = execution.log and not execution.log.endswith(b"\n")
+        report = b"\n" + report if cut else report
         triager.feed(report)
         execution = replace(execution, log=execution.log + report)
     diagnosis = triager.diagnose(oom_killed=execution.oom_killed)

@@ -251,6 +251,15 @@ def test_an_oom_kill_that_took_the_harness_is_still_a_hit_naming_the_process_vll
     assert run.execution.log.endswith(b"the harness did not outlive the kill)\n")
 
 
+def test_the_runners_report_starts_a_line_of_its_own_after_a_log_cut_mid_line():
+    cell = zoo_cells("cpu-memory-limit")["trigger"]
+    context = CellContext(Prepared(cell.image.key, "img"), "/m")
+    cut = HARNESS_KILLED_LOG.rstrip(b"\n") + b'\n  File "/opt/venv/lib/x.py", line 9, in f'
+    run = execute_cell(ReplayBackend(cut, 137, True), cell, context)  # type: ignore[arg-type]
+    assert run.decision.outcome is Outcome.HIT, run.decision.reason
+    assert b"in f\n[repromatrix harness] Memory cgroup out of memory" in run.execution.log
+
+
 def test_no_report_is_made_up_without_docker_saying_oom_killed():
     assert oom_report(Execution(exit_code=137, log=HARNESS_KILLED_LOG)) is None
 
