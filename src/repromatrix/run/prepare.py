@@ -2,8 +2,8 @@
 
 Nothing here runs a cell and nothing here knows which backend it talks to: the
 backend's kind says which cells it can run, the backend prepares images, reads
-vLLM's version and makes tiny models. Each tiny model is made once, in the
-first image that can make it.
+vLLM's version and makes tiny models. ``image_jobs`` calls these pieces for
+each image, as a job of the run's pool.
 """
 
 from __future__ import annotations
@@ -72,27 +72,6 @@ def make_model(
     return tiny
 
 
-def make_models(
-    backend: Backend,
-    cells: Iterable[Cell],
-    prepared: Mapping[str, Prepared],
-    models_root: Path,
-    note: Callable[[str], None],
-) -> dict[str, TinyModel | str]:
-    """Each CPU model the engine cells of ``prepared`` images need, generated once in the
-    first working image: the model, or why it failed."""
-    ours = [cell for cell in cells if cell.image.key in prepared]
-    first_image: dict[str, Prepared] = {}
-    for cell in ours:
-        image = prepared[cell.image.key]
-        if image.error is None:
-            first_image.setdefault(cell.model.name, image)
-    return {
-        name: make_model(backend, need, first_image.get(name), models_root, note)
-        for name, need in model_needs(ours).items()
-    }
-
-
 def adapter_rank(cell: Cell) -> int:
     """The rank of the tiny LoRA adapter a CPU cell is served: its scenario's, else 8."""
     return cell.scenario.launch.lora_rank or LORA_RANK
@@ -115,14 +94,6 @@ def _make_model(
     what = f"the tiny model {model.name} (LoRA ranks {', '.join(map(str, ranks))})"
     with heartbeat(note, f"generating {what} (once, cached in {tiny.path})"):
         return backend.make_model(model, image, models_root, ranks)
-
-
-def image_versions(backend: Backend, prepared: Mapping[str, Prepared]) -> dict[str, str | None]:
-    """vLLM's version in each prepared image, read inside it once (a cell cut short by an
-    early stop never prints the harness's status, which otherwise carries it)."""
-    return {
-        key: backend.vllm_version(image) for key, image in prepared.items() if image.error is None
-    }
 
 
 def cell_contexts(

@@ -28,8 +28,8 @@ from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Lane, Outcome
 from repromatrix.results import store as results
-from repromatrix.run import prepare
 from repromatrix.run.cell import CellContext
+from repromatrix.run.image_jobs import ImageJobs
 from repromatrix.run.progress import Progress
 from repromatrix.run.stages import RunOptions, RunState, pending, stage_cells
 from support import paths
@@ -277,17 +277,20 @@ def test_the_tiny_model_is_generated_once_inside_the_first_cpu_image(tmp_path: P
         note=progress.note,
     )
     backend = docker_kind.KIND.open(setup, [cells[0].image])
+    made: list[dict[str, CellContext]] = [{}, {}]
     try:
-        prepared = backend.prepare([cells[0].image])
-        made = prepare.make_models(backend, cells, prepared, setup.models_root, progress.note)
-        again = prepare.make_models(backend, cells, prepared, setup.models_root, progress.note)
+        for contexts in made:  # a second run finds the model made by the first
+            jobs = ImageJobs(
+                backend, cells, models_root=setup.models_root, note=progress.note,
+                contexts=contexts,
+            )  # fmt: skip
+            assert jobs.make(cells[0].image.key).error is None
     finally:
         backend.close()
-    tiny = made["tiny-llama"]
-    assert isinstance(tiny, tinymodel.TinyModel), tiny
+    tiny = tinymodel.tiny_model_for(cells[0].model, setup.models_root)
     assert tiny.complete and tiny.has_adapter()
     assert tiny.path.parent == tmp_path / "cache" / "models"
     assert (tiny.path / "config.json").is_file()
-    assert again == made
+    assert made[0] == made[1] and made[0][cells[0].id].model_path == str(tiny.path)
     started = [line for line in out.getvalue().splitlines() if line.endswith(": started")]
     assert sum("generating the tiny model" in line for line in started) == 1

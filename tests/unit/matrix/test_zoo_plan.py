@@ -18,8 +18,9 @@ from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.listing import flags_text
 from repromatrix.matrix.scenarios import load_scenarios
-from repromatrix.model import Cell, Expected, Lane, Model
-from repromatrix.run import prepare
+from repromatrix.model import Cell, Expected, Image, Lane, Model
+from repromatrix.run.cell import CellContext
+from repromatrix.run.image_jobs import ImageJobs
 from support import paths
 from support.matrix import write
 
@@ -139,6 +140,12 @@ class RecordingBackend:
             adapter.with_name(adapter.name + ".complete").touch()
         return tiny
 
+    def prepare(self, images: Sequence[Image]) -> dict[str, Prepared]:
+        return {image.key: Prepared(image.key, "image") for image in images}
+
+    def vllm_version(self, prepared: Prepared) -> str | None:
+        return None
+
 
 @pytest.mark.usefixtures("in_repo")
 def test_preparing_the_zoo_asks_for_each_adapter_rank_and_makes_each_folder(
@@ -147,26 +154,21 @@ def test_preparing_the_zoo_asks_for_each_adapter_rank_and_makes_each_folder(
     cells = [c for c in zoo_cells() if c.image.tag == "0.32.0"]
     tiny_folder(tmp_path)
     backend = RecordingBackend()
-    # Every image the cells need (the no-libnuma variant is an image of its own).
-    images = {c.image.key: Prepared(c.image.key, "image") for c in cells}
-    made = prepare.make_models(
+    contexts: dict[str, CellContext] = {}
+    # Every image the cells need (the no-libnuma variant is an image of its own), made as
+    # a run makes them; the model is made by the first image job, with every rank.
+    jobs = ImageJobs(
         backend,  # type: ignore[arg-type]
         cells,
-        images,
-        tmp_path,
-        lambda _: None,
-    )
-    assert [list(ranks) for ranks in backend.ranks] == [[8, 64]]
-    tiny = made["tiny-llama"]
-    assert isinstance(tiny, TinyModel)
-    contexts = prepare.cell_contexts(
-        cells,
         models_root=tmp_path,
-        skips={},
-        prepared=images,
-        made=made,
-        versions={},
+        note=lambda _: None,
+        contexts=contexts,
     )
+    for key in jobs.images:
+        jobs.make(key)
+    assert len(jobs.images) == 2
+    assert [list(ranks) for ranks in backend.ranks] == [[8, 64]]
+    tiny = tiny_model_for(cells[0].model, tmp_path)
     lora = contexts[cell(cells, "0.32.0", "cpu-lora-rank-above-max", "trigger").id]
     assert lora.adapter_path == str(tiny.adapter_path(64))
     broken = contexts[cell(cells, "0.32.0", "cpu-tokenizer-corrupt", "trigger").id]
