@@ -80,9 +80,6 @@ def execute_cell(
         # Docker's OOMKilled can miss a killed grandchild; the harness's cgroup count does not.
         execution = replace(execution, oom_killed=True)
     if (report := oom_report(execution)) is not None:
-        # On a line of its own: the kill can cut the log in the middle of a line.
-        cut = execution.log and not execution.log.endswith(b"\n")
-        report = b"\n" + report if cut else report
         triager.feed(report)
         execution = replace(execution, log=execution.log + report)
     diagnosis = triager.diagnose(oom_killed=execution.oom_killed)
@@ -96,7 +93,8 @@ _HARNESS_REPORT = (LINE_PREFIX + "Memory cgroup out of memory").encode()
 
 
 def oom_report(execution: Execution) -> bytes | None:
-    """The OOM kill in the kernel's words when Docker saw it and the harness could not say it.
+    """The OOM kill in the kernel's words when Docker saw it and the harness could not say it
+    (the bytes to append to the log, starting a line of their own).
 
     The OOM killer can end the harness with the engine (the container's exit code is then
     137 and its last lines are missing); the container's ``OOMKilled`` state remains, and
@@ -106,7 +104,9 @@ def oom_report(execution: Execution) -> bytes | None:
         return None
     named = _SIGKILLED.search(execution.log)
     victim = named.group(1).decode(errors="replace") if named else "(not named in the log)"
-    return (
+    # On a line of its own: the kill can cut the log in the middle of a line.
+    cut = bool(execution.log) and not execution.log.endswith(b"\n")
+    return (b"\n" if cut else b"") + (
         f"{LINE_PREFIX}Memory cgroup out of memory: Killed process {victim} "
         "(the container's State.OOMKilled; the harness did not outlive the kill)\n"
     ).encode()
