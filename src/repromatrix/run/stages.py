@@ -282,8 +282,6 @@ def measured_s(
     folder = options.durations_from
     if folder == LATEST:
         folder = latest_run(options.results, besides=run_dir)
-        if folder is None:
-            return None
     if folder is None:
         return None
     if not (folder / store.CELLS_DIR).is_dir():
@@ -318,11 +316,11 @@ def run_cells(
 
     ``contexts`` holds every cell's context; given ``images`` (which write into
     the same mapping), the image jobs make the images as the cells go and fill in
-    the contexts of their cells. Cells
-    this host cannot run are saved as skipped first and summarised in one line
-    per lane and reason, not one line each. When a cell fails because the
-    backend itself died (the Docker engine stopped answering), no further cell
-    is started against it: they keep no result, so ``--resume`` runs them later.
+    the contexts of their cells. Cells this host cannot run are saved as skipped
+    first and summarised in one line per lane and reason, not one line each. When
+    a cell fails because the backend itself died (the Docker engine stopped
+    answering), no further cell is started against it: they keep no result, so
+    ``--resume`` runs them later.
     An interrupt stops every running cell and re-raises once the pool has ended.
     """
     where = Where(backend, contexts, run_dir, run_id)
