@@ -207,7 +207,9 @@ KILLED_LOG = (
 
 @dataclass(frozen=True)
 class ReplayBackend:
-    """A backend whose container printed ``log`` and ended as Docker reports it."""
+    """A backend whose container printed ``log`` and ended as Docker reports it. It streams
+    the log line by line until the watcher asks to stop and keeps the rest as the output
+    drained after the kill, as the Docker backend does."""
 
     log: bytes
     exit_code: int
@@ -221,8 +223,14 @@ class ReplayBackend:
         watch: Callable[[bytes], bool],
         placement: object = None,
     ) -> Execution:
-        watch(self.log)  # the runner triages the stream as it arrives
-        return Execution(exit_code=self.exit_code, log=self.log, oom_killed=self.oom_killed)
+        lines = self.log.splitlines(keepends=True)
+        streamed = next((i + 1 for i, line in enumerate(lines) if watch(line)), len(lines))
+        return Execution(
+            exit_code=self.exit_code,
+            log=self.log,
+            oom_killed=self.oom_killed,
+            stopped_early=streamed < len(lines),  # lines were left to drain
+        )
 
 
 def test_the_harness_oom_report_makes_the_cell_oom_killed_and_a_hit_naming_the_worker():
@@ -272,31 +280,11 @@ DRAINED_LOG = (
 ).read_bytes()
 
 
-@dataclass(frozen=True)
-class EarlyStopReplay:
-    """A backend that streams ``log`` line by line until the watcher asks to stop and keeps
-    the rest as the output drained after the kill, as the Docker backend does."""
-
-    log: bytes
-
-    def execute(
-        self,
-        cell: object,
-        spec: object,
-        prepared: object,
-        watch: Callable[[bytes], bool],
-        placement: object = None,
-    ) -> Execution:
-        lines = self.log.splitlines(keepends=True)
-        streamed = next((i for i, line in enumerate(lines) if watch(line)), len(lines))
-        assert streamed < len(lines) - 1, "the watcher saw the whole log: no drained output"
-        return Execution(exit_code=137, log=self.log, oom_killed=True, stopped_early=True)
-
-
 def test_the_output_drained_after_an_early_stop_is_triaged_too():
     cell = zoo_cells("cpu-memory-limit")["trigger"]
     context = CellContext(Prepared(cell.image.key, "img"), "/m")
-    run = execute_cell(EarlyStopReplay(DRAINED_LOG), cell, context)  # type: ignore[arg-type]
+    run = execute_cell(ReplayBackend(DRAINED_LOG, 137, True), cell, context)  # type: ignore[arg-type]
+    assert run.execution.stopped_early  # the report was among the lines drained
     assert run.decision.outcome is Outcome.HIT, run.decision.reason
     assert "Killed process 42 (VLLM::Worker)" in run.decision.reason
     assert run.execution.log == DRAINED_LOG  # the harness's own report: none made up
