@@ -43,6 +43,7 @@ from pathlib import Path
 
 from repromatrix.model import Lane
 from repromatrix.run.cell_needs import CRASH_ESTIMATE_S, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
+from repromatrix.run.image_jobs import image_job, job_key
 from repromatrix.run.schedule import Capacity, Job, Need, Planner, makespan_lower_bound
 from repromatrix.run.simulate import one_at_a_time, simulate
 
@@ -146,11 +147,11 @@ def image_run(cells: list[SimCell], gpus: int, rng: random.Random) -> tuple[floa
     pull takes 2-10 minutes; ``IMAGE_SLOTS`` pulls run at once either way. The bound: no cell
     starts before the first pull ends, and none before its own image's pull could end.
     """
-    pulls = {f"image:{i}": rng.uniform(*PULL_S) for i in range(max(gpus // 2, 2))}
+    pulls = {job_key(str(i)): rng.uniform(*PULL_S) for i in range(max(gpus // 2, 2))}
     image_of = {c.key: rng.choice(sorted(pulls)) for c in cells}
     actual = {**{c.key: c.duration for c in cells}, **pulls}
     capacity = Capacity(gpu_ids=tuple(str(i) for i in range(gpus)))
-    images = [Job(key, Need(slots=0), 300.0, image_task=True) for key in pulls]
+    images = [image_job(str(i)) for i in range(len(pulls))]
     cell_jobs = [Job(c.key, Need(gpus=c.gpus), c.duration, after=image_of[c.key]) for c in cells]
     overlapped = simulate(Planner([*images, *cell_jobs], capacity, IMAGE_SLOTS), _took(actual))
     alone = [Job(c.key, Need(gpus=c.gpus), c.duration) for c in cells]

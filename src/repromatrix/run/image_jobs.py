@@ -61,12 +61,13 @@ class ImageJobs:
         self.models_root = models_root
         self.note = note
         self.contexts = contexts
+        cells = list(cells)
         self.cells: dict[str, list[Cell]] = {}
         self.images: dict[str, Image] = {}
         for cell in cells:
             self.images.setdefault(cell.image.key, cell.image)
             self.cells.setdefault(cell.image.key, []).append(cell)
-        self.needs = prepare.model_needs(c for group in self.cells.values() for c in group)
+        self.needs = prepare.model_needs(cells)
         self.prepared: dict[str, Prepared] = {}
         self._models: dict[str, TinyModel | str] = {}
         self._model_locks = {name: threading.Lock() for name in self.needs}
