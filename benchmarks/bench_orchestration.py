@@ -39,13 +39,13 @@ from repromatrix.backends.base import Prepared  # noqa: E402
 from repromatrix.backends.docker_calls import ContainerSettings, Mount  # noqa: E402
 from repromatrix.backends.harness_spec import build_spec  # noqa: E402
 from repromatrix.backends.oci_container import DockerBackend  # noqa: E402
-from repromatrix.build import tinymodel  # noqa: E402
-from repromatrix.build.render import ENTRYPOINT, render_image  # noqa: E402
+from repromatrix.images.render import ENTRYPOINT, render_image  # noqa: E402
 from repromatrix.matrix.config import load_matrix  # noqa: E402
 from repromatrix.matrix.expand import plan  # noqa: E402
 from repromatrix.matrix.scenarios import load_scenarios  # noqa: E402
 from repromatrix.matrix.selector import Selector  # noqa: E402
 from repromatrix.model import Cell, Lane  # noqa: E402
+from repromatrix.models import tinymodel  # noqa: E402
 from repromatrix.results.store import write_result  # noqa: E402
 from repromatrix.run.cell import CellContext, cell_result, now_iso, run_cell  # noqa: E402
 from support.runner import cell, fake_image  # noqa: E402

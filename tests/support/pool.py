@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends.base import Execution, Placement, Prepared, Watcher
-from repromatrix.build.tinymodel import TinyModel, tiny_model_for
 from repromatrix.model import Cell, Image, Model
+from repromatrix.models.tinymodel import TinyModel, tiny_model_for
 from repromatrix.results import store
 from repromatrix.run.cell import CellContext
 from repromatrix.run.cell_pool import Pacing

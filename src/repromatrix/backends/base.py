@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from repromatrix.build.tinymodel import LORA_RANK
 from repromatrix.model import Cell, Image, Lane, Model
+from repromatrix.models.tinymodel import LORA_RANK
 
 if TYPE_CHECKING:
-    from repromatrix.build.tinymodel import TinyModel
     from repromatrix.matrix.lanes import Runtime
+    from repromatrix.models.tinymodel import TinyModel
 
 # Called with each chunk of a cell's output as it arrives; returns True to stop the cell now
 # (triage has seen a terminal root cause, so waiting for vLLM to exit or hang gains nothing).

@@ -1,6 +1,6 @@
 """The Docker backend as the registry knows it: availability, skips, the dry run, opening.
 
-Opening renders each image's build context (``build/render.py``), links the
+Opening renders each image's build context (``images/render.py``), links the
 host wheelhouses in, and hands the builds to ``oci_container.DockerBackend``,
 the only code that talks to the engine. The dry run describes the same calls
 from the same values (``docker_calls``) without writing a file or starting
@@ -18,16 +18,16 @@ from repromatrix.backends.base import Backend, Host, Prepared, Setup
 from repromatrix.backends.docker_calls import ContainerSettings, ImageBuild, Mount, container_call
 from repromatrix.backends.harness_spec import build_spec, model_path
 from repromatrix.backends.oci_container import DockerBackend, connect, engine_available
-from repromatrix.build import wheelhouse
-from repromatrix.build.render import (
+from repromatrix.errors import InfraError
+from repromatrix.heartbeat import heartbeat
+from repromatrix.images import wheelhouse
+from repromatrix.images.render import (
     ENTRYPOINT,
     RenderedImage,
     image_tag,
     render_files,
     render_image,
 )
-from repromatrix.errors import InfraError
-from repromatrix.heartbeat import heartbeat
 from repromatrix.matrix.images import effective_pull
 from repromatrix.matrix.lanes import Runtime
 from repromatrix.model import Cell, Image, Lane

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends.gpus import pending_devices, select_devices
-from repromatrix.build.render import ENTRYPOINT
 from repromatrix.errors import InfraError
 from repromatrix.harness.harness import OFFLINE_ENV
+from repromatrix.images.render import ENTRYPOINT
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Lane, PullPolicy
 from repromatrix.secret_env import REDACTED, SECRET_ENV, secrets_from

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends.docker_calls import container_adapter_path, container_model_path
-from repromatrix.build.tinymodel import tiny_model_for
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.harness import harness
 from repromatrix.model import Cell, FlagValue, Lane, LaunchMode, Level
+from repromatrix.models.tinymodel import tiny_model_for
 from repromatrix.secret_env import SECRET_ENV
 
 SPEC_VERSION = 1

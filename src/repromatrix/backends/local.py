@@ -38,12 +38,12 @@ from repromatrix.backends.base import (
 from repromatrix.backends.docker_calls import VERSION_ARGV
 from repromatrix.backends.harness_spec import build_spec, model_path
 from repromatrix.backends.output import BoundedLog
-from repromatrix.build import tinymodel
-from repromatrix.build.tinymodel import TinyModel
-from repromatrix.build.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cpu_requirement
 from repromatrix.errors import ConfigError, InfraError
 from repromatrix.heartbeat import heartbeat
+from repromatrix.images.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cpu_requirement
 from repromatrix.model import Cell, Image, Lane, Model
+from repromatrix.models import tinymodel
+from repromatrix.models.tinymodel import TinyModel
 from repromatrix.secret_env import redact, redacting_watcher, secrets_from
 
 VENV_ROOT = CACHE_ROOT / "venvs"

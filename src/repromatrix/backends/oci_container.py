@@ -40,14 +40,14 @@ from repromatrix.backends.docker_calls import (
     tool_plan,
 )
 from repromatrix.backends.output import BoundedLog
-from repromatrix.build import tinymodel
-from repromatrix.build import wheelhouse as images
-from repromatrix.build.render import CONTAINER_ROOT
-from repromatrix.build.tinymodel import TinyModel
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.heartbeat import heartbeat
+from repromatrix.images import wheelhouse as images
+from repromatrix.images.render import CONTAINER_ROOT
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane, Model
+from repromatrix.models import tinymodel
+from repromatrix.models.tinymodel import TinyModel
 from repromatrix.secret_env import redact, redacting_watcher
 
 # Errors that mean "the engine or the host failed", never "vLLM failed".

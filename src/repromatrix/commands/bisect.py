@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from repromatrix.bisect import answer, flow  # noqa: PLC0415  (keeps `--help` fast)
     from repromatrix.bisect.cells import Target  # noqa: PLC0415
     from repromatrix.bisect.execute import Where  # noqa: PLC0415
-    from repromatrix.build.wheelhouse import CACHE_ROOT  # noqa: PLC0415
+    from repromatrix.images.wheelhouse import CACHE_ROOT  # noqa: PLC0415
     from repromatrix.matrix.inputs import load_inputs  # noqa: PLC0415
 
     matrix, scenarios = load_inputs(args.matrix, args.scenarios)

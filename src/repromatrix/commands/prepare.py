@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, download: Downloader | None = None) -> int:
         return EXIT_OK
     cache = hf_home(args.hf_cache, matrix) / HUB
     if download is None:
-        from repromatrix.build.hfhub import hub_downloader  # noqa: PLC0415 (optional package)
+        from repromatrix.models.hfhub import hub_downloader  # noqa: PLC0415 (optional package)
 
         download = hub_downloader()
     failures = fetch(wanted, cache, download, lambda line: print(line, file=sys.stderr))

@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from repromatrix.build.render import render_all
 from repromatrix.commands.plan import add_selection_arguments, check_output_folder
 from repromatrix.errors import EXIT_OK
+from repromatrix.images.render import render_all
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends import registry
-from repromatrix.build.wheelhouse import CACHE_ROOT
 from repromatrix.commands.plan import (
     add_runner_arguments,
     add_selection_arguments,
     check_output_folder,
 )
 from repromatrix.errors import EXIT_INFRA, EXIT_OK
+from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.model import Lane, Outcome
 from repromatrix.run.progress import Progress
 from repromatrix.run.stages import RunOptions, RunState, execute_run

@@ -2,7 +2,7 @@
 """Make the tiny random-weight Llama the CPU lane serves, and LoRA adapters for it.
 
 Usage: ``python3 make_tiny_model.py --recipe-json JSON --out DIR [--lora-rank N]...``
-(the recipe comes from ``repromatrix.build.tinymodel.recipe``).
+(the recipe comes from ``repromatrix.models.tinymodel.recipe``).
 
 Runs inside a vLLM environment (an image or a local virtualenv): it needs the
 torch, transformers, tokenizers and safetensors that vLLM already depends on,

@@ -25,11 +25,11 @@ import docker
 import yaml
 
 from repromatrix.backends.base import Prepared
-from repromatrix.build.tinymodel import LORA_RANK, tiny_model_for
-from repromatrix.build.wheelhouse import CACHE_ROOT
 from repromatrix.errors import InfraError
+from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import load_matrix
 from repromatrix.model import Lane
+from repromatrix.models.tinymodel import LORA_RANK, tiny_model_for
 from repromatrix.rehearsal import hfcache
 from repromatrix.rehearsal.lookalike import publish
 from repromatrix.rehearsal.registry import LocalRegistry, local_registry

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequenc
 from pathlib import Path
 
 from repromatrix.backends.base import Backend, Prepared
-from repromatrix.build.tinymodel import TinyModel
 from repromatrix.heartbeat import seconds as duration
 from repromatrix.model import Cell, Image, Level
+from repromatrix.models.tinymodel import TinyModel
 from repromatrix.run import prepare
 from repromatrix.run.cell import CellContext
 from repromatrix.run.pool import Ticket, Work

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from repromatrix.backends.base import Backend, BackendKind, Host, Prepared
 from repromatrix.backends.harness_spec import model_path
-from repromatrix.build.tinymodel import LORA_RANK, TinyModel, ensure_model_files, tiny_model_for
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.heartbeat import heartbeat
 from repromatrix.model import Cell, Image, Lane, Level, Model
+from repromatrix.models.tinymodel import LORA_RANK, TinyModel, ensure_model_files, tiny_model_for
 from repromatrix.run.cell import CellContext
 
 

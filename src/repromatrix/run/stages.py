@@ -26,8 +26,8 @@ from types import FrameType
 
 from repromatrix.backends import registry
 from repromatrix.backends.base import Backend, BackendKind, Host, Setup
-from repromatrix.build.wheelhouse import CACHE_ROOT
 from repromatrix.errors import ConfigError, UsageError
+from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs

@@ -17,8 +17,8 @@ import docker
 import pytest
 
 from repromatrix.backends.harness_spec import server_argv
-from repromatrix.build.render import render_all
 from repromatrix.cli import main
+from repromatrix.images.render import render_all
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector

@@ -20,13 +20,13 @@ from repromatrix.backends.base import Prepared, Setup
 from repromatrix.backends.docker_calls import RUN_LABEL, ContainerSettings
 from repromatrix.backends.oci_container import DockerBackend
 from repromatrix.backends.output import HEAD_BYTES, TAIL_BYTES
-from repromatrix.build import tinymodel
 from repromatrix.errors import InfraError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Lane, Outcome
+from repromatrix.models import tinymodel
 from repromatrix.results import store as results
 from repromatrix.run.cell import CellContext
 from repromatrix.run.image_jobs import ImageJobs

@@ -25,10 +25,10 @@ from packaging.version import Version
 
 from repromatrix.backends.base import Prepared
 from repromatrix.backends.local import LocalBackend
-from repromatrix.build import wheelhouse
-from repromatrix.build.render import dockerfile
 from repromatrix.cli import main
 from repromatrix.errors import EXIT_INFRA, EXIT_USAGE, ConfigError
+from repromatrix.images import wheelhouse
+from repromatrix.images.render import dockerfile
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.scenarios import load_scenario
 from repromatrix.matrix.yamlsrc import MAX_BYTES, parse_yaml

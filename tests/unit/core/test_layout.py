@@ -76,7 +76,9 @@ def test_no_import_cycle_among_the_package_modules():
     assert cycle_in(graph()) is None
 
 
-@pytest.mark.parametrize("stage", ["matrix", "build", "backends", "run", "results", "reports"])
+@pytest.mark.parametrize(
+    "stage", ["matrix", "images", "models", "backends", "run", "results", "reports"]
+)
 def test_no_stage_imports_the_command_line(stage: str):
     for name, targets in graph().items():
         if name.startswith(f"repromatrix.{stage}"):

@@ -16,9 +16,9 @@ import pytest
 from repromatrix.backends.base import Execution, Prepared
 from repromatrix.backends.docker_calls import ContainerSettings, container_call
 from repromatrix.backends.harness_spec import build_spec
-from repromatrix.build.render import image_tag, render_files
 from repromatrix.errors import ConfigError
 from repromatrix.harness import harness, oomwatch
+from repromatrix.images.render import image_tag, render_files
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_catalogue, load_scenario

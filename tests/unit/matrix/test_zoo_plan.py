@@ -12,13 +12,13 @@ import pytest
 
 from repromatrix import cli
 from repromatrix.backends.base import Prepared
-from repromatrix.build.tinymodel import TinyModel, ensure_model_files, tiny_model_for
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.listing import flags_text
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.model import Cell, Expected, Image, Lane, Model
+from repromatrix.models.tinymodel import TinyModel, ensure_model_files, tiny_model_for
 from repromatrix.run.cell import CellContext
 from repromatrix.run.image_jobs import ImageJobs
 from support import paths

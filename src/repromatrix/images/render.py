@@ -26,7 +26,10 @@ from typing import Protocol
 
 import jinja2
 
-from repromatrix.build.wheelhouse import (
+from repromatrix.errors import ConfigError, Problem
+from repromatrix.grammars import check_apt_package, check_image_reference
+from repromatrix.harness.harness import OFFLINE_ENV
+from repromatrix.images.wheelhouse import (
     REST,
     SHARED,
     TORCH_VERSION,
@@ -34,9 +37,6 @@ from repromatrix.build.wheelhouse import (
     WheelhouseRef,
     cpu_requirement,
 )
-from repromatrix.errors import ConfigError, Problem
-from repromatrix.grammars import check_apt_package, check_image_reference
-from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.model import Cell, Image, Lane
 
 CONTAINER_ROOT = "/opt/repromatrix"
@@ -205,7 +205,7 @@ def _package_files(folder: str) -> dict[str, bytes]:
 
 def _template(name: str) -> jinja2.Template:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("repromatrix.build", "templates"),
+        loader=jinja2.PackageLoader("repromatrix.images", "templates"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

@@ -7,7 +7,7 @@ import uuid
 import docker
 import pytest
 
-from repromatrix.build.wheelhouse import (
+from repromatrix.images.wheelhouse import (
     make_base_rootfs,
     rootfs_tar_stream,
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix.build.tinymodel import (
+from repromatrix.models.tinymodel import (
     LORA_RANK,
     ensure_tiny_model,
 )

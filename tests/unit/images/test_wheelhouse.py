@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix.build import wheelhouse as images
-from repromatrix.build.wheelhouse import (
+from repromatrix.errors import InfraError
+from repromatrix.images import wheelhouse as images
+from repromatrix.images.wheelhouse import (
     REST,
     SHARED,
     WheelhouseRef,
@@ -27,7 +28,6 @@ from repromatrix.build.wheelhouse import (
     wheel_distribution,
     wheelhouse_name,
 )
-from repromatrix.errors import InfraError
 from support.factories import base_image
 
 TORCH_FILES = ("torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl", "sympy-1.14-py3-none-any.whl")

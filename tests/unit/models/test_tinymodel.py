@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix.build.tinymodel import (
+from repromatrix.errors import ConfigError
+from repromatrix.model import Lane, Model
+from repromatrix.models.tinymodel import (
     DEFAULTS,
     generator_argv,
     recipe,
     tiny_model_for,
 )
-from repromatrix.errors import ConfigError
-from repromatrix.model import Lane, Model
 from support.harness import TINY
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix.build.render import (
+from repromatrix.errors import ConfigError
+from repromatrix.images.render import (
     ENTRYPOINT,
     image_tag,
     render_all,
@@ -17,8 +18,7 @@ from repromatrix.build.render import (
     render_image,
     write_context,
 )
-from repromatrix.build.wheelhouse import TORCH_VERSION
-from repromatrix.errors import ConfigError
+from repromatrix.images.wheelhouse import TORCH_VERSION
 from repromatrix.model import Image, Lane
 from support import factories, paths
 from support.harness import make_cell

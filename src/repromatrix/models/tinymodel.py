@@ -25,8 +25,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from repromatrix.build.wheelhouse import CACHE_ROOT, OUTPUT_TAIL
 from repromatrix.errors import ConfigError, InfraError, Problem, suggest
+from repromatrix.images.wheelhouse import CACHE_ROOT, OUTPUT_TAIL
 from repromatrix.model import MODEL_FILES, MODEL_SHAPE, Model
 
 MODELS_ROOT = CACHE_ROOT / "models"

@@ -1,1 +1,0 @@
-"""Stage 2: what images are made of: Dockerfile renders, wheelhouses, base rootfs, tiny models."""

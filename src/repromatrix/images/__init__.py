@@ -1,0 +1,1 @@
+"""What images are made of: Dockerfile renders, host wheelhouses, the base root file system."""

@@ -1,0 +1,1 @@
+"""The models cells serve: the tiny local model and its adapters; the Hugging Face downloader."""
