@@ -11,9 +11,8 @@ from typing import Any
 
 from repromatrix.backends.gpus import parse_gpu_ids
 from repromatrix.errors import UsageError
-from repromatrix.matrix import ci_jobs
-from repromatrix.matrix import listing as output
-from repromatrix.matrix.buildkite import PipelineInputs, format_buildkite
+from repromatrix.fleet import jobs, listing
+from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
@@ -48,16 +47,16 @@ def add_parser(subparsers: Any) -> None:
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the CI forms: job size, measured durations, the gate and the install."""
-    jobs = parser.add_argument_group("CI jobs (--format github or buildkite)")
-    jobs.add_argument(
+    ci = parser.add_argument_group("CI jobs (--format github or buildkite)")
+    ci.add_argument(
         "--job-minutes",
         type=int,
-        default=ci_jobs.DEFAULT_JOB_MINUTES,
+        default=jobs.DEFAULT_JOB_MINUTES,
         metavar="N",
         help="the runner's time limit per job; jobs are sized to fit it with a margin "
-        f"(default {ci_jobs.DEFAULT_JOB_MINUTES}, the workflow's timeout-minutes)",
+        f"(default {jobs.DEFAULT_JOB_MINUTES}, the workflow's timeout-minutes)",
     )
-    jobs.add_argument(
+    ci.add_argument(
         "--durations",
         type=Path,
         action="append",
@@ -65,9 +64,9 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RESULTS_DIR",
         help="earlier results whose measured durations replace the cells' deadlines",
     )
-    jobs.add_argument("--baseline", metavar="TAG", help="buildkite: the gate's image in use")
-    jobs.add_argument("--candidate", metavar="TAG", help="buildkite: the gate's image to move to")
-    jobs.add_argument(
+    ci.add_argument("--baseline", metavar="TAG", help="buildkite: the gate's image in use")
+    ci.add_argument("--candidate", metavar="TAG", help="buildkite: the gate's image to move to")
+    ci.add_argument(
         "--package",
         default=".",
         metavar="REQUIREMENT",
@@ -142,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     selector = Selector(args.only, args.skip)
     cells = plan(matrix, scenarios, lane, selector)
     if args.format == "json":
-        text = output.format_json(cells)
+        text = listing.format_json(cells)
     elif args.format in ("github", "buildkite"):
         everything = (
             {cell.id for cell in cells}
@@ -151,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         )
         text = _ci_form(args, cells, everything)
     else:
-        text = output.format_table(cells)
+        text = listing.format_table(cells)
     sys.stdout.write(text)
     return 0
 
@@ -161,11 +160,11 @@ def _ci_form(args: argparse.Namespace, cells: Sequence[Cell], everything: set[st
         raise UsageError("--job-minutes must be at least 1")
     if bool(args.baseline) != bool(args.candidate):
         raise UsageError("give both --baseline and --candidate for the upgrade gate, or neither")
-    budget = ci_jobs.Budget(job_minutes=args.job_minutes)
-    estimate = ci_jobs.estimator(ci_jobs.load_durations(args.durations))
-    jobs = ci_jobs.plan_jobs(cells, everything, budget, estimate)
+    budget = jobs.Budget(job_minutes=args.job_minutes)
+    estimate = jobs.estimator(jobs.load_durations(args.durations))
+    planned = jobs.plan_jobs(cells, everything, budget, estimate)
     if args.format == "github":
-        matrix = {"include": [job.to_json() for job in jobs]}
+        matrix = {"include": [job.to_json() for job in planned]}
         return json.dumps(matrix, separators=(",", ":")) + "\n"
     inputs = PipelineInputs(
         matrix=str(args.matrix),
@@ -175,4 +174,4 @@ def _ci_form(args: argparse.Namespace, cells: Sequence[Cell], everything: set[st
         baseline=args.baseline,
         candidate=args.candidate,
     )
-    return format_buildkite(jobs, inputs)
+    return format_buildkite(planned, inputs)

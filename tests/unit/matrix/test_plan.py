@@ -9,9 +9,9 @@ import pytest
 
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
-from repromatrix.matrix.ci_jobs import Budget, brace_glob, github_matrix
+from repromatrix.fleet.jobs import Budget, brace_glob, github_matrix
+from repromatrix.fleet.listing import format_json, format_table, summary
 from repromatrix.matrix.expand import expand
-from repromatrix.matrix.listing import format_json, format_table, summary
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell
 from support import paths

@@ -13,9 +13,9 @@ import pytest
 from repromatrix import cli
 from repromatrix.backends.base import Prepared
 from repromatrix.errors import ConfigError
+from repromatrix.fleet.listing import flags_text
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
-from repromatrix.matrix.listing import flags_text
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.model import Cell, Expected, Image, Lane, Model
 from repromatrix.models.tinymodel import TinyModel, ensure_model_files, tiny_model_for

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from repromatrix.cli import build_parser
-from repromatrix.matrix.ci_jobs import DEFAULT_JOB_MINUTES
+from repromatrix.fleet.jobs import DEFAULT_JOB_MINUTES
 from support.machine import program
 from support.workflow import (
     WORKFLOW,

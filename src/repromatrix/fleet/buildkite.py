@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from repromatrix.matrix.ci_jobs import Job, run_arguments
+from repromatrix.fleet.jobs import FleetJob, run_arguments
 
 VENV = ".repromatrix-venv"
 RUN_PREFIX = "bk-${BUILDKITE_BUILD_NUMBER}"
@@ -51,7 +51,7 @@ def scenario_arguments(folders: tuple[str, ...]) -> str:
     return "".join(f"--scenarios {shlex.quote(folder)} " for folder in folders)
 
 
-def job_step(index: int, job: Job, inputs: PipelineInputs) -> dict[str, Any]:
+def job_step(index: int, job: FleetJob, inputs: PipelineInputs) -> dict[str, Any]:
     """Return the command step that runs one job's cells on its GPU's agent queue."""
     run_id = f"{RUN_PREFIX}-{index}"
     run = (
@@ -100,7 +100,7 @@ def gate_lines(baseline: str, candidate: str) -> list[str]:
     ]
 
 
-def pipeline(jobs: Sequence[Job], inputs: PipelineInputs) -> dict[str, Any]:
+def pipeline(jobs: Sequence[FleetJob], inputs: PipelineInputs) -> dict[str, Any]:
     """Return the pipeline: one step per job, a wait that survives failures, the report."""
     steps: list[dict[str, Any]] = [job_step(i, job, inputs) for i, job in enumerate(jobs)]
     steps.append({"wait": None, "continue_on_failure": True})
@@ -128,6 +128,6 @@ def _text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _text)
 
 
-def format_buildkite(jobs: Sequence[Job], inputs: PipelineInputs) -> str:
+def format_buildkite(jobs: Sequence[FleetJob], inputs: PipelineInputs) -> str:
     """Return the pipeline as YAML for ``buildkite-agent pipeline upload``."""
     return yaml.dump(pipeline(jobs, inputs), Dumper=_Dumper, sort_keys=False, width=1000)

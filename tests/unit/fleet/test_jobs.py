@@ -17,7 +17,7 @@ import pytest
 
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
-from repromatrix.matrix.ci_jobs import IMAGE_SETUP_S, MARGIN, Budget, load_durations, plan_jobs
+from repromatrix.fleet.jobs import IMAGE_SETUP_S, MARGIN, Budget, load_durations, plan_jobs
 from repromatrix.matrix.expand import expand
 from repromatrix.model import Expected, Outcome
 from repromatrix.results.store import CellResult, Timings, write_result

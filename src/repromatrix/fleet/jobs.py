@@ -50,7 +50,7 @@ class Budget:
 
 
 @dataclass(frozen=True)
-class Job:
+class FleetJob:
     """One CI job: a runner label, the globs of the cells it runs, and how long it should take."""
 
     runner: str
@@ -109,7 +109,7 @@ def plan_jobs(
     budget: Budget = Budget(),
     estimate: Estimate | None = None,
     max_jobs: int = MAX_JOBS,
-) -> list[Job]:
+) -> list[FleetJob]:
     """Return jobs covering exactly ``cells``, each within ``budget``, at most ``max_jobs``.
 
     ``everything`` is the ids of the unselected plan, to tell whole groups from partial ones.
@@ -120,7 +120,7 @@ def plan_jobs(
         key = (cell.gpu.runner_label, cell.lane.value, group_prefix(cell.id))
         groups.setdefault(key, []).append(cell)
     whole = _group_sizes(everything)
-    jobs: list[Job] = []
+    jobs: list[FleetJob] = []
     for key, members in groups.items():
         jobs.extend(_group_jobs(key, members, whole[key[2]], budget, estimate))
     return _fit(jobs, max_jobs, budget)
@@ -145,7 +145,7 @@ def _group_jobs(
     whole: int,
     budget: Budget,
     estimate: Estimate,
-) -> list[Job]:
+) -> list[FleetJob]:
     """One job for a group that fits, else consecutive chunks that each fit."""
     runner, lane, prefix = key
     ordered = sorted(members, key=lambda cell: cell.id)
@@ -158,7 +158,7 @@ def _group_jobs(
         name = label if len(chunks) == 1 else f"{label} ({number}/{len(chunks)})"
         seconds = budget.image_setup_s + sum(estimate(cell) for cell in chunk)
         images = frozenset(cell.image.key for cell in chunk)
-        jobs.append(Job(runner, lane, name, (glob,), len(ids), seconds, images))
+        jobs.append(FleetJob(runner, lane, name, (glob,), len(ids), seconds, images))
     return jobs
 
 
@@ -195,11 +195,11 @@ def brace_glob(ids: Sequence[str]) -> str:
     return first[:cut] + "{" + ",".join(i[cut:] for i in ids) + "}"
 
 
-def _fit(jobs: Sequence[Job], max_jobs: int, budget: Budget) -> list[Job]:
+def _fit(jobs: Sequence[FleetJob], max_jobs: int, budget: Budget) -> list[FleetJob]:
     """Pack jobs of the same runner together until at most ``max_jobs`` remain."""
     if len(jobs) <= max_jobs:
         return list(jobs)
-    by_runner: dict[str, list[Job]] = {}
+    by_runner: dict[str, list[FleetJob]] = {}
     for job in jobs:
         by_runner.setdefault(job.runner, []).append(job)
     packed = [merged for group in by_runner.values() for merged in _pack(group, budget)]
@@ -212,9 +212,9 @@ def _fit(jobs: Sequence[Job], max_jobs: int, budget: Budget) -> list[Job]:
     return packed
 
 
-def _pack(group: Sequence[Job], budget: Budget) -> list[Job]:
+def _pack(group: Sequence[FleetJob], budget: Budget) -> list[FleetJob]:
     """First fit, longest first: each bin one job of one runner within the budget."""
-    bins: list[list[Job]] = []
+    bins: list[list[FleetJob]] = []
     for job in sorted(group, key=lambda job: -job.estimate_s):
         for chosen in bins:
             if _seconds([*chosen, job], budget) <= budget.seconds:
@@ -225,14 +225,14 @@ def _pack(group: Sequence[Job], budget: Budget) -> list[Job]:
     return [_join(chosen, budget) for chosen in bins]
 
 
-def _seconds(jobs: Sequence[Job], budget: Budget) -> float:
+def _seconds(jobs: Sequence[FleetJob], budget: Budget) -> float:
     """Cells' time plus one set-up per distinct image (two chunks of one image share it)."""
     setups = sum(len(job.images) for job in jobs) * budget.image_setup_s
     images = len(frozenset().union(*(job.images for job in jobs)))
     return sum(job.estimate_s for job in jobs) - setups + images * budget.image_setup_s
 
 
-def _join(chunk: Sequence[Job], budget: Budget) -> Job:
+def _join(chunk: Sequence[FleetJob], budget: Budget) -> FleetJob:
     if len(chunk) == 1:
         return chunk[0]
     first = chunk[0]
@@ -240,7 +240,7 @@ def _join(chunk: Sequence[Job], budget: Budget) -> Job:
     only = tuple(glob for job in chunk for glob in job.only)
     images = frozenset().union(*(job.images for job in chunk))
     cells = sum(job.cells for job in chunk)
-    return Job(first.runner, first.lane, name, only, cells, _seconds(chunk, budget), images)
+    return FleetJob(first.runner, first.lane, name, only, cells, _seconds(chunk, budget), images)
 
 
 def github_matrix(

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from repromatrix.cli import main
-from repromatrix.matrix.ci_jobs import IMAGE_SETUP_S, MARGIN
+from repromatrix.fleet.jobs import IMAGE_SETUP_S, MARGIN
 from support.workflow import ROOT, VENV_BIN, check_schema, fake_tool, real_path, run_script
 
 BOOTSTRAP = ROOT / ".buildkite" / "pipeline.yml"
