@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from repromatrix.backends.base import Prepared  # noqa: E402
-from repromatrix.backends.docker_calls import ContainerSettings, Mount  # noqa: E402
+from repromatrix.backends.docker.calls import ContainerSettings, Mount  # noqa: E402
+from repromatrix.backends.docker.engine import DockerBackend  # noqa: E402
 from repromatrix.backends.harness_spec import build_spec  # noqa: E402
-from repromatrix.backends.oci_container import DockerBackend  # noqa: E402
 from repromatrix.images.render import ENTRYPOINT, render_image  # noqa: E402
 from repromatrix.matrix.config import load_matrix  # noqa: E402
 from repromatrix.matrix.expand import plan  # noqa: E402

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from repromatrix.backends.docker.engine import engine_available
 from repromatrix.backends.local import COMPLETE
-from repromatrix.backends.oci_container import engine_available
 from support.machine import chromium, program, venv
 
 # Set by .ci/run: CI prepares everything the tests need (Docker, the images, the

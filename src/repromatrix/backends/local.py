@@ -35,8 +35,7 @@ from repromatrix.backends.base import (
     Setup,
     Watcher,
 )
-from repromatrix.backends.docker_calls import VERSION_ARGV
-from repromatrix.backends.harness_spec import build_spec, model_path
+from repromatrix.backends.harness_spec import VERSION_ARGV, build_spec, model_path
 from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import ConfigError, InfraError
 from repromatrix.heartbeat import heartbeat

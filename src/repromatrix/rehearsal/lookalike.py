@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import docker
 
-from repromatrix.backends.oci_container import build_text, push, untag
+from repromatrix.backends.docker.engine import build_text, push, untag
 
 DOCKERFILE = """FROM {base}
 USER root

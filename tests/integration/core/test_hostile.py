@@ -9,8 +9,8 @@ import docker
 import pytest
 
 from repromatrix.backends.base import Prepared
-from repromatrix.backends.docker_calls import ContainerSettings
-from repromatrix.backends.oci_container import DockerBackend
+from repromatrix.backends.docker.calls import ContainerSettings
+from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.model import Lane
 from repromatrix.run.cell import make_watcher
 from support.runner import cell, tool_rootfs_tar

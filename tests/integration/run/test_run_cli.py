@@ -11,7 +11,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from repromatrix.backends.docker_calls import RUN_LABEL
+from repromatrix.backends.docker.calls import RUN_LABEL
 from repromatrix.model import Outcome
 from repromatrix.results import store as results
 from support import paths

@@ -15,10 +15,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from repromatrix.backends import docker as docker_kind
 from repromatrix.backends.base import Prepared, Setup
-from repromatrix.backends.docker_calls import RUN_LABEL, ContainerSettings
-from repromatrix.backends.oci_container import DockerBackend
+from repromatrix.backends.docker import kind as docker_kind
+from repromatrix.backends.docker.calls import RUN_LABEL, ContainerSettings
+from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.backends.output import HEAD_BYTES, TAIL_BYTES
 from repromatrix.errors import InfraError
 from repromatrix.matrix.config import load_matrix

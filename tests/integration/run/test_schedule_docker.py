@@ -12,8 +12,8 @@ import docker
 import pytest
 
 from repromatrix.backends.base import Execution, Prepared
-from repromatrix.backends.docker_calls import RUN_LABEL, ContainerSettings
-from repromatrix.backends.oci_container import DockerBackend
+from repromatrix.backends.docker.calls import RUN_LABEL, ContainerSettings
+from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.model import Lane
 from repromatrix.run.pool import Pool, Ticket
 from repromatrix.run.schedule import Capacity, Job, Need

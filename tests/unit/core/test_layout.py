@@ -12,7 +12,9 @@ import pytest
 from support import paths
 
 PACKAGE = paths.PACKAGE
-BACKEND_NAMES = re.compile(r"\b(DockerBackend|LocalBackend|DockerKind|LocalKind|oci_container)\b")
+BACKEND_NAMES = re.compile(
+    r"\b(DockerBackend|LocalBackend|DockerKind|LocalKind|backends\.docker)\b"
+)
 
 
 def module_name(path: Path) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from repromatrix.backends.docker_calls import ImageBuild
+from repromatrix.backends.docker.calls import ImageBuild
 from repromatrix.commands.plan import add_runner_arguments
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.config import load_matrix

@@ -8,12 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix.backends.docker_calls import (
-    ContainerSettings,
-    container_adapter_path,
-    container_call,
-    container_model_path,
-)
+from repromatrix.backends.docker.calls import ContainerSettings, container_call
+from repromatrix.backends.harness_spec import container_adapter_path, container_model_path
 from repromatrix.commands import prepare
 from repromatrix.errors import ConfigError, InfraError
 from repromatrix.matrix.config import load_matrix

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from repromatrix.backends.base import Execution, Prepared
-from repromatrix.backends.docker_calls import ContainerSettings, container_call
+from repromatrix.backends.docker.calls import ContainerSettings, container_call
 from repromatrix.backends.harness_spec import build_spec
 from repromatrix.errors import ConfigError
 from repromatrix.harness import harness, oomwatch

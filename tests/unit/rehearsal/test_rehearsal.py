@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from repromatrix.backends import docker as docker_kind
 from repromatrix.backends.base import Host
-from repromatrix.backends.docker_calls import ContainerSettings, container_call
+from repromatrix.backends.docker import kind as docker_kind
+from repromatrix.backends.docker.calls import ContainerSettings, container_call
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.images import effective_pull, image_version, make_image
 from repromatrix.model import Image, Lane

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from repromatrix.backends.base import Execution, Host, Placement, Prepared
-from repromatrix.backends.docker_calls import ContainerSettings
+from repromatrix.backends.docker.calls import ContainerSettings
+from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.backends.local import LocalBackend, kill_tagged
-from repromatrix.backends.oci_container import DockerBackend
 from repromatrix.model import Cell, Lane, Outcome
 from repromatrix.run.cell_pool import Pacing
 from repromatrix.run.schedule import GIB

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix.backends import docker as docker_kind
 from repromatrix.backends import local as local_kind
 from repromatrix.backends import registry
 from repromatrix.backends.base import Host, Prepared
+from repromatrix.backends.docker import kind as docker_kind
 from repromatrix.errors import UsageError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.model import Lane, Outcome

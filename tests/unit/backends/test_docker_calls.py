@@ -9,7 +9,7 @@ import docker
 import pytest
 from docker.models.containers import _create_container_args
 
-from repromatrix.backends.docker_calls import (
+from repromatrix.backends.docker.calls import (
     CELL_LABEL,
     RUN_LABEL,
     ContainerSettings,
@@ -18,7 +18,7 @@ from repromatrix.backends.docker_calls import (
     container_call,
     split_ref,
 )
-from repromatrix.backends.oci_container import docker_kwargs
+from repromatrix.backends.docker.engine import docker_kwargs
 from repromatrix.errors import InfraError
 from repromatrix.model import Lane
 from repromatrix.secret_env import REDACTED, redact

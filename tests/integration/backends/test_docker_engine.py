@@ -12,8 +12,8 @@ import docker
 import pytest
 
 from repromatrix.backends.base import Prepared
-from repromatrix.backends.docker_calls import RUN_LABEL, ContainerSettings, ImageBuild
-from repromatrix.backends.oci_container import DockerBackend
+from repromatrix.backends.docker.calls import RUN_LABEL, ContainerSettings, ImageBuild
+from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.model import Image, Lane
 from support.runner import cell, fake_image
 

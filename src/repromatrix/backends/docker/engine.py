@@ -27,10 +27,9 @@ from docker.types import DeviceRequest
 from requests.exceptions import RequestException
 
 from repromatrix.backends.base import Execution, Placement, Prepared, Watcher
-from repromatrix.backends.docker_calls import (
+from repromatrix.backends.docker.calls import (
     CELL_LABEL,
     RUN_LABEL,
-    VERSION_ARGV,
     ContainerCall,
     ContainerSettings,
     ImageBuild,
@@ -39,10 +38,11 @@ from repromatrix.backends.docker_calls import (
     split_ref,
     tool_plan,
 )
+from repromatrix.backends.harness_spec import VERSION_ARGV
 from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.heartbeat import heartbeat
-from repromatrix.images import wheelhouse as images
+from repromatrix.images import wheelhouse
 from repromatrix.images.render import CONTAINER_ROOT
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane, Model
@@ -92,8 +92,8 @@ def docker_kwargs(plan: ContainerCall, environ: Mapping[str, str]) -> dict[str, 
 
 def debootstrap_stream(base: BaseImage) -> Iterable[bytes]:
     """The base root file system as a tar stream, made with debootstrap (cached on the host)."""
-    rootfs = images.make_base_rootfs(base, images.BASE_ROOT)
-    return images.rootfs_tar_stream(rootfs)
+    rootfs = wheelhouse.make_base_rootfs(base, wheelhouse.BASE_ROOT)
+    return wheelhouse.rootfs_tar_stream(rootfs)
 
 
 def _kill(container: Container) -> None:
@@ -388,7 +388,7 @@ class DockerBackend:
         )
         done = self.run_tool(prepared.ref, argv, [Mount(root, root, read_only=False)])
         if not (done.exit_code == 0 and tiny.complete):
-            tail = done.log.decode(errors="replace")[-images.OUTPUT_TAIL :]
+            tail = done.log.decode(errors="replace")[-wheelhouse.OUTPUT_TAIL :]
             why = done.infra_error or f"exit code {done.exit_code}"
             raise InfraError(f"generating the tiny model {model.name} failed ({why}):\n{tail}")
         return tiny

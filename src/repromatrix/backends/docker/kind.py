@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends.base import Backend, Host, Prepared, Setup
-from repromatrix.backends.docker_calls import ContainerSettings, ImageBuild, Mount, container_call
+from repromatrix.backends.docker.calls import ContainerSettings, ImageBuild, Mount, container_call
+from repromatrix.backends.docker.engine import DockerBackend, connect, engine_available
 from repromatrix.backends.harness_spec import build_spec, model_path
-from repromatrix.backends.oci_container import DockerBackend, connect, engine_available
 from repromatrix.errors import InfraError
 from repromatrix.heartbeat import heartbeat
 from repromatrix.images import wheelhouse
