@@ -42,10 +42,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repromatrix.model import Lane
-from repromatrix.run.cell_needs import CRASH_ESTIMATE_S, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
-from repromatrix.run.image_jobs import image_job, job_key
-from repromatrix.run.schedule import Capacity, Job, Need, Planner, makespan_lower_bound
-from repromatrix.run.simulate import one_at_a_time, simulate
+from repromatrix.run.cells import CRASH_ESTIMATE_S, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
+from repromatrix.run.images import image_job, job_key
+from repromatrix.run.schedule import (
+    Capacity,
+    Job,
+    Need,
+    Planner,
+    makespan_lower_bound,
+    one_at_a_time,
+    simulate,
+)
 
 # (kind, share of cells, duration range in seconds, class estimate when nothing was measured)
 KINDS = (

@@ -21,9 +21,9 @@ from repromatrix.model import Cell, Image, Model
 from repromatrix.models.tinymodel import TinyModel, tiny_model_for
 from repromatrix.results import store
 from repromatrix.run.cell import CellContext
-from repromatrix.run.cell_pool import Pacing
+from repromatrix.run.cells import Pacing
 from repromatrix.run.host_resources import HostGpu, HostResources
-from repromatrix.run.image_jobs import ImageJobs
+from repromatrix.run.images import ImageJobs
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB
 from repromatrix.run.stages import run_cells

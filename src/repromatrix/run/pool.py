@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from repromatrix.heartbeat import seconds as duration
-from repromatrix.run.schedule import Allocation, Capacity, Job, Planner, Start
-from repromatrix.run.simulate import eta_s
+from repromatrix.run.schedule import Allocation, Capacity, Job, Planner, Start, eta_s
 
 R = TypeVar("R")
 

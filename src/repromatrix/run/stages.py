@@ -36,14 +36,21 @@ from repromatrix.matrix.sources import check_local
 from repromatrix.model import Cell, Lane
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
-from repromatrix.run import dry_run, host_resources, prepare
+from repromatrix.run import dry_run, host_resources, images
 from repromatrix.run.cell import CellContext, now_iso, run_cell
-from repromatrix.run.cell_needs import measured_durations
-from repromatrix.run.cell_pool import BackendDown, Pacing, Ran, Where, run_pooled, save
-from repromatrix.run.claim import RunClaim, claim
+from repromatrix.run.cells import (
+    BackendDown,
+    Pacing,
+    Ran,
+    Where,
+    measured_durations,
+    run_pooled,
+    save,
+)
+from repromatrix.run.folder import RunClaim, claim
 from repromatrix.run.host import detect_host
 from repromatrix.run.host_resources import HostResources
-from repromatrix.run.image_jobs import ImageJobs
+from repromatrix.run.images import ImageJobs
 from repromatrix.run.progress import Progress
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
@@ -207,7 +214,7 @@ def stage_open(state: RunState, progress: Progress) -> RunState:
     runnable = [c for c in state.todo if state.kind.skip_reason(c, state.host) is None]
     if missing := check_local(runnable, state.matrix.file):
         raise ConfigError(missing)  # before any image is pulled or any cell started
-    wanted = prepare.runnable_images(state.todo, state.kind, state.host)
+    wanted = images.runnable_images(state.todo, state.kind, state.host)
     return replace(state, backend=state.kind.open(state.setup(progress), wanted))
 
 

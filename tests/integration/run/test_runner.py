@@ -29,7 +29,7 @@ from repromatrix.model import Lane, Outcome
 from repromatrix.models import tinymodel
 from repromatrix.results import store as results
 from repromatrix.run.cell import CellContext
-from repromatrix.run.image_jobs import ImageJobs
+from repromatrix.run.images import ImageJobs
 from repromatrix.run.progress import Progress
 from repromatrix.run.stages import RunOptions, RunState, pending, stage_cells
 from support import paths

@@ -20,7 +20,7 @@ from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.model import Cell, Expected, Image, Lane, Model
 from repromatrix.models.tinymodel import TinyModel, ensure_model_files, tiny_model_for
 from repromatrix.run.cell import CellContext
-from repromatrix.run.image_jobs import ImageJobs
+from repromatrix.run.images import ImageJobs
 from support import paths
 from support.matrix import write
 

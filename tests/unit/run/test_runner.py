@@ -17,7 +17,7 @@ from repromatrix.matrix.config import load_matrix
 from repromatrix.model import Lane, Outcome
 from repromatrix.results import store as results
 from repromatrix.run.cell import CellContext
-from repromatrix.run.claim import claim
+from repromatrix.run.folder import claim
 from repromatrix.run.progress import Progress
 from repromatrix.run.stages import RunOptions, RunState, pending, resolve_run_dir, stage_cells
 from support import paths

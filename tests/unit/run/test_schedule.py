@@ -6,8 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repromatrix.run.schedule import GIB, Capacity, Job, Need, Planner, makespan_lower_bound
-from repromatrix.run.simulate import eta_s, simulate
+from repromatrix.run.schedule import (
+    GIB,
+    Capacity,
+    Job,
+    Need,
+    Planner,
+    eta_s,
+    makespan_lower_bound,
+    simulate,
+)
 
 
 def gpus(n: int) -> Capacity:

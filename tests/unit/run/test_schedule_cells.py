@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 from repromatrix.model import Expected, Lane, Level, Outcome, frozen_flags
 from repromatrix.results.store import CellResult, Timings
-from repromatrix.run.cell_needs import (
+from repromatrix.run.cells import (
     CPU_ENGINE_PROCESS_BYTES,
     CPU_PROBE_BYTES,
     cell_jobs,
@@ -16,7 +16,7 @@ from repromatrix.run.cell_needs import (
     measured_durations,
     need_of,
 )
-from repromatrix.run.image_jobs import image_job
+from repromatrix.run.images import image_job
 from repromatrix.run.schedule import GIB, Capacity, Planner
 from support.runner import cell
 

@@ -20,7 +20,7 @@ from repromatrix.backends.docker.calls import ContainerSettings
 from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.backends.local import LocalBackend, kill_tagged
 from repromatrix.model import Cell, Lane, Outcome
-from repromatrix.run.cell_pool import Pacing
+from repromatrix.run.cells import Pacing
 from repromatrix.run.schedule import GIB
 from repromatrix.run.stages import runner_resources
 from support.pool import GUARD_S, UUIDS, Recorder, at_once, resources, run, saved, together

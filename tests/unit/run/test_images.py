@@ -19,8 +19,8 @@ from repromatrix.errors import UsageError
 from repromatrix.model import Cell, Image, Outcome
 from repromatrix.results import store
 from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, cell_result
-from repromatrix.run.cell_pool import Pacing
-from repromatrix.run.image_jobs import image_job, job_key, ready_line
+from repromatrix.run.cells import Pacing
+from repromatrix.run.images import image_job, job_key, ready_line
 from repromatrix.run.outcome import Decision
 from repromatrix.run.stages import LATEST, RunOptions, measured_s
 from support.pool import GUARD_S, Recorder, resources, run, run_making_images, saved
