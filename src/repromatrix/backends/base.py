@@ -13,12 +13,13 @@ finds them by name; nothing outside ``backends/`` names one.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.models.tinymodel import LORA_RANK
+from repromatrix.runner import Runner
 
 if TYPE_CHECKING:
     from repromatrix.matrix.lanes import Runtime
@@ -69,21 +70,6 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class Host:
-    """What this runner offers cells."""
-
-    # The GPUs this runner may use (``gpus.runner_gpus``: --gpus, CUDA_VISIBLE_DEVICES, ...).
-    gpu_ids: tuple[str, ...] = ()
-    # A rehearsal of the GPU lane: its cells run without a device request, vLLM on its CPU.
-    rehearse: bool = False
-
-    @property
-    def gpus(self) -> int:
-        """How many GPUs this runner may use."""
-        return len(self.gpu_ids)
-
-
-@dataclass(frozen=True)
 class Setup:
     """What a run gives its backend: where things go, the lanes' runtimes, how to say things."""
 
@@ -95,8 +81,7 @@ class Setup:
     logs: Path | None = None  # where a backend keeps preparation logs (image builds)
     note: Callable[[str], None] = lambda _line: None
     pull: str | None = None  # a pull policy for every image (``--pull``), else each image's own
-    rehearse: bool = False  # GPU cells without a device request: vLLM runs on its CPU
-    gpu_ids: tuple[str, ...] | None = None  # the runner's GPUs; None: unknown (a dry run)
+    runner: Runner = field(default_factory=Runner)  # its GPUs; whether the run rehearses
 
 
 class Backend(Protocol):
@@ -164,11 +149,11 @@ class BackendKind(Protocol):
         """Whether this host can use this backend now (an engine answers, ...)."""
         ...
 
-    def skip_reason(self, cell: Cell, host: Host) -> str | None:
-        """Why this backend on ``host`` cannot run ``cell``, or None when it can."""
+    def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
+        """Why this backend on ``runner`` cannot run ``cell``, or None when it can."""
         ...
 
-    def describe(self, setup: Setup, cells: Sequence[Cell], host: Host) -> dict[str, Any]:
+    def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
         """What a run of ``cells`` would do, as JSON-ready data; writes and starts nothing."""
         ...
 

@@ -29,7 +29,6 @@ from typing import Any
 from repromatrix.backends.base import (
     Backend,
     Execution,
-    Host,
     Placement,
     Prepared,
     Setup,
@@ -43,6 +42,7 @@ from repromatrix.images.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cp
 from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.models import tinymodel
 from repromatrix.models.tinymodel import TinyModel
+from repromatrix.runner import Runner
 from repromatrix.secret_env import redact, redacting_watcher, secrets_from
 
 VENV_ROOT = CACHE_ROOT / "venvs"
@@ -356,7 +356,7 @@ class LocalKind:
         """Always: a Python that can make virtualenvs is all it needs."""
         return True
 
-    def skip_reason(self, cell: Cell, host: Host) -> str | None:
+    def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
         """GPU cells need a container image; this backend has none."""
         if cell.lane is Lane.GPU:
             return "GPU cell: the local backend runs the CPU lane only (GPU cells need Docker)"
@@ -367,7 +367,7 @@ class LocalKind:
             )
         return None
 
-    def describe(self, setup: Setup, cells: Sequence[Cell], host: Host) -> dict[str, Any]:
+    def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
         """Each virtualenv and each harness spec the run would use; nothing is created."""
         backend = LocalBackend(setup.cache / "venvs", create=False, workdir=False)
         envs = {
@@ -377,7 +377,7 @@ class LocalKind:
         }
         return {
             "images": [{"key": key, "virtualenv": venv} for key, venv in sorted(envs.items())],
-            "cells": [self._cell(cell, setup, host) for cell in cells],
+            "cells": [self._cell(cell, setup, runner) for cell in cells],
         }
 
     def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
@@ -386,8 +386,8 @@ class LocalKind:
             setup.cache / "venvs", wheelhouse=setup.cache / "wheelhouse", note=setup.note
         )
 
-    def _cell(self, cell: Cell, setup: Setup, host: Host) -> dict[str, Any]:
-        skip = self.skip_reason(cell, host)
+    def _cell(self, cell: Cell, setup: Setup, runner: Runner) -> dict[str, Any]:
+        skip = self.skip_reason(cell, runner)
         model = "" if skip else model_path(cell, setup.models_root)
         return {
             "id": cell.id,

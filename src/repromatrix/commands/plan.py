@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends.gpus import parse_gpu_ids
 from repromatrix.errors import UsageError
 from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
@@ -17,6 +16,7 @@ from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane, PullPolicy
+from repromatrix.runner import parse_gpu_ids
 
 
 def add_parser(subparsers: Any) -> None:
@@ -112,7 +112,7 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def gpu_ids_argument(text: str) -> str:
-    """Check ``--gpus`` as argparse reads it (kept as text: ``gpus.runner_gpus`` reads it)."""
+    """Check ``--gpus`` as argparse reads it (kept as text: ``runner.detect_runner`` reads it)."""
     try:
         parse_gpu_ids(text)
     except UsageError as exc:

@@ -15,24 +15,31 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from repromatrix.backends.base import BackendKind, Host, Setup
+from repromatrix.backends.base import BackendKind, Setup
 from repromatrix.model import Cell
+from repromatrix.runner import Runner
 
 
-def describe(kind: BackendKind, setup: Setup, cells: Sequence[Cell], host: Host) -> dict[str, Any]:
+def describe(
+    kind: BackendKind, setup: Setup, cells: Sequence[Cell], runner: Runner
+) -> dict[str, Any]:
     """The run's calls as JSON-ready data (secrets redacted)."""
     return {
         "run_id": setup.run_id,
         "backend": kind.name,
-        "host_gpus": host.gpus,
-        **kind.describe(setup, cells, host),
+        "host_gpus": runner.gpu_count,
+        **kind.describe(setup, cells, runner),
     }
 
 
 def print_calls(
-    kind: BackendKind, setup: Setup, cells: Sequence[Cell], host: Host, out: TextIO | None = None
+    kind: BackendKind,
+    setup: Setup,
+    cells: Sequence[Cell],
+    runner: Runner,
+    out: TextIO | None = None,
 ) -> None:
     """Print ``describe(...)`` as indented JSON."""
     stream = out or sys.stdout
-    json.dump(describe(kind, setup, cells, host), stream, indent=2, sort_keys=True)
+    json.dump(describe(kind, setup, cells, runner), stream, indent=2, sort_keys=True)
     stream.write("\n")

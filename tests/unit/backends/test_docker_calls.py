@@ -19,9 +19,13 @@ from repromatrix.backends.docker.calls import (
     split_ref,
 )
 from repromatrix.backends.docker.engine import docker_kwargs
+from repromatrix.backends.docker.kind import container_settings
 from repromatrix.errors import InfraError
+from repromatrix.matrix.config import load_matrix
 from repromatrix.model import Lane
+from repromatrix.runner import Runner
 from repromatrix.secret_env import REDACTED, redact
+from support import paths
 from support.runner import cell
 
 SPEC = {"mode": "server", "argv": ["--max-model-len", "2048", "--served-model-name", "$(rm -rf /)"]}
@@ -105,6 +109,17 @@ def test_a_gpu_cell_without_device_ids_cannot_be_created():
     )
     with pytest.raises(InfraError, match=r"device ids \['1'\]"):
         wrong.create_kwargs({})
+
+
+def test_gpu_containers_take_the_runners_gpus_or_leave_them_to_run_time(tmp_path: Path):
+    lanes = load_matrix(paths.ROOT / "matrix.yaml").lanes
+    runtimes = {lane: config.runtime for lane, config in lanes.items()}
+    known = container_settings(runtimes, tmp_path, Runner(gpu_ids=("4", "6")))
+    assert known[Lane.GPU].gpu_ids == ("4", "6") and known[Lane.GPU].devices
+    assert known[Lane.CPU].gpu_ids is None
+    # No GPU known here (a dry run on a machine without them): ids are chosen at run time.
+    unknown = container_settings(runtimes, tmp_path, Runner())
+    assert unknown[Lane.GPU].gpu_ids is None and unknown[Lane.GPU].devices
 
 
 def test_token_absent_from_host_means_absent_from_container():

@@ -187,13 +187,13 @@ def test_a_snapshot_names_live_processes_by_their_title(tmp_path: Path):
 
 
 def test_the_local_backend_skips_what_needs_a_container_but_holds_a_port_itself():
-    from repromatrix.backends.base import Host  # noqa: PLC0415
     from repromatrix.backends.local import LocalKind  # noqa: PLC0415
+    from repromatrix.runner import Runner  # noqa: PLC0415
 
     local = LocalKind()
     for scenario in ("cpu-memory-limit", "cpu-shm-too-small", "cpu-libnuma-missing"):
-        assert "needs Docker" in (local.skip_reason(zoo_cells(scenario)["trigger"], Host()) or "")
-    assert local.skip_reason(zoo_cells("cpu-port-taken")["trigger"], Host()) is None
+        assert "needs Docker" in (local.skip_reason(zoo_cells(scenario)["trigger"], Runner()) or "")
+    assert local.skip_reason(zoo_cells("cpu-port-taken")["trigger"], Runner()) is None
 
 
 KILLED_LOG = (

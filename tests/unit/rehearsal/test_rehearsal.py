@@ -11,15 +11,15 @@ from pathlib import Path
 
 import yaml
 
-from repromatrix.backends.base import Host
 from repromatrix.backends.docker import kind as docker_kind
-from repromatrix.backends.docker.calls import ContainerSettings, container_call
+from repromatrix.backends.docker.calls import container_call
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.images import effective_pull, image_version, make_image
 from repromatrix.model import Image, Lane
 from repromatrix.rehearsal import hfcache
 from repromatrix.rehearsal.registry import LocalRegistry
 from repromatrix.rehearsal.rehearse import RehearsalOptions, write_matrix
+from repromatrix.runner import Runner
 from support import paths
 from support.runner import cell
 
@@ -38,14 +38,17 @@ def test_moving_tags_are_pulled_always_releases_when_missing_and_the_option_wins
     assert effective_pull(gpu_image("nightly"), "never") == "never"
 
 
-def test_a_rehearsal_runs_gpu_cells_without_the_device_request():
+def test_a_rehearsal_runs_gpu_cells_without_the_device_request(tmp_path: Path):
     gpu = cell(Lane.GPU, gpus=4)
-    assert docker_kind.KIND.skip_reason(gpu, Host()) is not None
-    assert docker_kind.KIND.skip_reason(gpu, Host(rehearse=True)) is None
+    assert docker_kind.KIND.skip_reason(gpu, Runner()) is not None
+    assert docker_kind.KIND.skip_reason(gpu, Runner(rehearse=True)) is None
     spec = {"cell": gpu.id}
-    settings = ContainerSettings(gpu_ids=("0", "1", "2", "3"))
+    runtimes = {lane: c.runtime for lane, c in load_matrix(ROOT / "matrix.yaml").lanes.items()}
+    four = Runner(gpu_ids=("0", "1", "2", "3"))
+    settings = docker_kind.container_settings(runtimes, tmp_path, four)[Lane.GPU]
+    rehearsing = docker_kind.container_settings(runtimes, tmp_path, replace(four, rehearse=True))
     real = container_call(gpu, spec, "img", settings, "run").create_kwargs({})
-    rehearsed = container_call(gpu, spec, "img", replace(settings, devices=False), "run")
+    rehearsed = container_call(gpu, spec, "img", rehearsing[Lane.GPU], "run")
     assert real["device_requests"] == [
         {"device_ids": ["0", "1", "2", "3"], "capabilities": [["gpu"]]}
     ]

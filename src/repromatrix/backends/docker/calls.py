@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends.gpus import pending_devices, select_devices
 from repromatrix.backends.harness_spec import ADAPTERS_TARGET, MODELS_TARGET
 from repromatrix.errors import InfraError
 from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.images.render import ENTRYPOINT
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Lane, PullPolicy
+from repromatrix.runner import pending_devices, select_devices
 from repromatrix.secret_env import REDACTED, SECRET_ENV, secrets_from
 
 RUN_LABEL = "repromatrix.run"
@@ -91,7 +91,7 @@ class ContainerSettings:
     secret_env: tuple[str, ...] = SECRET_ENV  # passed from the host at run time only
     # Set on every container too: GPU base images ship entrypoints of their own.
     entrypoint: tuple[str, ...] = ENTRYPOINT
-    # The GPU ids this runner may use (``gpus.runner_gpus``); None: not known here (a dry
+    # The GPU ids this runner may use (``Runner.gpu_ids``); None: not known here (a dry
     # run on a machine without the runner's GPUs), so device ids are chosen at run time.
     gpu_ids: tuple[str, ...] | None = None
     # False in a rehearsal: GPU cells get no device request and vLLM runs on its CPU.
@@ -183,7 +183,7 @@ def container_call(
 ) -> ContainerCall:
     """Return the container that runs ``cell``'s harness with ``spec`` in ``image``.
 
-    A GPU cell gets ``device_ids`` (the scheduler's pick, from ``gpus.select_devices``),
+    A GPU cell gets ``device_ids`` (the scheduler's pick, from ``runner.select_devices``),
     else the first free ones of ``settings.gpu_ids``; with neither they stay to be chosen.
     """
     mounts = [*settings.mounts, *model_mounts(cell)]

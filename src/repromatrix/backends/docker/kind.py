@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends.base import Backend, Host, Prepared, Setup
+from repromatrix.backends.base import Backend, Prepared, Setup
 from repromatrix.backends.docker.calls import ContainerSettings, ImageBuild, Mount, container_call
 from repromatrix.backends.docker.engine import DockerBackend, connect, engine_available
 from repromatrix.backends.harness_spec import build_spec, model_path
@@ -31,22 +31,21 @@ from repromatrix.images.render import (
 from repromatrix.matrix.images import effective_pull
 from repromatrix.matrix.lanes import Runtime
 from repromatrix.model import Cell, Image, Lane
+from repromatrix.runner import Runner
 from repromatrix.secret_env import SECRET_ENV
 
 
 def container_settings(
-    runtimes: Mapping[Lane, Runtime],
-    models_root: Path,
-    *,
-    rehearse: bool = False,
-    gpu_ids: tuple[str, ...] | None = None,
+    runtimes: Mapping[Lane, Runtime], models_root: Path, runner: Runner
 ) -> dict[Lane, ContainerSettings]:
-    """Container settings per lane from the matrix's runtimes.
+    """Container settings per lane from the matrix's runtimes and ``runner``.
 
     The tiny model cache is mounted read-only at its own host path, so a spec
-    names the model by the same path whichever backend runs it. A rehearsal
-    leaves the GPU device request out.
+    names the model by the same path whichever backend runs it. GPU cells take
+    their devices from the runner's GPUs (none known: chosen at run time); a
+    rehearsal leaves the GPU device request out.
     """
+    gpu_ids = runner.gpu_ids or None
     root = str(models_root)
     return {
         lane: ContainerSettings(
@@ -55,7 +54,7 @@ def container_settings(
             mounts=(Mount(root, root),) if lane is Lane.CPU else (),
             secret_env=SECRET_ENV,
             entrypoint=ENTRYPOINT,
-            devices=not rehearse,
+            devices=not runner.rehearse,
             gpu_ids=gpu_ids if lane is Lane.GPU else None,
         )
         for lane, runtime in runtimes.items()
@@ -110,21 +109,22 @@ class DockerKind:
         """Whether a Docker engine answers."""
         return engine_available()
 
-    def skip_reason(self, cell: Cell, host: Host) -> str | None:
+    def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
         """GPU cells need as many GPUs as their runner label says."""
-        if cell.lane is Lane.GPU and host.gpus < cell.gpu.count and not host.rehearse:
-            have = "no GPU" if host.gpus == 0 else f"{host.gpus} GPU(s)"
+        count = runner.gpu_count
+        if cell.lane is Lane.GPU and count < cell.gpu.count and not runner.rehearse:
+            have = "no GPU" if count == 0 else f"{count} GPU(s)"
             return f"GPU cell needs {cell.gpu.count} GPU(s) ({cell.gpu.name}); this host has {have}"
         return None
 
-    def describe(self, setup: Setup, cells: Sequence[Cell], host: Host) -> dict[str, Any]:
+    def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
         """Every build and ``containers.create`` the run would make (secrets redacted)."""
         images = sorted({cell.image.key: cell.image for cell in cells}.values(), key=_key)
         tags = {image.key: self._tag(image, setup) for image in images}
         settings = _settings(setup)
         return {
             "images": [build.describe() for build in image_builds(images, tags, setup)],
-            "cells": [self._cell(cell, tags, settings, setup, host) for cell in cells],
+            "cells": [self._cell(cell, tags, settings, setup, runner) for cell in cells],
         }
 
     def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
@@ -156,22 +156,20 @@ class DockerKind:
         tags: Mapping[str, str],
         settings: Mapping[Lane, ContainerSettings],
         setup: Setup,
-        host: Host,
+        runner: Runner,
     ) -> dict[str, Any]:
         spec = build_spec(cell, model_path(cell, setup.models_root))
         call = container_call(cell, spec, tags[cell.image.key], settings[cell.lane], setup.run_id)
         return {
             "id": cell.id,
-            "skip": self.skip_reason(cell, host),
+            "skip": self.skip_reason(cell, runner),
             "deadline_s": cell.deadline_s,
             "create": call.describe(os.environ),
         }
 
 
 def _settings(setup: Setup) -> dict[Lane, ContainerSettings]:
-    return container_settings(
-        setup.runtimes, setup.models_root, rehearse=setup.rehearse, gpu_ids=setup.gpu_ids
-    )
+    return container_settings(setup.runtimes, setup.models_root, setup.runner)
 
 
 def _key(image: Image) -> str:
