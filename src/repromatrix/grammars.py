@@ -38,6 +38,8 @@ MAX_NAME = 255
 SUITE = re.compile(r"[a-z][a-z0-9-]{0,63}")
 # A Debian package name (Debian policy 5.6.1).
 APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+# A run's id names its folder under --results: no separator, no dot first (``..``), 64 at most.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 MIRROR_SCHEMES = ("http", "https", "file")
 _REPEATS = (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT)
 _NO_BACKTRACK = (_sre_constants.POSSESSIVE_REPEAT, _sre_constants.ATOMIC_GROUP)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 EVERY_S = 30.0
 
 
-def seconds(value: float) -> str:
+def duration(value: float) -> str:
     """``42s``, ``3m05s``, ``1h02m``."""
     total = max(0, round(value))
     hours, rest = divmod(total, 3600)
@@ -54,13 +54,13 @@ class Beat:
         """``what: 1.2 of 4.3 GB (28%), 45s, eta 2m`` or ``what: 45s``."""
         elapsed = time.monotonic() - self.started
         if not self.total:
-            return f"{self.what}: still going, {seconds(elapsed)}"
+            return f"{self.what}: still going, {duration(elapsed)}"
         share = self.done / self.total
         left = elapsed / share - elapsed if share > 0 else None
-        eta = f", eta {seconds(left)}" if left is not None else ""
+        eta = f", eta {duration(left)}" if left is not None else ""
         return (
             f"{self.what}: {size(self.done)} of {size(self.total)} "
-            f"({share:.0%}), {seconds(elapsed)}{eta}"
+            f"({share:.0%}), {duration(elapsed)}{eta}"
         )
 
 
@@ -82,4 +82,4 @@ def heartbeat(note: Callable[[str], None], what: str, every_s: float = EVERY_S) 
     finally:
         stop.set()
         ticker.join()
-    note(f"{what}: done in {seconds(time.monotonic() - beat.started)}")
+    note(f"{what}: done in {duration(time.monotonic() - beat.started)}")

@@ -20,13 +20,12 @@ from repromatrix.backends.base import Execution, Placement, Prepared, Watcher
 from repromatrix.model import Cell, Image, Model
 from repromatrix.models.tinymodel import TinyModel, tiny_model_for
 from repromatrix.results import store
-from repromatrix.run.cell import CellContext
-from repromatrix.run.cells import Pacing
-from repromatrix.run.host_resources import HostGpu, HostResources
-from repromatrix.run.images import ImageJobs
+from repromatrix.run.cells import Pacing, run_cells
+from repromatrix.run.folder import RunFolder
+from repromatrix.run.images import ModelNeed, model_needs
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB
-from repromatrix.run.stages import run_cells
+from repromatrix.runner import Runner, RunnerGpu
 
 GUARD_S = 120.0  # only a broken test waits this long; it decides nothing
 UUIDS = {str(i): f"GPU-{i}{i}{i}{i}-uuid" for i in range(4)}
@@ -95,26 +94,25 @@ class Recorder:
         return tiny_model_for(model, models_root)
 
 
-def resources(gpus: int = 0, cores: int = 8, memory: int = 64 * GIB) -> HostResources:
-    listed = tuple(HostGpu(str(i), "H200", UUIDS[str(i)]) for i in range(gpus))
-    return HostResources(listed, tuple(g.index for g in listed), tuple(range(cores)), memory)
+def resources(gpus: int = 0, cores: int = 8, memory: int = 64 * GIB) -> Runner:
+    listed = tuple(RunnerGpu(str(i), "H200", UUIDS[str(i)]) for i in range(gpus))
+    return Runner(listed, tuple(g.index for g in listed), tuple(range(cores)), memory)
 
 
 def run(
     tmp_path: Path,
     backend: Recorder,
     cells: Sequence[Cell],
-    host: HostResources,
+    host: Runner,
     out: io.StringIO | None = None,
-    **kw: Any,
+    pacing: Pacing | None = None,
+    skips: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
-    contexts: dict[str, CellContext] = {
-        c.id: CellContext(Prepared(c.image.key, "img"), "/m") for c in cells
-    }
+    """The cell stage as a run calls it: the images made by image jobs of the same pool."""
     progress = Progress(len(cells), out=out or io.StringIO())
     return run_cells(
-        backend, cells, contexts, run_dir=tmp_path, run_id="t", progress=progress,
-        resources=host, **kw,
+        backend, cells, skips or {}, host, RunFolder("t", tmp_path),
+        models_root=tmp_path / "models", progress=progress, pacing=pacing or Pacing(),
     )  # fmt: skip
 
 
@@ -148,18 +146,9 @@ def run_making_images(
     tmp_path: Path,
     backend: Recorder,
     cells: Sequence[Cell],
-    host: HostResources,
+    host: Runner,
     out: io.StringIO | None = None,
     pacing: Pacing | None = None,
-) -> tuple[dict[str, int], ImageJobs]:
-    """``run``, with each cell's image made by an image job of the same pool (as a run does)."""
-    contexts: dict[str, CellContext] = {c.id: CellContext(None, "") for c in cells}
-    progress = Progress(len(cells), out=out or io.StringIO())
-    images = ImageJobs(
-        backend, cells, models_root=tmp_path / "models", note=progress.note, contexts=contexts
-    )
-    counts = run_cells(
-        backend, cells, contexts, run_dir=tmp_path, run_id="t", progress=progress,
-        resources=host, pacing=pacing, images=images,
-    )  # fmt: skip
-    return counts, images
+) -> tuple[dict[str, int], dict[str, ModelNeed]]:
+    """``run``, and what each tiny model must hold for ``cells``."""
+    return run(tmp_path, backend, cells, host, out, pacing), model_needs(cells)

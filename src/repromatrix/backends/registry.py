@@ -7,9 +7,8 @@ this order that is available on the host.
 
 from __future__ import annotations
 
-from repromatrix.backends import local
+from repromatrix.backends import docker, local
 from repromatrix.backends.base import BackendKind
-from repromatrix.backends.docker import kind as docker
 from repromatrix.errors import UsageError
 
 KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (docker.KIND, local.KIND)}

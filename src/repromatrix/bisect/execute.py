@@ -1,9 +1,9 @@
-"""The one place a bisect runs cells: through the run's own stages, into a normal run folder.
+"""The one place a bisect runs cells: through the run's own main job, into a normal run folder.
 
 ``run_cells`` is the seam to ``repromatrix.run``: everything else in this
 package is pure or reads files. The cells come already planned from a matrix
 extended in memory (versions matrix.yaml does not list), and ``execute_run``
-takes that plan instead of reading the matrix file; every stage after it is
+takes that plan instead of reading the matrix file; every step after it is
 the run's own, and the folder it writes is one ``report``, ``merge`` and
 ``diff`` read.
 """
@@ -19,13 +19,13 @@ from repromatrix.bisect.cells import evidence
 from repromatrix.matrix.config import Matrix
 from repromatrix.model import Cell
 from repromatrix.results import store
-from repromatrix.run import stages
+from repromatrix.run.main import RunOptions, execute_run
 from repromatrix.run.progress import Progress
 
 
 @dataclass(frozen=True)
-class Where:
-    """Where and how a bisect's cells run."""
+class BisectRun:
+    """Where and how a bisect's cells run: one run folder that every round adds to."""
 
     results: Path  # the results root; the run folder is results/<run_id>/
     run_id: str
@@ -41,9 +41,9 @@ class Where:
         return self.results / self.run_id
 
 
-def run_cells(matrix: Matrix, cells: Sequence[Cell], where: Where) -> Mapping[str, Evidence]:
+def run_cells(matrix: Matrix, cells: Sequence[Cell], where: BisectRun) -> Mapping[str, Evidence]:
     """Run ``cells`` (one lane) as one batch; return each cell's evidence by cell id."""
-    options = stages.RunOptions(
+    options = RunOptions(
         matrix=where.matrix,
         scenarios=where.scenarios,
         lane=cells[0].lane,
@@ -55,7 +55,7 @@ def run_cells(matrix: Matrix, cells: Sequence[Cell], where: Where) -> Mapping[st
         dockerfiles=where.dockerfiles,
         cache=where.cache,
     )
-    stages.execute_run(options, Progress(len(cells)), matrix=matrix, cells=cells)
+    execute_run(options, Progress(len(cells)), planned=(matrix, cells))
     return read_back(where.run_dir, {cell.id for cell in cells})
 
 

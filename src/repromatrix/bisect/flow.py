@@ -35,7 +35,7 @@ from repromatrix.errors import InfraError
 from repromatrix.matrix.config import Matrix
 from repromatrix.model import Cell, Expected, Lane, Outcome, Scenario
 
-RunCells = Callable[[Matrix, Sequence[Cell], execute.Where], Mapping[str, Evidence]]
+RunCells = Callable[[Matrix, Sequence[Cell], execute.BisectRun], Mapping[str, Evidence]]
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def lane_versions(matrix: Matrix, request: Request, cache: Path) -> LaneVersions
 
 
 @dataclass(frozen=True)
-class Prepared:
+class Search:
     """A bisect ready to search: its cells by version, what is known, where to start."""
 
     scenario: Scenario
@@ -80,7 +80,7 @@ class Prepared:
 
 def prepare(
     matrix: Matrix, scenarios: Sequence[Scenario], request: Request, found: LaneVersions
-) -> Prepared:
+) -> Search:
     """The cells per version; versions the matrix plans no cell for are refused, with why."""
     cells = select_cells(matrix, scenarios, request.target, found.versions)
     refused = list(found.refused)
@@ -90,7 +90,7 @@ def prepare(
     versions = tuple(v for v in found.versions if v in cells)
     documented = [v for v in versions if cells[v].expected is Expected.HIT]
     variant = next(iter(cells.values())).variant.name
-    return Prepared(
+    return Search(
         scenario=find_scenario(scenarios, request.target.scenario),
         variant=variant,
         versions=versions,
@@ -101,14 +101,14 @@ def prepare(
     )
 
 
-def first_round(ready: Prepared) -> tuple[str, ...]:
+def first_round(ready: Search) -> tuple[str, ...]:
     """The versions the first round would run (``--plan``)."""
     known = {version: seen.outcome for version, seen in ready.known.items()}
     return next_probes(ready.versions, known, ready.anchors)
 
 
 def search(
-    matrix: Matrix, ready: Prepared, where: execute.Where, run: RunCells = execute.run_cells
+    matrix: Matrix, ready: Search, where: execute.BisectRun, run: RunCells = execute.run_cells
 ) -> Answer:
     """Run the search, one batch of cells per round; return the answer."""
     evidence = dict(ready.known)
@@ -139,6 +139,6 @@ def search(
     )
 
 
-def _extended(matrix: Matrix, ready: Prepared) -> Matrix:
+def _extended(matrix: Matrix, ready: Search) -> Matrix:
     lane = next(iter(ready.cells.values())).lane
     return with_versions(matrix, lane, ready.versions)

@@ -14,7 +14,7 @@ from repromatrix.errors import EXIT_OK
 from repromatrix.model import Lane, Level
 
 if TYPE_CHECKING:
-    from repromatrix.bisect.flow import Prepared
+    from repromatrix.bisect.flow import Search
 
 
 def add_parser(subparsers: Any) -> None:
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     """Search, then print the answer (exit 0 whatever the outcomes)."""
     from repromatrix.bisect import answer, flow  # noqa: PLC0415  (keeps `--help` fast)
     from repromatrix.bisect.cells import Target  # noqa: PLC0415
-    from repromatrix.bisect.execute import Where  # noqa: PLC0415
+    from repromatrix.bisect.execute import BisectRun  # noqa: PLC0415
     from repromatrix.images.wheelhouse import CACHE_ROOT  # noqa: PLC0415
     from repromatrix.matrix.inputs import load_inputs  # noqa: PLC0415
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         _print_plan(ready, flow.first_round(ready))
         return EXIT_OK
     run_id = args.run_id or "bisect-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    where = Where(args.out, run_id, args.backend, args.matrix, args.scenarios, CACHE_ROOT)
+    where = BisectRun(args.out, run_id, args.backend, args.matrix, args.scenarios, CACHE_ROOT)
     result = flow.search(matrix, ready, where)
     if args.json:
         print(json.dumps(answer.to_json(result), indent=2))
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_plan(ready: Prepared, first: tuple[str, ...]) -> None:
+def _print_plan(ready: Search, first: tuple[str, ...]) -> None:
     """``--plan``: each version's cell, the outcomes known, the first round, what is left out."""
     print(f"{ready.scenario.id} / {ready.variant}: {len(ready.versions)} versions")
     for version in ready.versions:

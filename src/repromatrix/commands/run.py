@@ -16,8 +16,8 @@ from repromatrix.commands.plan import (
 from repromatrix.errors import EXIT_INFRA, EXIT_OK
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.model import Lane, Outcome
+from repromatrix.run.main import Mode, RunOptions, RunSummary, execute_run
 from repromatrix.run.progress import Progress
-from repromatrix.run.stages import RunOptions, RunState, execute_run
 
 
 def add_parser(subparsers: Any) -> None:
@@ -114,8 +114,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         results=args.results,
         run_id=args.run_id,
         resume=args.resume,
-        dry_run=args.dry_run,
-        prepare_only=args.prepare_only,
+        mode=mode_of(args),
         dockerfiles=args.dockerfiles,
         cache=CACHE_ROOT,
         rehearse=args.rehearse,
@@ -127,6 +126,13 @@ def options_from(args: argparse.Namespace) -> RunOptions:
     )
 
 
+def mode_of(args: argparse.Namespace) -> Mode:
+    """The one thing the run does: ``--dry-run`` wins over ``--prepare-only``."""
+    if args.dry_run:
+        return Mode.DRY_RUN
+    return Mode.PREPARE_ONLY if args.prepare_only else Mode.RUN
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the matrix. Exit 0 when every cell ran (whatever vLLM did: ``report`` and ``diff``
     gate on outcomes); 3 when the machine failed some cell (``infra_error``) or when cells
@@ -134,17 +140,18 @@ def run(args: argparse.Namespace) -> int:
     evidence); 130 on Ctrl-C."""
     check_output_folder(args.results, "--results")
     progress = Progress(0)
-    state = execute_run(options_from(args), progress)
-    if args.prepare_only:
-        return _prepared_status(state)
-    if args.dry_run:
+    options = options_from(args)
+    summary = execute_run(options, progress)
+    if options.mode is Mode.PREPARE_ONLY:
+        return _prepared_status(summary)
+    if options.mode is Mode.DRY_RUN:
         return EXIT_OK
-    if state.outcomes:
-        counts = ", ".join(f"{n} {name}" for name, n in sorted(state.outcomes.items()))
-        progress.note(f"done: {counts}; results in {state.run_dir}/")
-    failed = state.outcomes.get(Outcome.INFRA_ERROR.value, 0)
+    if summary.outcomes:
+        counts = ", ".join(f"{n} {name}" for name, n in sorted(summary.outcomes.items()))
+        progress.note(f"done: {counts}; results in {summary.folder.path}/")
+    failed = summary.outcomes.get(Outcome.INFRA_ERROR.value, 0)
     asked = bool(args.lane or args.only)
-    skipped = state.outcomes.get(Outcome.SKIPPED.value, 0) if asked else 0
+    skipped = summary.outcomes.get(Outcome.SKIPPED.value, 0) if asked else 0
     if skipped:
         print(
             f"repromatrix: error: {skipped} of the cells asked for (--lane/--only) cannot run "
@@ -161,13 +168,9 @@ def _jobs(text: str) -> int:
     return int(text)
 
 
-def _prepared_status(state: RunState) -> int:
+def _prepared_status(summary: RunSummary) -> int:
     """After ``--prepare-only``: 3, naming each, when an image or a model could not be made."""
-    errors = {
-        c.prepared.image_key: c.prepared.error
-        for c in state.contexts.values()
-        if c.prepared is not None and c.prepared.error
-    }
+    errors = {key: ready.error for key, ready in summary.images.items() if ready.error}
     for key, error in sorted(errors.items()):
         print(f"repromatrix: error: {key}: {error}", file=sys.stderr)
     return EXIT_INFRA if errors else EXIT_OK

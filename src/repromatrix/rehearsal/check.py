@@ -12,7 +12,7 @@ UNDECIDED = frozenset({Outcome.INFRA_ERROR, Outcome.SKIPPED, Outcome.TIMEOUT})
 def problems_of(rehearsal: Rehearsal) -> list[str]:
     """Why the rehearsal does not show what it should; empty when it does."""
     problems: list[str] = []
-    runs = [read_results(run.run_dir)[0] for run in rehearsal.runs]
+    runs = [read_results(run.folder.path)[0] for run in rehearsal.runs]
     for results in runs:
         problems += [
             f"{r.id}: {r.outcome.value} ({r.reason})" for r in results if r.outcome in UNDECIDED

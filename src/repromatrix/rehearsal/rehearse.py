@@ -24,7 +24,6 @@ from typing import Any
 import docker
 import yaml
 
-from repromatrix.backends.base import Prepared
 from repromatrix.errors import InfraError
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import load_matrix
@@ -33,8 +32,8 @@ from repromatrix.models.tinymodel import LORA_RANK, tiny_model_for
 from repromatrix.rehearsal import hfcache
 from repromatrix.rehearsal.lookalike import publish
 from repromatrix.rehearsal.registry import LocalRegistry, local_registry
+from repromatrix.run.main import Mode, RunOptions, RunSummary, execute_run
 from repromatrix.run.progress import Progress
-from repromatrix.run.stages import RunOptions, RunState, execute_run
 
 REPOSITORY = "vllm/vllm-openai"
 # The rehearsal's own scenarios, added to the catalogue for its GPU-lane runs.
@@ -63,7 +62,7 @@ class RehearsalOptions:
 class Rehearsal:
     """What the rehearsal did: its runs and the digests pushed before and after the move."""
 
-    runs: tuple[RunState, ...]
+    runs: tuple[RunSummary, ...]
     pushed: Mapping[str, str]  # image ref -> digest pushed first
     moved: Mapping[str, str] = field(default_factory=dict)  # image ref -> digest after the move
 
@@ -85,7 +84,7 @@ def rehearse(options: RehearsalOptions, progress: Progress) -> Rehearsal:
             if options.move_tag:
                 ref = refs[options.versions[0]]
                 moved[ref] = publish(client, bases[options.versions[0]], ref, "2", progress.note)
-                again = _run_options(options, matrix, first.run_id, options.versions[0])
+                again = _run_options(options, matrix, first.folder.run_id, options.versions[0])
                 runs.append(execute_run(again, _progress_like(progress)))
     finally:
         client.close()
@@ -100,25 +99,25 @@ def _progress_like(progress: Progress) -> Progress:
 def cpu_images(options: RehearsalOptions, progress: Progress) -> dict[str, str]:
     """The CPU lane's image of each version (built, or found built) and its tiny model."""
     only = tuple(f"cpu/{v}/cpu/{CPU_MODEL}/*" for v in options.versions)
-    state = execute_run(
+    summary = execute_run(
         RunOptions(
             matrix=options.matrix,
             scenarios=options.scenarios,
             lane=Lane.CPU,
             only=only,
             backend="docker",
-            prepare_only=True,
+            mode=Mode.PREPARE_ONLY,
             cache=options.cache,
         ),
         progress,
     )
     images: dict[str, str] = {}
-    for cell in state.todo:
-        prepared: Prepared | None = state.contexts[cell.id].prepared
-        if prepared is None or prepared.error:
-            why = prepared.error if prepared else "not prepared"
+    for cell in summary.todo:
+        ready = summary.images.get(cell.image.key)
+        if ready is None or ready.error:
+            why = ready.error if ready else "not prepared"
             raise InfraError(f"the CPU image of {cell.image.tag} is not available: {why}")
-        images[cell.image.tag] = prepared.ref
+        images[cell.image.tag] = ready.prepared.ref
     return images
 
 
@@ -188,7 +187,11 @@ def summary(rehearsal: Rehearsal) -> dict[str, Any]:
     """The rehearsal as JSON-ready data: run folders, outcomes, digests before and after."""
     return {
         "runs": [
-            {"run_id": run.run_id, "run_dir": str(run.run_dir), "outcomes": dict(run.outcomes)}
+            {
+                "run_id": run.folder.run_id,
+                "run_dir": str(run.folder.path),
+                "outcomes": dict(run.outcomes),
+            }
             for run in rehearsal.runs
         ],
         "pushed": dict(rehearsal.pushed),

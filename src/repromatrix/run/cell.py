@@ -12,7 +12,6 @@ import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
 from repromatrix.backends.base import Backend, Execution, Placement, Prepared
 from repromatrix.backends.harness_spec import build_spec
@@ -32,7 +31,6 @@ class CellContext:
     prepared: Prepared | None
     model_path: str
     adapter_path: str | None = None
-    skip_reason: str | None = None  # set when this host or backend cannot run the cell
     image_version: str | None = None  # vLLM's version as read inside the image
 
 
@@ -119,8 +117,6 @@ def run_cell(
 
     Safe to call from several threads at once: each call has its own triager and log.
     """
-    if context.skip_reason is not None:
-        return CellRun(outcome.skipped(context.skip_reason), NOT_RUN)
     if context.prepared is None or context.prepared.error is not None:
         why = context.prepared.error if context.prepared else "image was not prepared"
         return CellRun(outcome.infra_error(f"image not available: {why}"), NOT_RUN)
@@ -135,10 +131,12 @@ def run_cell(
 
 
 def cell_result(
-    cell: Cell, run: CellRun, *, context: CellContext, run_id: str, started_at: str
+    cell: Cell, run: CellRun, *, context: CellContext | None, run_id: str, started_at: str
 ) -> CellResult:
-    """The saved form of one cell's outcome."""
-    status, execution, prepared = run.status, run.execution, context.prepared
+    """The saved form of one cell's outcome (``context`` None: it never got a usable image)."""
+    status, execution = run.status, run.execution
+    prepared = context.prepared if context is not None else None
+    image_version = context.image_version if context is not None else None
     return CellResult(
         id=cell.id,
         outcome=run.decision.outcome,
@@ -153,7 +151,7 @@ def cell_result(
         scenario=cell.scenario.id,
         variant=cell.variant.name,
         flags=dict(cell.flags),
-        version=(status.vllm_version if status else None) or context.image_version,
+        version=(status.vllm_version if status else None) or image_version,
         image_digest=prepared.digest if prepared else None,
         root_cause=run.decision.root_cause,
         reason=run.decision.reason,
@@ -171,8 +169,3 @@ def cell_result(
         run_id=run_id,
         started_at=started_at,
     )
-
-
-def now_iso() -> str:
-    """The current UTC time, ISO 8601, to the second."""
-    return datetime.now(UTC).replace(microsecond=0).isoformat()

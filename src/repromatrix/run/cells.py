@@ -1,109 +1,194 @@
-"""The cell stage's cells, run at the same time as the runner allows, each saved as it ends.
+"""The cell stage: a run's cells, as many at once as the runner allows, each saved as it ends.
 
-Each runnable cell becomes a ``Job`` (``cell_needs``) and a callable that runs
-the one-cell code (``cell.run_cell``: its own deadline, live triage, early stop
-at the root cause, OOM detection, cleanup, its own log) on the device ids the
-``Pool`` lends it, with ``Backend.stop`` as its cancel hook. ``on_done`` runs in
-the calling thread: it turns each ended job into a result and writes it at once,
-so an interrupted run keeps every finished cell and ``--resume`` runs the rest.
-A cell too big for the runner ends as skipped with the pool's reason; a job that
-raised (a bug of ours) or whose image job failed ends as an infra error.
-
-Given ``ImageJobs``, the images are jobs of the same pool: each cell waits
-for its image's job only, so a pull or build overlaps with the cells of the
-images already made, and the image job fills in the cell's context.
+Each runnable cell becomes a ``Job`` (its ``Need`` and estimate, below) and a
+callable that runs the one-cell code (``cell.run_cell``: its own deadline,
+live triage, early stop at the root cause, OOM detection, cleanup, its own
+log) on the device ids the ``Pool`` lends it, with ``Backend.stop`` as its
+cancel hook. The images are jobs of the same pool (``images.ImageJobs``): each
+cell waits for its own image's job only, so a pull or build overlaps with the
+cells of images already made, and the pool hands the image job's value to each
+waiting cell. ``on_done`` runs in the calling thread: it turns each ended job
+into a result and writes it at once, so an interrupted run keeps every
+finished cell and ``--resume`` runs the rest. A cell too big for the runner
+ends as skipped with the pool's reason; a job that raised (a bug of ours) or
+whose image job raised ends as an infra error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from repromatrix.backends.base import Backend, Placement, Prepared
-from repromatrix.errors import InfraError
+from repromatrix.backends.base import Backend, Placement
+from repromatrix.errors import InfraError, UsageError
 from repromatrix.model import Cell, Expected, Lane, Level, Outcome
 from repromatrix.results import store
-from repromatrix.results.store import CellResult
+from repromatrix.results.store import CellResult, now_iso
 from repromatrix.run import outcome
-from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, cell_result, now_iso, run_cell
-from repromatrix.run.host_resources import HostResources
-from repromatrix.run.images import ImageJobs
+from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, cell_result, run_cell
+from repromatrix.run.folder import RunFolder
+from repromatrix.run.images import ImageJobs, ImageReady, cell_context
 from repromatrix.run.pool import DependencyFailed, Done, Pool, Skipped, Ticket, Work
 from repromatrix.run.progress import Progress
-from repromatrix.run.schedule import GIB, Allocation, Job, Need
-
-
-@dataclass(frozen=True)
-class Ran:
-    """What one cell's job returns: when it started, and what running it gave."""
-
-    started_at: str
-    run: CellRun
-
-
-@dataclass(frozen=True)
-class Where:
-    """Where the cells run and what they are saved as (image jobs fill in ``contexts``)."""
-
-    backend: Backend
-    contexts: MutableMapping[str, CellContext]
-    run_dir: Path
-    run_id: str
+from repromatrix.run.schedule import GIB, Allocation, Capacity, Job, Need
+from repromatrix.runner import Runner
 
 
 @dataclass(frozen=True)
 class Pacing:
     """How many run at once, and what the planner knows of their durations."""
 
-    jobs: int | None = None  # cells at once at most (None: as the resources allow)
+    jobs: int | None = None  # cells at once at most (None: as the runner's resources allow)
     image_jobs: int = 1  # image builds and pulls at once, apart from the cells
     measured: Mapping[str, float] | None = None  # seconds each cell took in an earlier run
-    rehearse: bool = False  # GPU cells run on the CPU and need the host to themselves
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What one cell's job returns: when it started, what running it gave, what it ran with."""
+
+    started_at: str
+    run: CellRun
+    context: CellContext | None = None  # None: it never got a usable image
 
 
 class BackendDown(Exception):
     """The backend stopped answering: no further cell is started (``--resume`` runs them)."""
 
 
-def placement_of(allocation: Allocation, resources: HostResources) -> Placement:
+def run_cells(
+    backend: Backend,
+    cells: Sequence[Cell],
+    skips: Mapping[str, str],
+    runner: Runner,
+    folder: RunFolder,
+    *,
+    models_root: Path,
+    progress: Progress,
+    pacing: Pacing = Pacing(),
+) -> dict[str, int]:
+    """Run ``cells`` on ``backend``, their images made as they go, and count their outcomes.
+
+    The cells ``skips`` names are saved as skipped first, summarised in one line
+    per lane and reason. When a cell fails because the backend itself died (the
+    Docker engine stopped answering), no further cell is started: those keep no
+    result, so ``--resume`` runs them later. An interrupt stops every running
+    cell and re-raises once every finished cell is saved.
+    """
+    counts: dict[str, int] = {}
+    save_skipped([cell for cell in cells if cell.id in skips], skips, folder, counts, progress)
+    runnable = [cell for cell in cells if cell.id not in skips]
+    progress.total = progress.to_run = len(runnable)
+    images = ImageJobs(backend, runnable, models_root=models_root, note=progress.note)
+    try:
+        interrupted = run_pooled(
+            backend,
+            runnable,
+            images=images,
+            runner=runner,
+            folder=folder,
+            progress=progress,
+            counts=counts,
+            pacing=pacing,
+        )
+    except BackendDown:
+        left = len(runnable) - (sum(counts.values()) - len(skips))
+        progress.note(
+            f"the {backend.name} backend stopped answering: {left} cell(s) not started; "
+            "`repromatrix run --resume` runs them once it is back"
+        )
+        return counts
+    if interrupted:
+        raise KeyboardInterrupt  # every finished cell is saved; the caller cleans up
+    return counts
+
+
+def prepare_images(
+    backend: Backend,
+    cells: Sequence[Cell],
+    *,
+    models_root: Path,
+    progress: Progress,
+    image_jobs: int = 1,
+) -> dict[str, ImageReady]:
+    """Make every image and tiny model ``cells`` need, ``image_jobs`` at once; run no cell."""
+    images = ImageJobs(backend, cells, models_root=models_root, note=progress.note)
+    made: dict[str, ImageReady] = {}
+
+    def on_done(done: Done[ImageReady]) -> None:
+        if done.value is not None:
+            made[done.value.prepared.image_key] = done.value
+        elif done.error is not None:  # a bug of ours
+            progress.note(f"{done.key} failed: {done.error!r}")
+
+    pool = Pool(images.jobs(), Capacity(), images.work(), on_done, image_slots=image_jobs)
+    if pool.run().interrupted:
+        raise KeyboardInterrupt
+    built = sum(1 for ready in made.values() if ready.prepared.built)
+    progress.note(f"images ready: {len(made)} ({built} built)")
+    return made
+
+
+def save_skipped(
+    cells: Sequence[Cell],
+    skips: Mapping[str, str],
+    folder: RunFolder,
+    counts: dict[str, int],
+    progress: Progress,
+) -> None:
+    """Save each of ``cells`` as skipped with its reason; one progress line per lane and reason."""
+    for cell in cells:
+        save(
+            folder, cell, Ran(now_iso(), CellRun(outcome.skipped(skips[cell.id]), NOT_RUN)), counts
+        )
+    for (lane, reason), count in Counter((c.lane.value, skips[c.id]) for c in cells).items():
+        progress.note(f"{count} {lane} cell(s) skipped: {reason}")
+
+
+def capacity_of(runner: Runner, jobs: int | None = None) -> Capacity:
+    """What ``runner`` lends the scheduler; ``jobs`` caps cells at once (None: no cap)."""
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    return Capacity(runner.gpu_ids, runner.core_ids, runner.free_memory, jobs)
+
+
+def placement_of(allocation: Allocation, runner: Runner) -> Placement:
     """The pool's allocation as the backend takes it: GPU ids as UUIDs where the host has them."""
-    gpus = tuple(resources.uuid_of(i) or i for i in allocation.gpu_ids)
+    gpus = tuple(runner.uuid_of(i) or i for i in allocation.gpu_ids)
     return Placement(gpu_ids=gpus if allocation.gpu_ids else None, core_ids=allocation.core_ids)
 
 
-def jobs_for(
-    cells: Sequence[Cell],
-    resources: HostResources,
-    pacing: Pacing,
-    images: ImageJobs | None = None,
-) -> list[Job]:
-    """One job per cell (after its image's job, given ``images``) and one per image; in a
-    rehearsal GPU cells run on the CPU and need the host to themselves."""
-    after = images.after() if images is not None else None
-    jobs = cell_jobs(cells, resources.free_memory, pacing.measured, after)
-    jobs += images.jobs() if images is not None else []
-    if not pacing.rehearse:
+def jobs_for(cells: Sequence[Cell], runner: Runner, pacing: Pacing, images: ImageJobs) -> list[Job]:
+    """One job per cell (after its image's job) and one per image; in a rehearsal GPU cells
+    run on the CPU and need the host to themselves."""
+    jobs = cell_jobs(cells, runner.free_memory, pacing.measured, images.after()) + images.jobs()
+    if not runner.rehearse:
         return jobs
-    alone = Need(cores=1, memory=resources.free_memory)
+    alone = Need(cores=1, memory=runner.free_memory)
     gpu = {cell.id for cell in cells if cell.lane is Lane.GPU}
     return [replace(job, need=alone) if job.key in gpu else job for job in jobs]
 
 
-def work_for(where: Where, cell: Cell, resources: HostResources) -> Work[Ran]:
-    """The callable that runs ``cell`` in a pool thread; cancelling it stops its container."""
+def work_for(backend: Backend, cell: Cell, runner: Runner, models_root: Path) -> Work[Ran]:
+    """The callable that runs ``cell`` in a pool thread, on the value of its image's job;
+    cancelling it stops its container."""
 
     def work(ticket: Ticket) -> Ran:
-        ticket.on_cancel(lambda: where.backend.stop(cell.id))
+        ticket.on_cancel(lambda: backend.stop(cell.id))
         started_at = now_iso()
-        placement = placement_of(ticket.allocation, resources)
-        return Ran(started_at, run_cell(where.backend, cell, where.contexts[cell.id], placement))
+        if not isinstance(ticket.before, ImageReady):
+            raise TypeError(f"{cell.id} started without its image job's value")  # a bug of ours
+        context = cell_context(cell, ticket.before, models_root)
+        placement = placement_of(ticket.allocation, runner)
+        return Ran(started_at, run_cell(backend, cell, context, placement), context)
 
     return work
 
 
-def ended_run(done: Done[Ran | Prepared]) -> Ran:
+def ended_run(done: Done[Ran | ImageReady]) -> Ran:
     """What an ended cell job stands for: its run, or the outcome of why it did not run."""
     if isinstance(done.value, Ran):
         return done.value
@@ -117,67 +202,65 @@ def ended_run(done: Done[Ran | Prepared]) -> Ran:
     return Ran(now_iso(), CellRun(decision, NOT_RUN))
 
 
-def save(where: Where, cell: Cell, ran: Ran, counts: dict[str, int]) -> CellResult:
+def save(folder: RunFolder, cell: Cell, ran: Ran, counts: dict[str, int]) -> CellResult:
     """Write one cell's result and log now, and count its outcome."""
-    context = where.contexts[cell.id]
     result = cell_result(
-        cell, ran.run, context=context, run_id=where.run_id, started_at=ran.started_at
+        cell, ran.run, context=ran.context, run_id=folder.run_id, started_at=ran.started_at
     )
     try:
-        store.write_result(where.run_dir, result, ran.run.execution.log)
+        store.write_result(folder.path, result, ran.run.execution.log)
     except OSError as exc:
         # A full disk or a read-only folder: the write left nothing half-done (it renames a
         # finished file), and the run must stop here with one clear line.
         why = exc.strerror or str(exc)
-        raise InfraError(
-            f"cannot save the result of {cell.id} under {where.run_dir}: {why}"
-        ) from exc
+        raise InfraError(f"cannot save the result of {cell.id} under {folder.path}: {why}") from exc
     counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1
     return result
 
 
 def run_pooled(
-    where: Where,
+    backend: Backend,
     cells: Sequence[Cell],
-    resources: HostResources,
+    *,
+    images: ImageJobs,
+    runner: Runner,
+    folder: RunFolder,
     progress: Progress,
     counts: dict[str, int],
-    *,
-    pacing: Pacing | None = None,
-    images: ImageJobs | None = None,
+    pacing: Pacing,
 ) -> bool:
-    """Run ``cells`` (and ``images``' jobs) through a ``Pool``, counting outcomes in
-    ``counts``; True if interrupted.
+    """Run ``cells`` and ``images``' jobs through a ``Pool``, counting outcomes in ``counts``;
+    True if interrupted.
 
     Raises ``BackendDown`` (after stopping the running cells) when a cell failed
-    because the backend died; its message says how many cells were not started.
+    because the backend died.
     """
     by_id = {cell.id: cell for cell in cells}
     down: list[str] = []
-    pacing = pacing or Pacing()
 
-    def on_done(done: Done[Ran | Prepared]) -> None:
+    def on_done(done: Done[Ran | ImageReady]) -> None:
         if done.image_task:
             if done.error is not None:  # a bug of ours: its cells end as infra errors
                 progress.note(f"{done.key} failed: {done.error!r}")
             return
         cell, ran = by_id[done.key], ended_run(done)
-        result = save(where, cell, ran, counts)
+        result = save(folder, cell, ran, counts)
         progress.end(
             cell.id, result.outcome.value, _short(result.reason), ran=done.value is not None
         )
-        failed = not down and _engine_failed(result, where.contexts[cell.id])
-        if failed and not where.backend.alive():
+        failed = not down and _engine_failed(result, ran.context)
+        if failed and not backend.alive():
             down.append(cell.id)  # once: ``Pool`` delivers what had ended after this raise
             raise BackendDown(cell.id)
 
-    work: dict[str, Work[Ran | Prepared]] = {
-        cell.id: work_for(where, cell, resources) for cell in cells
+    models_root = images.models_root
+    work: dict[str, Work[Ran | ImageReady]] = {
+        cell.id: work_for(backend, cell, runner, models_root) for cell in cells
     }
-    work.update(images.work() if images is not None else {})
+    work.update(images.work())
     pool = Pool(
-        jobs_for(cells, resources, pacing, images),
-        resources.capacity(pacing.jobs),
+        jobs_for(cells, runner, pacing, images),
+        capacity_of(runner, pacing.jobs),
         work,
         on_done,
         image_slots=pacing.image_jobs,
@@ -191,9 +274,9 @@ def run_pooled(
     return report.interrupted
 
 
-def _engine_failed(result: CellResult, context: CellContext) -> bool:
+def _engine_failed(result: CellResult, context: CellContext | None) -> bool:
     """Whether the cell ran on a ready image and still failed for the machine's reasons."""
-    ready = context.prepared is not None and context.prepared.error is None
+    ready = context is not None and context.prepared is not None and context.prepared.error is None
     return ready and result.outcome is Outcome.INFRA_ERROR
 
 

@@ -17,15 +17,14 @@ raises (a bug of ours) fails only the cells that wait for it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from repromatrix.backends.base import Backend, BackendKind, Host, Prepared
+from repromatrix.backends.base import Backend, Prepared
 from repromatrix.backends.harness_spec import model_path
 from repromatrix.errors import InfraError, RepromatrixError
-from repromatrix.heartbeat import heartbeat
-from repromatrix.heartbeat import seconds as duration
+from repromatrix.heartbeat import duration, heartbeat
 from repromatrix.model import Cell, Image, Lane, Level, Model
 from repromatrix.models.tinymodel import LORA_RANK, TinyModel, ensure_model_files, tiny_model_for
 from repromatrix.run.cell import CellContext
@@ -48,8 +47,24 @@ def image_job(image_key: str, estimate_s: float = IMAGE_ESTIMATE_S) -> Job:
     return Job(job_key(image_key), Need(slots=0), estimate_s, image_task=True)
 
 
+@dataclass(frozen=True)
+class ImageReady:
+    """What an image job hands each cell that waits for it: the image (made, or why not), the
+    vLLM version read inside it, and each tiny model its cells serve (made, or why not)."""
+
+    prepared: Prepared
+    version: str | None = None
+    models: Mapping[str, TinyModel | str] = field(default_factory=dict)
+
+    @property
+    def error(self) -> str | None:
+        """Why this image's cells cannot run: its build or pull failed, or a model of theirs."""
+        failed = [why for why in self.models.values() if isinstance(why, str)]
+        return self.prepared.error or (failed[0] if failed else None)
+
+
 class ImageJobs:
-    """The image jobs of one run and the cell contexts they fill in ``contexts``."""
+    """The image jobs of one run: each makes one image and the tiny models of its cells."""
 
     def __init__(
         self,
@@ -58,12 +73,10 @@ class ImageJobs:
         *,
         models_root: Path,
         note: Callable[[str], None],
-        contexts: MutableMapping[str, CellContext],
     ) -> None:
         self.backend = backend
         self.models_root = models_root
         self.note = note
-        self.contexts = contexts
         cells = list(cells)
         self.cells: dict[str, list[Cell]] = {}
         self.images: dict[str, Image] = {}
@@ -71,7 +84,7 @@ class ImageJobs:
             self.images.setdefault(cell.image.key, cell.image)
             self.cells.setdefault(cell.image.key, []).append(cell)
         self.needs = model_needs(cells)
-        self.prepared: dict[str, Prepared] = {}
+        # Written only under each model's lock; every image job reads what the first made.
         self._models: dict[str, TinyModel | str] = {}
         self._model_locks = {name: threading.Lock() for name in self.needs}
 
@@ -83,36 +96,27 @@ class ImageJobs:
         """Each image key and the job key its cells wait for."""
         return {key: job_key(key) for key in self.images}
 
-    def work(self) -> dict[str, Work[Prepared]]:
+    def work(self) -> dict[str, Work[ImageReady]]:
         """Each image job's callable for the pool."""
         return {job_key(key): self._work_for(key) for key in self.images}
 
-    def _work_for(self, key: str) -> Work[Prepared]:
-        def work(_ticket: Ticket) -> Prepared:
+    def _work_for(self, key: str) -> Work[ImageReady]:
+        def work(_ticket: Ticket) -> ImageReady:
             return self.make(key)
 
         return work
 
-    def make(self, key: str) -> Prepared:
-        """Make the image ``key`` and its models; give each of its cells its context."""
+    def make(self, key: str) -> ImageReady:
+        """Make the image ``key``, read its vLLM version and make its cells' tiny models."""
         image = self.images[key]
         prepared = self.backend.prepare([image])[key]
-        cells = self.cells[key]
-        version = None if prepared.error else self.backend.vllm_version(prepared)
-        made = {} if prepared.error else self._models_for(cells, prepared)
-        self.contexts.update(
-            cell_contexts(
-                cells,
-                models_root=self.models_root,
-                skips={},
-                prepared={key: prepared},
-                made=made,
-                versions={key: version},
-            )
-        )
-        self.prepared[key] = prepared
+        if prepared.error is not None:
+            ready = ImageReady(prepared)
+        else:
+            version = self.backend.vllm_version(prepared)
+            ready = ImageReady(prepared, version, self._models_for(self.cells[key], prepared))
         self.note(ready_line(image, prepared))
-        return prepared
+        return ready
 
     def _models_for(self, cells: Sequence[Cell], image: Prepared) -> dict[str, TinyModel | str]:
         names = {c.model.name for c in cells if c.level is Level.ENGINE} & set(self.needs)
@@ -138,12 +142,11 @@ def ready_line(image: Image, prepared: Prepared) -> str:
     return f"image {image.ref} ready ({how})"
 
 
-def runnable_images(cells: Iterable[Cell], kind: BackendKind, host: Host) -> list[Image]:
-    """The distinct images of the cells ``kind`` can run on ``host``, in plan order."""
+def distinct_images(cells: Iterable[Cell]) -> list[Image]:
+    """The distinct images of ``cells``, in plan order."""
     seen: dict[str, Image] = {}
     for cell in cells:
-        if kind.skip_reason(cell, host) is None:
-            seen.setdefault(cell.image.key, cell.image)
+        seen.setdefault(cell.image.key, cell.image)
     return list(seen.values())
 
 
@@ -213,32 +216,16 @@ def _make_model(
         return backend.make_model(model, image, models_root, ranks)
 
 
-def cell_contexts(
-    cells: Sequence[Cell],
-    *,
-    models_root: Path,
-    skips: Mapping[str, str],
-    prepared: Mapping[str, Prepared],
-    made: Mapping[str, TinyModel | str],
-    versions: Mapping[str, str | None],
-) -> dict[str, CellContext]:
-    """Every cell's prepared image, model path and version, or the reason it is skipped."""
-    contexts: dict[str, CellContext] = {}
-    for cell in cells:
-        if cell.id in skips:
-            contexts[cell.id] = CellContext(None, "", None, skips[cell.id])
-            continue
-        image = prepared.get(cell.image.key)
-        version = versions.get(cell.image.key)
-        model = made.get(cell.model.name) if cell.level is Level.ENGINE else None
-        if isinstance(model, str) and image is not None and image.error is None:
-            contexts[cell.id] = CellContext(Prepared(image.image_key, image.ref, error=model), "")
-        elif isinstance(model, TinyModel):
-            adapter = model.adapter_path(adapter_rank(cell))
-            path = str(adapter) if cell.scenario.launch.lora_adapter else None
-            served = str(model.files_path(cell.model_files))
-            contexts[cell.id] = CellContext(image, served, path, image_version=version)
-        else:
-            path = model_path(cell, models_root)
-            contexts[cell.id] = CellContext(image, path, image_version=version)
-    return contexts
+def cell_context(cell: Cell, ready: ImageReady, models_root: Path) -> CellContext:
+    """What ``cell`` runs with, from its image job's value: the image, model and adapter paths
+    and vLLM's version (a failed model of its own makes its image unusable for it)."""
+    image, version = ready.prepared, ready.version
+    model = ready.models.get(cell.model.name) if cell.level is Level.ENGINE else None
+    if isinstance(model, str) and image.error is None:
+        return CellContext(Prepared(image.image_key, image.ref, error=model), "")
+    if isinstance(model, TinyModel):
+        adapter = model.adapter_path(adapter_rank(cell))
+        path = str(adapter) if cell.scenario.launch.lora_adapter else None
+        served = str(model.files_path(cell.model_files))
+        return CellContext(image, served, path, image_version=version)
+    return CellContext(image, model_path(cell, models_root), image_version=version)

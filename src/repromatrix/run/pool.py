@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from repromatrix.heartbeat import seconds as duration
+from repromatrix.heartbeat import duration
 from repromatrix.run.schedule import Allocation, Capacity, Job, Planner, Start, eta_s
 
 R = TypeVar("R")
@@ -42,11 +42,13 @@ class DependencyFailed(NotRun):
 
 
 class Ticket:
-    """What a running job's callable is given: its ids, and cancellation."""
+    """What a running job's callable is given: its ids, what the job it waited for returned
+    (a cell's image job's value), and cancellation."""
 
-    def __init__(self, key: str, allocation: Allocation) -> None:
+    def __init__(self, key: str, allocation: Allocation, before: object = None) -> None:
         self.key = key
         self.allocation = allocation
+        self.before = before
         self._cancelled = threading.Event()
         self._returned = False
         self._hooks: list[Callable[[], None]] = []
@@ -163,6 +165,7 @@ class Pool(Generic[R]):
         self._ended: queue.SimpleQueue[Done[R]] = queue.SimpleQueue()
         self._threads: dict[str, tuple[Ticket, threading.Thread]] = {}
         self._delivered: list[Done[R]] = []
+        self._values: dict[str, R] = {}  # what each finished image task returned
         self._lock = threading.Lock()
 
     @property
@@ -208,7 +211,8 @@ class Pool(Generic[R]):
         with self._lock:
             starts = self._planner.starts(self._clock())
         for start in starts:
-            ticket = Ticket(start.job.key, start.allocation)
+            before = self._values.get(start.job.after) if start.job.after else None
+            ticket = Ticket(start.job.key, start.allocation, before)
             thread = threading.Thread(
                 target=self._worker,
                 args=(ticket, self._work[start.job.key], start.job.image_task),
@@ -245,6 +249,8 @@ class Pool(Generic[R]):
             else:
                 self._planner.finish(done.key)
                 dropped = []
+            if done.image_task and done.value is not None:
+                self._values[done.key] = done.value
         self._deliver(done)
         for job in dropped:
             why = DependencyFailed(f"{done.key} failed: {done.error!r}")

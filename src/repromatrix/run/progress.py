@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from repromatrix.heartbeat import seconds as duration
+from repromatrix.heartbeat import duration
 from repromatrix.run.pool import Snapshot
 from repromatrix.secret_env import redact_text
 from repromatrix.visible import visible

@@ -58,7 +58,7 @@ def scanned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     """Every version's cell, run in one run folder of its own: the outcome by version."""
     matrix, scenarios = load_inputs(ROOT / "matrix.yaml", ROOT / "scenarios")
     cells = select_cells(matrix, scenarios, Target(SCENARIO, Lane.CPU), VERSIONS)
-    where = execute.Where(tmp_path_factory.mktemp("scan"), "scan", "docker")
+    where = execute.BisectRun(tmp_path_factory.mktemp("scan"), "scan", "docker")
     ran = execute.run_cells(with_versions(matrix, Lane.CPU, VERSIONS), list(cells.values()), where)
     return {cells[v].image.tag: ran[cells[v].id].outcome for v in VERSIONS}
 

@@ -8,14 +8,15 @@ import socket
 import socketserver
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 
-from repromatrix.backends.base import Prepared, Setup
+from repromatrix.backends.base import Execution, Placement, Prepared, Setup, Watcher
 from repromatrix.backends.docker import kind as docker_kind
 from repromatrix.backends.docker.calls import RUN_LABEL, ContainerSettings
 from repromatrix.backends.docker.engine import DockerBackend
@@ -25,13 +26,14 @@ from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Lane, Outcome
+from repromatrix.model import Cell, Image, Lane, Model, Outcome
 from repromatrix.models import tinymodel
 from repromatrix.results import store as results
-from repromatrix.run.cell import CellContext
-from repromatrix.run.images import ImageJobs
+from repromatrix.run.cells import Pacing, run_cells
+from repromatrix.run.folder import RunFolder, pending
+from repromatrix.run.images import ImageJobs, cell_context
 from repromatrix.run.progress import Progress
-from repromatrix.run.stages import RunOptions, RunState, pending, stage_cells
+from repromatrix.runner import detect_runner
 from support import paths
 from support.runner import cell, fake_image
 
@@ -45,18 +47,61 @@ def image() -> Iterator[str]:
     client.close()
 
 
-def run_state(tmp_path: Path, backend: DockerBackend, cells, image: str):
-    contexts = {
-        c.id: CellContext(Prepared(c.image.key, image, digest="sha256:x"), "/m") for c in cells
-    }
-    return RunState(
-        options=RunOptions(results=tmp_path),
-        run_id=backend.run_id,
-        run_dir=tmp_path / backend.run_id,
-        todo=tuple(cells),
-        backend=backend,
-        contexts=contexts,
-    )
+class GivenImage:
+    """A real Docker backend whose every image is one already built (``fake_image``): the cell
+    stage makes no image and no model, and its cells run in real containers."""
+
+    def __init__(self, backend: DockerBackend, image: str) -> None:
+        self.backend, self.image, self.name = backend, image, backend.name
+
+    def prepare(self, images: Sequence[Image]) -> Mapping[str, Prepared]:
+        return {i.key: Prepared(i.key, self.image, digest="sha256:x") for i in images}
+
+    def vllm_version(self, prepared: Prepared) -> str | None:
+        return None
+
+    def make_model(
+        self, model: Model, prepared: Prepared, models_root: Path, lora_ranks: Sequence[int] = ()
+    ) -> tinymodel.TinyModel:
+        return tinymodel.tiny_model_for(model, models_root)  # the fake harness reads no model
+
+    def alive(self) -> bool:
+        return self.backend.alive()
+
+    def execute(
+        self,
+        cell: Cell,
+        spec: Mapping[str, Any],
+        prepared: Prepared,
+        watch: Watcher,
+        placement: Placement | None = None,
+    ) -> Execution:
+        return self.backend.execute(cell, spec, prepared, watch, placement)
+
+    def stop(self, cell_id: str) -> None:
+        self.backend.stop(cell_id)
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def run_on(
+    tmp_path: Path,
+    backend: DockerBackend,
+    cells: Sequence[Cell],
+    image: str,
+    progress: Progress,
+    jobs: int | None = None,
+) -> dict[str, int]:
+    """The cell stage of a run ``backend.run_id`` under ``tmp_path``, on this host's cores."""
+    return run_cells(
+        GivenImage(backend, image), cells, {}, detect_runner(), folder_of(tmp_path, backend),
+        models_root=tmp_path / "models", progress=progress, pacing=Pacing(jobs),
+    )  # fmt: skip
+
+
+def folder_of(tmp_path: Path, backend: DockerBackend) -> RunFolder:
+    return RunFolder(backend.run_id, tmp_path / backend.run_id)
 
 
 def fake_settings(**kw: object) -> dict[Lane, ContainerSettings]:
@@ -82,10 +127,11 @@ def test_every_fault_becomes_its_cells_outcome_and_the_run_goes_on(tmp_path: Pat
     backend = DockerBackend("test-runner-faults", fake_settings(mem_limit="32m"))
     out = io.StringIO()
     try:
-        state = stage_cells(run_state(tmp_path, backend, cells, image), Progress(4, out=out))
+        counts = run_on(tmp_path, backend, cells, image, Progress(4, out=out))
     finally:
         backend.close()
-    by_variant = saved(state.run_dir)
+    run_dir = folder_of(tmp_path, backend).path
+    by_variant = saved(run_dir)
     assert by_variant["oom-case"].outcome is Outcome.OTHER_FAILURE
     assert by_variant["oom-case"].oom_killed and "memory" in by_variant["oom-case"].reason
     assert by_variant["sleep-case"].outcome is Outcome.TIMEOUT
@@ -95,9 +141,9 @@ def test_every_fault_becomes_its_cells_outcome_and_the_run_goes_on(tmp_path: Pat
     assert hit.root_cause is not None and "To serve at least one request" in hit.root_cause.line
     assert by_variant["fine"].outcome is Outcome.AVOIDED
     assert by_variant["fine"].image_digest == "sha256:x"
-    log = (results.cell_dir(state.run_dir, cells[2].id) / results.LOG_FILE).read_bytes()
+    log = (results.cell_dir(run_dir, cells[2].id) / results.LOG_FILE).read_bytes()
     assert b"Engine core initialization failed" in log
-    assert state.outcomes == {"other_failure": 1, "timeout": 1, "hit": 1, "avoided": 1}
+    assert counts == {"other_failure": 1, "timeout": 1, "hit": 1, "avoided": 1}
     assert out.getvalue().count(" start ") == 4
 
 
@@ -160,33 +206,32 @@ def test_an_engine_that_disappears_mid_run_fails_the_cells_not_the_run(tmp_path:
 
     out = io.StringIO()
     killer = threading.Thread(target=kill_engine_when_second_starts)
-    state = run_state(tmp_path, backend, [first, second, third], image)
-    state = replace(state, options=replace(state.options, jobs=1))  # the third starts after
     progress = Progress(3, out=out)
+    run_dir = folder_of(tmp_path, backend).path
     try:
         # The first cell runs before the watcher thread looks: start it after.
-        state_one = stage_cells(replace(state, todo=(first,)), progress)
+        run_on(tmp_path, backend, [first], image, progress, jobs=1)
         killer.start()
-        stage_cells(replace(state_one, todo=(second, third)), progress)
+        run_on(tmp_path, backend, [second, third], image, progress, jobs=1)  # one after another
     finally:
         killer.join()
         backend.close()  # cannot reach the engine: leaves the container for the sweep
-    by_variant = saved(state.run_dir)
+    by_variant = saved(run_dir)
     assert by_variant["fine"].outcome is Outcome.AVOIDED
     assert by_variant["sleep-case"].outcome is Outcome.INFRA_ERROR
     assert "engine" in by_variant["sleep-case"].reason.lower()
     # No cell is started against a dead engine: the third keeps no result ...
     assert "after" not in by_variant
     assert "stopped answering: 1 cell(s) not started" in out.getvalue()
-    assert pending(state.todo, state.run_dir, resume=True) == (third,)
+    assert pending((first, second, third), run_dir, resume=True) == (third,)
     # ... and when the engine is back, the run's leftovers are swept by label and a resume
     # completes the run.
     again = DockerBackend(run_id, fake_settings())
     try:
-        stage_cells(replace(state, todo=(third,), backend=again), Progress(1, out=out))
+        run_on(tmp_path, again, [third], image, Progress(1, out=out))
     finally:
         again.close()
-    assert saved(state.run_dir)["after"].outcome is Outcome.AVOIDED
+    assert saved(run_dir)["after"].outcome is Outcome.AVOIDED
     real = docker.from_env()
     assert real.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}) == []
     real.close()
@@ -200,13 +245,14 @@ def test_a_cell_that_floods_a_gigabyte_keeps_a_bounded_log_and_its_root_cause(
     flood = cell(real=kv, variant="flood-case")
     backend = DockerBackend("test-runner-flood", fake_settings())
     try:
-        state = stage_cells(run_state(tmp_path, backend, [flood], image), Progress(1))
+        run_on(tmp_path, backend, [flood], image, Progress(1))
     finally:
         backend.close()
-    result = saved(state.run_dir)["flood-case"]
+    run_dir = folder_of(tmp_path, backend).path
+    result = saved(run_dir)["flood-case"]
     assert result.outcome is Outcome.HIT
     assert result.root_cause is not None and "To serve at least one" in result.root_cause.line
-    log = results.cell_dir(state.run_dir, flood.id) / results.LOG_FILE
+    log = results.cell_dir(run_dir, flood.id) / results.LOG_FILE
     assert log.stat().st_size <= HEAD_BYTES + TAIL_BYTES + 200
     text = log.read_bytes()
     assert b"bytes of output dropped here]" in text and b"Engine core initialization" in text
@@ -216,8 +262,9 @@ def test_a_cell_that_floods_a_gigabyte_keeps_a_bounded_log_and_its_root_cause(
 def test_a_container_that_ignores_sigterm_is_still_removed_at_cleanup(tmp_path: Path, image):
     stubborn = cell(variant="stubborn-case", deadline_s=600)
     backend = DockerBackend("test-runner-stubborn", fake_settings())
-    state = run_state(tmp_path, backend, [stubborn], image)
-    running = threading.Thread(target=lambda: stage_cells(state, Progress(1, out=io.StringIO())))
+    running = threading.Thread(
+        target=lambda: run_on(tmp_path, backend, [stubborn], image, Progress(1, out=io.StringIO()))
+    )
     running.start()
     real = docker.from_env()
     label = {"label": f"{RUN_LABEL}=test-runner-stubborn"}
@@ -247,10 +294,9 @@ def test_a_full_results_disk_stops_the_run_with_one_line_and_no_half_written_res
         (full / "filler").write_bytes(b"\0" * 60 * 1024)  # leaves less than a result needs
         fine = cell(variant="fine")
         backend = DockerBackend("test-runner-disk-full", fake_settings())
-        state = replace(run_state(full, backend, [fine], image), run_dir=full / "run")
         try:
             with pytest.raises(InfraError, match=r"cannot save the result of .*No space left"):
-                stage_cells(state, Progress(1, out=io.StringIO()))
+                run_on(full, backend, [fine], image, Progress(1, out=io.StringIO()))
         finally:
             backend.close()
         left = sorted(p.name for p in full.rglob("*") if p.is_file())
@@ -277,20 +323,19 @@ def test_the_tiny_model_is_generated_once_inside_the_first_cpu_image(tmp_path: P
         note=progress.note,
     )
     backend = docker_kind.KIND.open(setup, [cells[0].image])
-    made: list[dict[str, CellContext]] = [{}, {}]
+    made = []
     try:
-        for contexts in made:  # a second run finds the model made by the first
-            jobs = ImageJobs(
-                backend, cells, models_root=setup.models_root, note=progress.note,
-                contexts=contexts,
-            )  # fmt: skip
-            assert jobs.make(cells[0].image.key).error is None
+        for _ in range(2):  # a second run finds the model made by the first
+            jobs = ImageJobs(backend, cells, models_root=setup.models_root, note=progress.note)
+            ready = jobs.make(cells[0].image.key)
+            assert ready.error is None
+            made.append(cell_context(cells[0], ready, setup.models_root))
     finally:
         backend.close()
     tiny = tinymodel.tiny_model_for(cells[0].model, setup.models_root)
     assert tiny.complete and tiny.has_adapter()
     assert tiny.path.parent == tmp_path / "cache" / "models"
     assert (tiny.path / "config.json").is_file()
-    assert made[0] == made[1] and made[0][cells[0].id].model_path == str(tiny.path)
+    assert made[0] == made[1] and made[0].model_path == str(tiny.path)
     started = [line for line in out.getvalue().splitlines() if line.endswith(": started")]
     assert sum("generating the tiny model" in line for line in started) == 1

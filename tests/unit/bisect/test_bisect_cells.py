@@ -15,7 +15,7 @@ import pytest
 from repromatrix.bisect import flow
 from repromatrix.bisect.answer import Evidence
 from repromatrix.bisect.cells import Target, known_outcomes, select_cells, with_versions
-from repromatrix.bisect.execute import Where
+from repromatrix.bisect.execute import BisectRun
 from repromatrix.cli import main
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.matrix.config import Matrix
@@ -108,7 +108,9 @@ class Table:
         self.table = table
         self.batches: list[list[str]] = []
 
-    def __call__(self, matrix: Matrix, cells: Sequence[Cell], where: Where) -> dict[str, Evidence]:
+    def __call__(
+        self, matrix: Matrix, cells: Sequence[Cell], where: BisectRun
+    ) -> dict[str, Evidence]:
         assert all(cell.image.tag in matrix.lanes[Lane.CPU].names("image") for cell in cells)
         self.batches.append([cell.image.tag for cell in cells])
         return {
@@ -135,7 +137,7 @@ def test_a_search_uses_saved_results_first_then_runs_rounds(inputs: Inputs, tmp_
         "0.27.1": Outcome.HIT,
     }
     run = Table(truth)
-    answer = flow.search(matrix, ready, Where(tmp_path / "new", "b"), run)
+    answer = flow.search(matrix, ready, BisectRun(tmp_path / "new", "b"), run)
     assert run.batches == [["0.27.0", "0.29.0"], ["0.28.0"]]
     (transition,) = answer.search.transitions
     assert (transition.last, transition.first) == ("0.27.1", "0.28.0")
@@ -150,7 +152,7 @@ def test_a_host_that_skips_every_cell_stops_the_search(inputs: Inputs, tmp_path:
     ready = flow.prepare(matrix, scenarios, request, flow.lane_versions(matrix, request, tmp_path))
     with pytest.raises(InfraError, match="this host cannot run these cells"):
         flow.search(
-            matrix, ready, Where(tmp_path, "b"), Table(dict.fromkeys(VERSIONS, Outcome.SKIPPED))
+            matrix, ready, BisectRun(tmp_path, "b"), Table(dict.fromkeys(VERSIONS, Outcome.SKIPPED))
         )
 
 

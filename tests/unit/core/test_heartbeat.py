@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from repromatrix.heartbeat import Beat, heartbeat, seconds, size
+from repromatrix.heartbeat import Beat, duration, heartbeat, size
 
 
 def test_a_step_says_it_starts_beats_and_ends():
@@ -28,5 +28,5 @@ def test_a_step_says_it_starts_beats_and_ends():
 
 def test_the_words_for_sizes_and_times():
     assert (size(512), size(3_400_000), size(1.2e9)) == ("512 B", "3.4 MB", "1.2 GB")
-    assert (seconds(42), seconds(185), seconds(3720)) == ("42s", "3m05s", "1h02m")
+    assert (duration(42), duration(185), duration(3720)) == ("42s", "3m05s", "1h02m")
     assert Beat("x").line().startswith("x: still going, ")

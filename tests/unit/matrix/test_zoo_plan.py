@@ -19,8 +19,7 @@ from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.model import Cell, Expected, Image, Lane, Model
 from repromatrix.models.tinymodel import TinyModel, ensure_model_files, tiny_model_for
-from repromatrix.run.cell import CellContext
-from repromatrix.run.images import ImageJobs
+from repromatrix.run.images import ImageJobs, cell_context
 from support import paths
 from support.matrix import write
 
@@ -154,7 +153,6 @@ def test_preparing_the_zoo_asks_for_each_adapter_rank_and_makes_each_folder(
     cells = [c for c in zoo_cells() if c.image.tag == "0.32.0"]
     tiny_folder(tmp_path)
     backend = RecordingBackend()
-    contexts: dict[str, CellContext] = {}
     # Every image the cells need (the no-libnuma variant is an image of its own), made as
     # a run makes them; the model is made by the first image job, with every rank.
     jobs = ImageJobs(
@@ -162,10 +160,9 @@ def test_preparing_the_zoo_asks_for_each_adapter_rank_and_makes_each_folder(
         cells,
         models_root=tmp_path,
         note=lambda _: None,
-        contexts=contexts,
     )
-    for key in jobs.images:
-        jobs.make(key)
+    made = {key: jobs.make(key) for key in jobs.images}
+    contexts = {c.id: cell_context(c, made[c.image.key], tmp_path) for c in cells}
     assert len(jobs.images) == 2
     assert [list(ranks) for ranks in backend.ranks] == [[8, 64]]
     tiny = tiny_model_for(cells[0].model, tmp_path)

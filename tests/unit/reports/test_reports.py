@@ -15,8 +15,9 @@ from repromatrix.model import Lane
 from repromatrix.reports.write import write_reports
 from repromatrix.results.store import cell_dir, read_run, write_plan
 from repromatrix.results.verdicts import ProblemKind
+from repromatrix.run.folder import claimed, record_plan
+from repromatrix.run.main import Mode, RunOptions, execute_run, plan_run
 from repromatrix.run.progress import Progress
-from repromatrix.run.stages import RunOptions, RunState, stage_claim, stage_plan
 from support import paths
 from support.reports import cpu_lane, write_run
 
@@ -208,14 +209,14 @@ def test_a_run_writes_its_plan_when_it_starts_so_its_reports_name_what_never_ran
         run_id="cut-off",
     )
     progress = Progress(0, out=io.StringIO())
-    state = stage_claim(stage_plan(RunState(options=options), progress), progress)
-    assert state.claim is not None
-    state.claim.release()
-    planned = read_run(state.run_dir).planned
-    assert planned is not None and planned == {c.id for c in state.todo}
-    [problem] = write_reports(state.run_dir).problems  # the run was stopped before any cell
+    run = plan_run(options, progress, None)
+    with claimed(run.folder.path):
+        record_plan(run.folder.path, run.cells, options.matrix)
+    planned = read_run(run.folder.path).planned
+    assert planned is not None and planned == {c.id for c in run.todo}
+    [problem] = write_reports(run.folder.path).problems  # the run was stopped before any cell
     assert problem.message.startswith(f"{len(planned)} of {len(planned)} planned cells never ran")
 
-    dry = replace(options, run_id="dry", dry_run=True)
-    stage_claim(stage_plan(RunState(options=dry), progress), progress)
+    dry = replace(options, run_id="dry", mode=Mode.DRY_RUN, backend="local")
+    execute_run(dry, progress)
     assert not (tmp_path / "dry").exists()

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix.backends.base import Execution, Host, Placement, Prepared
+from repromatrix.backends.base import Execution, Placement, Prepared
 from repromatrix.backends.docker.calls import ContainerSettings
 from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.backends.local import LocalBackend, kill_tagged
 from repromatrix.model import Cell, Lane, Outcome
-from repromatrix.run.cells import Pacing
+from repromatrix.run.cells import Pacing, capacity_of
 from repromatrix.run.schedule import GIB
-from repromatrix.run.stages import runner_resources
+from repromatrix.runner import detect_runner
 from support.pool import GUARD_S, UUIDS, Recorder, at_once, resources, run, saved, together
 from support.runner import cell
 
@@ -145,11 +145,10 @@ def test_the_docker_container_gets_exactly_the_scheduled_gpus(tmp_path: Path):
 def test_the_pool_lends_the_runs_gpus_as_every_other_stage_sees_them(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-not-on-this-host")  # not read again here
-    host = Host(gpu_ids=("MIG-4f1c", "1"))
-    lent = runner_resources(host)
-    assert lent.gpu_ids == ("MIG-4f1c", "1")
-    assert lent.capacity(None).total.gpus == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-not-on-this-host")  # --gpus wins over it
+    runner = detect_runner("MIG-4f1c,1", smi=lambda: "")
+    assert runner.gpu_ids == ("MIG-4f1c", "1")
+    assert capacity_of(runner).total.gpus == 2
 
 
 def test_the_local_backend_stops_one_cell_and_its_children(tmp_path: Path):

@@ -20,9 +20,10 @@ from repromatrix.model import Cell, Image, Outcome
 from repromatrix.results import store
 from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, cell_result
 from repromatrix.run.cells import Pacing
+from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import image_job, job_key, ready_line
+from repromatrix.run.main import LATEST, RunOptions, measured_s
 from repromatrix.run.outcome import Decision
-from repromatrix.run.stages import LATEST, RunOptions, measured_s
 from support.pool import GUARD_S, Recorder, resources, run, run_making_images, saved
 from support.runner import cell
 
@@ -44,11 +45,15 @@ def test_a_cell_runs_while_another_image_is_still_being_made(tmp_path: Path):
         return Execution(0, b"")
 
     backend = Recorder(hold=hold, make=make)
-    counts, images = run_making_images(
+    counts, _ = run_making_images(
         tmp_path, backend, [NEW, OLD], resources(cores=4), pacing=Pacing(image_jobs=2)
     )
     assert counts == {"other_failure": 2}, saved(tmp_path)  # both ran (no root cause seen)
-    assert set(images.prepared) == {OLD.image.key, NEW.image.key}
+    # Each cell ran with the value its own image job handed it.
+    assert {r.version for r in saved(tmp_path).values()} == {
+        f"version-in-{OLD.image.key}",
+        f"version-in-{NEW.image.key}",
+    }
 
 
 def test_a_failed_image_fails_only_its_own_cells(tmp_path: Path):
@@ -103,11 +108,11 @@ def test_image_jobs_caps_the_builds_at_once(tmp_path: Path):
 
 def test_cells_of_two_images_share_one_tiny_model_made_once_with_every_rank(tmp_path: Path):
     backend = Recorder()
-    _, images = run_making_images(
+    _, needs = run_making_images(
         tmp_path, backend, [OLD, NEW], resources(), pacing=Pacing(image_jobs=2)
     )
     [(name, _image, ranks)] = backend.models
-    assert name == OLD.model.name and ranks == images.needs[name].ranks
+    assert name == OLD.model.name and ranks == needs[name].ranks
     results = saved(tmp_path)
     assert results[NEW.id].version == f"version-in-{NEW.image.key}"
     assert results[OLD.id].version == f"version-in-{OLD.image.key}"
@@ -168,7 +173,7 @@ def test_durations_come_from_an_earlier_run_folder(tmp_path: Path):
     never = cell_result(NEW, skipped, context=context, run_id="earlier", started_at=when)
     store.write_result(earlier, never, b"")
     notes: list[str] = []
-    here = tmp_path / "results" / "now"
+    here = RunFolder("now", tmp_path / "results" / "now")
     assert measured_s(RunOptions(durations_from=earlier), here, notes.append) == {OLD.id: 42.5}
     assert notes == [f"cells ordered by the durations measured in {earlier}/ (1 cells)"]
     assert measured_s(RunOptions(), here, notes.append) is None
@@ -179,7 +184,11 @@ def test_durations_come_from_an_earlier_run_folder(tmp_path: Path):
 def test_durations_from_latest_reads_the_latest_earlier_run_or_nothing(tmp_path: Path):
     results = tmp_path / "results"
     latest = RunOptions(results=results, durations_from=LATEST)
-    assert measured_s(latest, results / "20261130-120000", print) is None  # no earlier run
+
+    def folder(run_id: str) -> RunFolder:
+        return RunFolder(run_id, results / run_id)
+
+    assert measured_s(latest, folder("20261130-120000"), print) is None  # no earlier run
     for run_id, took in (("20261130-100000", 10.0), ("20261130-110000", 20.0)):
         ran = CellRun(Decision(Outcome.HIT, "seen"), Execution(1, b"", total_s=took))
         context = CellContext(Prepared(OLD.image.key, "img"), "/m")
@@ -189,9 +198,9 @@ def test_durations_from_latest_reads_the_latest_earlier_run_or_nothing(tmp_path:
             cell_result(OLD, ran, context=context, run_id=run_id, started_at=when),
             b"",
         )
-    assert measured_s(latest, results / "20261130-120000", print) == {OLD.id: 20.0}
+    assert measured_s(latest, folder("20261130-120000"), print) == {OLD.id: 20.0}
     # A resumed run does not read its own folder: the one before it.
-    assert measured_s(latest, results / "20261130-110000", print) == {OLD.id: 10.0}
+    assert measured_s(latest, folder("20261130-110000"), print) == {OLD.id: 10.0}
 
 
 def test_an_image_job_holds_no_cell_resources_and_says_how_its_image_came():

@@ -1,0 +1,308 @@
+"""The main job, top to bottom: plan, the runner, the backend, then one of describe, prepare
+or run the cells, then the reports.
+
+``execute_run`` reads like the run itself. Each step takes the narrow values
+it uses and returns the value the next one takes; the work is done by the
+modules named after each step (``folder``, ``images``, ``cells``, the
+backend). Cells run as many at once as the runner's GPUs, cores and memory and
+``--jobs`` allow, each with a live ``Triager`` on its output so a cell stops as
+soon as its root cause is named, and each result is written the moment the
+cell ends, so an interrupted run keeps everything it finished and ``--resume``
+does the rest. Whatever goes wrong inside one cell becomes that cell's outcome
+(``cell.run_cell``); only an interrupt ends a run early, and then nothing the
+run started is left behind (the backend and the claim are context managers).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from repromatrix.backends import registry
+from repromatrix.backends.base import Backend, BackendKind, Setup
+from repromatrix.errors import ConfigError, UsageError
+from repromatrix.images.wheelhouse import CACHE_ROOT
+from repromatrix.matrix.config import Matrix
+from repromatrix.matrix.expand import plan
+from repromatrix.matrix.inputs import load_inputs
+from repromatrix.matrix.selector import Selector
+from repromatrix.matrix.sources import check_local
+from repromatrix.model import Cell, Image, Lane
+from repromatrix.reports.write import write_reports
+from repromatrix.results import store
+from repromatrix.run.cells import Pacing, measured_durations, prepare_images, run_cells
+from repromatrix.run.folder import (
+    RunFolder,
+    claimed,
+    latest_run,
+    pending,
+    record_plan,
+    resolve_folder,
+)
+from repromatrix.run.images import ImageReady, distinct_images
+from repromatrix.run.progress import Progress
+from repromatrix.runner import Runner, detect_runner
+
+
+class Mode(enum.Enum):
+    """What a run does once it is planned: exactly one of these."""
+
+    RUN = "run"  # make the images and run the cells, then the reports
+    DRY_RUN = "dry_run"  # describe every build and container; write and start nothing
+    PREPARE_ONLY = "prepare_only"  # make the images and tiny models, run no cell
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``repromatrix run`` was asked to do."""
+
+    matrix: Path = Path("matrix.yaml")
+    scenarios: Path | tuple[Path, ...] | None = None  # None: the shipped scenarios/ folder
+    lane: Lane | None = None
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    backend: str = registry.AUTO  # a name in the backend registry, or auto
+    results: Path = Path("results")
+    run_id: str | None = None
+    resume: bool = False
+    mode: Mode = Mode.RUN
+    dockerfiles: Path = Path("dockerfiles")
+    cache: Path = CACHE_ROOT
+    rehearse: bool = False  # GPU-lane cells run without their device request (a rehearsal)
+    pull: str | None = None  # always | missing | never for every image, over each one's own
+    gpus: str | None = None  # --gpus: the GPUs this runner may use (default: from the env)
+    jobs: int | None = None  # --jobs: cells at once at most (None: as the runner's resources allow)
+    image_jobs: int = 2  # --image-jobs: image builds and pulls at once, beside the cells
+    durations_from: Path | None = None  # an earlier run whose cells' durations guide the packing
+
+    @property
+    def models_root(self) -> Path:
+        """Where the tiny models are cached (mounted read-only at the same path in cells)."""
+        return (self.cache / "models").resolve()
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The planned run: its matrix, every selected cell, those still to run, its folder."""
+
+    matrix: Matrix
+    cells: tuple[Cell, ...]
+    todo: tuple[Cell, ...]
+    folder: RunFolder
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a run did: its folder, the cells it took on, and what they gave."""
+
+    folder: RunFolder
+    todo: tuple[Cell, ...]
+    outcomes: Mapping[str, int] = field(default_factory=dict)  # outcome -> cells (a real run)
+    images: Mapping[str, ImageReady] = field(default_factory=dict)  # image key -> made (prepare)
+
+
+def execute_run(
+    options: RunOptions,
+    progress: Progress | None = None,
+    *,
+    planned: tuple[Matrix, Sequence[Cell]] | None = None,
+) -> RunSummary:
+    """The main job. SIGTERM is handled like Ctrl-C, and cleanup always runs.
+
+    With ``planned`` (a matrix and its cells) the run takes that plan instead of
+    reading the matrix file: the cells of a matrix extended in memory (a bisect).
+    """
+    progress = progress or Progress(0)
+    with interrupts_as_keyboard_interrupt():
+        run = plan_run(options, progress, planned)
+        if not run.todo:
+            return finish_empty(run, options.mode, progress)
+        runner = detect_runner(options.gpus, rehearse=options.rehearse)
+        kind = registry.choose(options.backend)
+        setup = backend_setup(options, run, runner, progress.note)
+        skips = skip_reasons(kind, run.todo, runner)
+        if options.mode is Mode.DRY_RUN:
+            print_calls(kind, setup, run.todo, runner)
+            return RunSummary(run.folder, run.todo)
+        runnable = [cell for cell in run.todo if cell.id not in skips]
+        if missing := check_local(runnable, run.matrix.file):
+            raise ConfigError(missing)  # before any image is pulled or any cell started
+        if options.mode is Mode.PREPARE_ONLY:
+            with opened(kind, setup, distinct_images(runnable)) as backend:
+                made = prepare_images(
+                    backend,
+                    runnable,
+                    models_root=options.models_root,
+                    progress=progress,
+                    image_jobs=options.image_jobs,
+                )
+            return RunSummary(run.folder, run.todo, images=made)
+        pacing = Pacing(
+            options.jobs, options.image_jobs, measured_s(options, run.folder, progress.note)
+        )
+        with claimed(run.folder.path):
+            record_plan(run.folder.path, run.cells, options.matrix)
+            with opened(kind, setup, distinct_images(runnable)) as backend:
+                counts = run_cells(
+                    backend,
+                    run.todo,
+                    skips,
+                    runner,
+                    run.folder,
+                    models_root=options.models_root,
+                    progress=progress,
+                    pacing=pacing,
+                )
+            write_reports(run.folder.path)
+            progress.note(f"reports written to {run.folder.path}/")
+    return RunSummary(run.folder, run.todo, outcomes=counts)
+
+
+def plan_run(
+    options: RunOptions, progress: Progress, planned: tuple[Matrix, Sequence[Cell]] | None
+) -> RunPlan:
+    """Load and expand the matrix (unless ``planned``), apply the selection, name the run
+    folder and drop the cells a resumed run finished."""
+    if planned is None:
+        matrix, scenarios = load_inputs(options.matrix, options.scenarios)
+        cells = plan(matrix, scenarios, options.lane, Selector(options.only, options.skip))
+    else:
+        matrix, cells = planned[0], tuple(planned[1])
+    folder = resolve_folder(options.results, options.run_id, options.resume)
+    todo = pending(cells, folder.path, options.resume)
+    progress.total = len(todo)
+    if options.mode is Mode.RUN:
+        left = f"{len(todo)} of {len(cells)}" if options.resume else f"{len(cells)}"
+        progress.note(f"run {folder.run_id}: {left} cells to run, results in {folder.path}/")
+    else:
+        doing = (
+            "described, nothing started"
+            if options.mode is Mode.DRY_RUN
+            else "prepared, no cell is run"
+        )
+        progress.note(f"{len(cells)} cells planned; their images are {doing}")
+    return RunPlan(matrix, cells, todo, folder)
+
+
+def finish_empty(run: RunPlan, mode: Mode, progress: Progress) -> RunSummary:
+    """Nothing left to run (a resumed run that is complete): a real run rewrites its reports."""
+    if mode is Mode.RUN:
+        write_reports(run.folder.path)
+        progress.note(f"reports written to {run.folder.path}/")
+    return RunSummary(run.folder, ())
+
+
+def backend_setup(
+    options: RunOptions, run: RunPlan, runner: Runner, note: Callable[[str], None]
+) -> Setup:
+    """What the backend is given: the run's id, runtimes, caches, the runner and a voice."""
+    return Setup(
+        run_id=run.folder.run_id,
+        runtimes={lane: config.runtime for lane, config in run.matrix.lanes.items()},
+        cache=options.cache,
+        models_root=options.models_root,
+        dockerfiles=options.dockerfiles,
+        logs=run.folder.path / "images",
+        note=note,
+        pull=options.pull,
+        runner=runner,
+    )
+
+
+def skip_reasons(kind: BackendKind, cells: Sequence[Cell], runner: Runner) -> dict[str, str]:
+    """Why ``kind`` on ``runner`` cannot run each of ``cells`` that it cannot run."""
+    return {
+        cell.id: reason for cell in cells if (reason := kind.skip_reason(cell, runner)) is not None
+    }
+
+
+def print_calls(
+    kind: BackendKind,
+    setup: Setup,
+    cells: Sequence[Cell],
+    runner: Runner,
+    out: TextIO | None = None,
+) -> None:
+    """The dry run: what the run would do, as indented JSON, from the same values a real run
+    executes (for Docker: every build, pull and container; secrets by name only)."""
+    described = {
+        "run_id": setup.run_id,
+        "backend": kind.name,
+        "host_gpus": runner.gpu_count,
+        **kind.describe(setup, cells, runner),
+    }
+    stream = out or sys.stdout
+    json.dump(described, stream, indent=2, sort_keys=True)
+    stream.write("\n")
+
+
+LATEST = Path("latest")  # ``--durations-from latest``: the latest earlier run under --results
+
+
+def measured_s(
+    options: RunOptions, folder: RunFolder, note: Callable[[str], None]
+) -> dict[str, float] | None:
+    """Each cell's duration in the earlier run ``--durations-from`` names (None: not given,
+    or ``latest`` and there is no earlier run)."""
+    earlier = options.durations_from
+    if earlier == LATEST:
+        earlier = latest_run(options.results, besides=folder.path)
+    if earlier is None:
+        return None
+    if not (earlier / store.CELLS_DIR).is_dir():
+        raise UsageError(f"--durations-from {earlier}: not a run folder (no {store.CELLS_DIR}/)")
+    results, _problems = store.read_results(earlier)  # an unreadable cell is only not measured
+    measured = measured_durations(results)
+    note(f"cells ordered by the durations measured in {earlier}/ ({len(measured)} cells)")
+    return measured
+
+
+@contextmanager
+def opened(kind: BackendKind, setup: Setup, images: Sequence[Image]) -> Iterator[Backend]:
+    """The backend, open for ``images``; closed at the end, shielded from further interrupts,
+    so everything the run started is stopped and removed."""
+    backend = kind.open(setup, images)
+    try:
+        yield backend
+    finally:
+        with uninterruptible():
+            backend.close()
+
+
+@contextmanager
+def interrupts_as_keyboard_interrupt() -> Iterator[None]:
+    """Make SIGINT and SIGTERM end the run the same way, so cleanup runs for both.
+
+    SIGINT is handled explicitly too: a run started in the background of a script
+    inherits SIGINT as ignored (POSIX shells do that without job control), and an
+    explicit ``kill -INT`` must still stop it and remove its containers.
+    """
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def uninterruptible() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM off while the run cleans up, so a second Ctrl-C cannot cut it."""
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
