@@ -20,8 +20,8 @@ def add_parser(subparsers: Any) -> None:
         "diff",
         help="what an upgrade from one image tag to another fixes and breaks",
         description=(
-            "Compare the cells of two image tags in one run: crashes fixed, still hit, newly "
-            "failing, unknown. Exits 1 when the candidate is worse than the baseline."
+            "Compare the cells of two image tags in one run: newly hit, fixed, still hit, "
+            "unknown, still avoided. Exits 1 when the candidate is worse than the baseline."
         ),
     )
     parser.add_argument("results", type=Path, metavar="RESULTS", help="a run folder, results/<run>")

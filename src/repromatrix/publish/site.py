@@ -31,10 +31,11 @@ from repromatrix.publish.history import (
     read_history,
     run_date,
 )
+from repromatrix.reports.diff import CHANGE_TITLES
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings, run_name
 from repromatrix.reports.heatmap import heat_maps
 from repromatrix.reports.html import environment
-from repromatrix.reports.move import MOVE_TITLES, Move
+from repromatrix.reports.move import LISTED
 from repromatrix.reports.upgrade import SAFETY_LABELS, TRIGGER, Configuration
 from repromatrix.reports.write import EXCERPT_LIMITS, load_excerpts
 from repromatrix.results.store import atomic_write, read_run
@@ -147,8 +148,8 @@ class _Site:
         html = self.env.get_template(template).render(
             root="../" * depth,
             safety_labels={s.value: label for s, label in SAFETY_LABELS.items()},
-            move_titles={m.value: t for m, t in MOVE_TITLES.items()},
-            moves=list(Move),
+            change_titles={c.value: t for c, t in CHANGE_TITLES.items()},
+            changes=LISTED,
             **values,
         )
         atomic_write(self.out / page, html.encode("utf-8"))

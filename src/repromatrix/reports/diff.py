@@ -2,24 +2,29 @@
 
 Pure: saved results in, a ``UpgradeDiff`` out. Cells of the two tags are
 paired when everything but the tag is the same (lane, GPU, model, flag set,
-scenario, variant, level), and each pair says what the upgrade does:
+scenario, variant, level), and each pair says what the upgrade does, in the
+words every upgrade answer uses (``diff``, and the move of ``reports.move``
+in compat.md, compat.html and compat.json):
 
+- ``newly_hit``: the baseline avoided it, the candidate hits it or fails;
 - ``fixed``: a crash or failure on the baseline is avoided on the candidate;
 - ``still_hit``: it fails on both (the failure may have changed kind);
-- ``newly_failing``: the baseline avoided it, the candidate hits it or fails;
-- ``still_avoided``: fine on both;
+- ``still_hit_with_workaround``: still hit, and the candidate has a verified
+  workaround in the same configuration (only the move looks workarounds up);
 - ``unknown``: one side did not decide (infrastructure error, skip,
-  unreachable probe) or has no such cell.
+  unreachable probe) or has no such cell;
+- ``still_avoided``: fine on both.
 
-The candidate is worse when any pair is newly failing: ``repromatrix diff``
+The candidate is worse when any pair is newly hit: ``repromatrix diff``
 then exits 1, so CI can gate an upgrade on it.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from repromatrix.errors import UsageError, suggest
@@ -27,28 +32,38 @@ from repromatrix.model import Outcome
 from repromatrix.results.store import CellResult
 from repromatrix.results.verdicts import cause_line, one_line
 
-DIFF_SCHEMA_VERSION = 1
+DIFF_SCHEMA_VERSION = 2
 # The outcomes of an image that did not serve: the upgrade gate and the upgrade view agree.
 BROKEN = frozenset({Outcome.HIT, Outcome.OTHER_FAILURE, Outcome.TIMEOUT})
+NO_CELL = "no cell"
 
 
 class Change(enum.StrEnum):
-    """What the upgrade does to one cell."""
+    """What moving from the baseline to the candidate does to one cell, in report order."""
 
-    NEWLY_FAILING = "newly_failing"
+    NEWLY_HIT = "newly_hit"
     FIXED = "fixed"
     STILL_HIT = "still_hit"
+    STILL_HIT_WITH_WORKAROUND = "still_hit_with_workaround"
     UNKNOWN = "unknown"
     STILL_AVOIDED = "still_avoided"
 
 
-TITLES = {
-    Change.NEWLY_FAILING: "newly failing",
-    Change.FIXED: "crashes fixed",
-    Change.STILL_HIT: "still hit",
-    Change.UNKNOWN: "unknown",
-    Change.STILL_AVOIDED: "still avoided",
-}
+CHANGE_TITLES: Mapping[Change, str] = MappingProxyType(
+    {
+        Change.NEWLY_HIT: "newly hit",
+        Change.FIXED: "fixed",
+        Change.STILL_HIT: "still hit",
+        Change.STILL_HIT_WITH_WORKAROUND: "still hit, with a verified workaround",
+        Change.UNKNOWN: "unknown",
+        Change.STILL_AVOIDED: "still avoided",
+    }
+)
+# What two outcomes decide on their own (``classify``), so what ``diff`` reports: a verified
+# workaround is a fact of the upgrade view, which only the move consults.
+OUTCOME_CHANGES: tuple[Change, ...] = tuple(
+    c for c in Change if c is not Change.STILL_HIT_WITH_WORKAROUND
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -84,6 +99,16 @@ class Pair:
     candidate: CellResult | None
     change: Change
 
+    @property
+    def outcomes(self) -> tuple[str, str]:
+        """The baseline's and the candidate's outcome in words, ``no cell`` for a missing side."""
+        return _outcome(self.baseline), _outcome(self.candidate)
+
+    @property
+    def explained_by(self) -> CellResult | None:
+        """The cell whose cause explains the change: the baseline for a fix, else the candidate."""
+        return self.baseline if self.change is Change.FIXED else self.candidate
+
 
 @dataclass(frozen=True)
 class UpgradeDiff:
@@ -96,7 +121,7 @@ class UpgradeDiff:
     @property
     def worse(self) -> bool:
         """Whether anything that worked on the baseline fails on the candidate."""
-        return any(p.change is Change.NEWLY_FAILING for p in self.pairs)
+        return any(p.change is Change.NEWLY_HIT for p in self.pairs)
 
     @property
     def evidence(self) -> bool:
@@ -110,14 +135,14 @@ class UpgradeDiff:
 
 
 def classify(baseline: CellResult | None, candidate: CellResult | None) -> Change:
-    """What the upgrade does to one pair."""
+    """What two outcomes alone say the upgrade does to one pair (one of ``OUTCOME_CHANGES``)."""
     before = baseline.outcome if baseline else None
     after = candidate.outcome if candidate else None
     decided = {Outcome.AVOIDED, *BROKEN}
     if before not in decided or after not in decided:
         return Change.UNKNOWN
     if before is Outcome.AVOIDED:
-        return Change.STILL_AVOIDED if after is Outcome.AVOIDED else Change.NEWLY_FAILING
+        return Change.STILL_AVOIDED if after is Outcome.AVOIDED else Change.NEWLY_HIT
     return Change.FIXED if after is Outcome.AVOIDED else Change.STILL_HIT
 
 
@@ -153,17 +178,17 @@ def _by_key(results: Iterable[CellResult]) -> dict[PairKey, CellResult]:
     return keyed
 
 
-def _side(result: CellResult | None) -> str:
-    return result.outcome.value if result else "no cell"
+def _outcome(result: CellResult | None) -> str:
+    return result.outcome.value if result else NO_CELL
 
 
 def format_diff(upgrade: UpgradeDiff) -> str:
     """The answer for a person: the verdict first, then each kind of change with its cells."""
     verdict = "WORSE" if upgrade.worse else "not worse"
     lines = [f"upgrade {upgrade.baseline} -> {upgrade.candidate}: the candidate is {verdict}"]
-    for change in Change:
+    for change in OUTCOME_CHANGES:
         pairs = upgrade.of(change)
-        lines += ["", f"{TITLES[change]} ({len(pairs)})"]
+        lines += ["", f"{CHANGE_TITLES[change]} ({len(pairs)})"]
         if change is Change.STILL_AVOIDED:
             continue  # the count is enough; nobody needs the list of what keeps working
         lines += [f"  {_pair_line(p)}" for p in pairs]
@@ -171,8 +196,9 @@ def format_diff(upgrade: UpgradeDiff) -> str:
 
 
 def _pair_line(pair: Pair) -> str:
-    line = f"{pair.key.label}: {_side(pair.baseline)} -> {_side(pair.candidate)}"
-    shown = pair.candidate if pair.change is not Change.FIXED else pair.baseline
+    before, after = pair.outcomes
+    line = f"{pair.key.label}: {before} -> {after}"
+    shown = pair.explained_by
     cause = cause_line(shown) if shown else ""
     return line + (f" ({one_line(cause, 120)})" if cause else "")
 
@@ -184,7 +210,7 @@ def to_json(upgrade: UpgradeDiff) -> dict[str, Any]:
         "baseline": upgrade.baseline,
         "candidate": upgrade.candidate,
         "worse": upgrade.worse,
-        "counts": {c.value: len(upgrade.of(c)) for c in Change},
+        "counts": {c.value: len(upgrade.of(c)) for c in OUTCOME_CHANGES},
         "pairs": [_pair_json(p) for p in upgrade.pairs],
     }
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import jinja2
 
 from repromatrix.model import Outcome
+from repromatrix.reports.diff import CHANGE_TITLES
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings
 from repromatrix.reports.heatmap import heat_maps
-from repromatrix.reports.move import MOVE_TITLES, Move
+from repromatrix.reports.move import LISTED
 from repromatrix.reports.table import Agreement, Entry, Section, Table, log_path
 from repromatrix.reports.upgrade import SAFETY_LABELS
 from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict, shorten
@@ -116,8 +117,8 @@ def format_html(
             findings=findings,
             heat_maps=maps,
             safety_labels={s.value: label for s, label in SAFETY_LABELS.items()},
-            move_titles={m.value: t for m, t in MOVE_TITLES.items()},
-            moves=list(Move),
+            change_titles={c.value: t for c, t in CHANGE_TITLES.items()},
+            changes=LISTED,
             cell_href=lambda cell_id: "#c-" + cell_id,
             cells=table.cells,
             counts=[(v.value, LABELS[v], n) for v, n in table.counts.items()],

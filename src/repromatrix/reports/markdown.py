@@ -18,8 +18,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 
 from repromatrix.model import Level, Outcome
+from repromatrix.reports.diff import CHANGE_TITLES
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings
-from repromatrix.reports.move import MOVE_TITLES, Move
+from repromatrix.reports.move import LISTED
 from repromatrix.reports.table import Agreement, Entry, Table, tag_key
 from repromatrix.reports.upgrade import Safety, SafetyCell
 from repromatrix.results.verdicts import (
@@ -178,12 +179,12 @@ def _move_lines(findings: Findings) -> list[str]:
         "",
         f"## What changes if we move from {escape(move.baseline)} to {escape(move.candidate)}",
         "",
-        f"The candidate is {verdict}; {move.unchanged} crash check(s) stay avoided.",
+        f"The candidate is {verdict}; {move.still_avoided} crash check(s) stay avoided.",
         "",
     ]
-    for kind in Move:
-        items = move.of(kind)
-        lines.append(f"- {MOVE_TITLES[kind]}: {len(items)}")
+    for change in LISTED:
+        items = move.of(change)
+        lines.append(f"- {CHANGE_TITLES[change]}: {len(items)}")
         lines += [
             f"  - {escape(i.scenario)} on {escape(i.configuration.label)}: {escape(i.detail)}"
             for i in items

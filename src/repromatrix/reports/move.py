@@ -1,55 +1,34 @@
 """What changes if we move from one image tag to another: the upgrade view's short answer.
 
 Pure: judged cells and two tags in, a ``MoveSummary`` out. It reuses
-``reports.diff`` to pair the cells of the two tags, keeps the documented
-crashes (triggers) and the healthy baselines, prefers the engine level where
-both levels ran, and names for each crash still hit whether the candidate has
-a verified workaround on the same configuration.
+``reports.diff`` to pair the cells of the two tags and for its words (one
+``diff.Change`` per item), keeps the documented crashes (triggers) and the
+healthy baselines, prefers the engine level where both levels ran, and names
+for each crash still hit whether the candidate has a verified workaround on
+the same configuration (``still_hit_with_workaround``).
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from repromatrix.model import Outcome
 from repromatrix.reports import diff
+from repromatrix.reports.diff import Change
 from repromatrix.reports.upgrade import BASELINE, TRIGGER, Configuration, UpgradeView
 from repromatrix.results.verdicts import Judged, cause_line, shorten
 
-
-class Move(enum.StrEnum):
-    """What moving does to one documented crash in one configuration."""
-
-    NEWLY_HIT = "newly_hit"
-    STILL_HIT = "still_hit"
-    WORKAROUND = "still_hit_with_workaround"
-    UNKNOWN = "unknown"
-    FIXED = "fixed"
-
-
-MOVE_TITLES: Mapping[Move, str] = {
-    Move.NEWLY_HIT: "newly hit",
-    Move.STILL_HIT: "still hit, no verified workaround",
-    Move.WORKAROUND: "still hit, with a verified workaround",
-    Move.UNKNOWN: "unknown",
-    Move.FIXED: "fixed",
-}
-_CHANGES = {
-    diff.Change.NEWLY_FAILING: Move.NEWLY_HIT,
-    diff.Change.FIXED: Move.FIXED,
-    diff.Change.STILL_HIT: Move.STILL_HIT,
-    diff.Change.UNKNOWN: Move.UNKNOWN,
-}
+# The changes a move lists one by one; the crashes still avoided are only counted.
+LISTED: tuple[Change, ...] = tuple(c for c in Change if c is not Change.STILL_AVOIDED)
 
 
 @dataclass(frozen=True)
 class MoveItem:
     """One crash (or baseline) in one configuration, and what the move does to it."""
 
-    move: Move
+    change: Change
     scenario: str
     configuration: Configuration
     level: str
@@ -62,17 +41,21 @@ class MoveSummary:
 
     baseline: str
     candidate: str
-    items: tuple[MoveItem, ...]
-    unchanged: int  # crashes avoided on both sides
+    items: tuple[MoveItem, ...]  # one of ``LISTED`` each
+    still_avoided: int  # crashes avoided on both sides
 
-    def of(self, move: Move) -> tuple[MoveItem, ...]:
-        """The items of one kind."""
-        return tuple(i for i in self.items if i.move is move)
+    def of(self, change: Change) -> tuple[MoveItem, ...]:
+        """The items of one kind (none for ``still_avoided``: those are only counted)."""
+        return tuple(i for i in self.items if i.change is change)
+
+    def count(self, change: Change) -> int:
+        """How many crashes (or baselines) one kind of change has, ``still_avoided`` included."""
+        return self.still_avoided if change is Change.STILL_AVOIDED else len(self.of(change))
 
     @property
     def worse(self) -> bool:
         """Whether the candidate hits anything the baseline avoided."""
-        return bool(self.of(Move.NEWLY_HIT))
+        return bool(self.of(Change.NEWLY_HIT))
 
 
 def build_move(
@@ -89,21 +72,19 @@ def build_move(
         if where not in chosen or k.level == "engine":
             chosen[where] = pair
     items = []
-    unchanged = 0
+    still_avoided = 0
     for (configuration, scenario, _), pair in sorted(chosen.items()):
-        if pair.change is diff.Change.STILL_AVOIDED:
-            unchanged += 1
+        if pair.change is Change.STILL_AVOIDED:
+            still_avoided += 1
             continue
-        move = _CHANGES[pair.change]
-        detail = _detail(pair)
-        if move is Move.STILL_HIT:
+        change, detail = pair.change, _detail(pair)
+        if change is Change.STILL_HIT:
             fix = _workaround(view, candidate, configuration, scenario)
             if fix:
-                move, detail = Move.WORKAROUND, fix
-        items.append(MoveItem(move, scenario, configuration, pair.key.level, detail))
-    order = list(Move)
-    items.sort(key=lambda i: (order.index(i.move), i.scenario, i.configuration))
-    return MoveSummary(baseline, candidate, tuple(items), unchanged)
+                change, detail = Change.STILL_HIT_WITH_WORKAROUND, fix
+        items.append(MoveItem(change, scenario, configuration, pair.key.level, detail))
+    items.sort(key=lambda i: (LISTED.index(i.change), i.scenario, i.configuration))
+    return MoveSummary(baseline, candidate, tuple(items), still_avoided)
 
 
 def _not_run(pair: diff.Pair) -> bool:
@@ -113,9 +94,8 @@ def _not_run(pair: diff.Pair) -> bool:
 
 
 def _detail(pair: diff.Pair) -> str:
-    shown = pair.baseline if pair.change is diff.Change.FIXED else pair.candidate
-    before = pair.baseline.outcome.value if pair.baseline else "no cell"
-    after = pair.candidate.outcome.value if pair.candidate else "no cell"
+    before, after = pair.outcomes
+    shown = pair.explained_by
     cause = shorten(cause_line(shown), 90) if shown else ""
     return f"{before} → {after}" + (f": {cause}" if cause else "")
 
@@ -139,11 +119,10 @@ def move_json(summary: MoveSummary) -> dict[str, Any]:
         "baseline": summary.baseline,
         "candidate": summary.candidate,
         "worse": summary.worse,
-        "counts": {m.value: len(summary.of(m)) for m in Move},
-        "still_avoided": summary.unchanged,
+        "counts": {c.value: summary.count(c) for c in Change},
         "items": [
             {
-                "change": i.move.value,
+                "change": i.change.value,
                 "scenario": i.scenario,
                 "lane": i.configuration.lane,
                 "gpu": i.configuration.gpu,

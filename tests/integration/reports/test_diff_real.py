@@ -69,7 +69,7 @@ def test_upgrading_fixes_the_crash(run_dir: Path, capsys: pytest.CaptureFixture[
     assert main(args) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["counts"] == {
-        "newly_failing": 0,
+        "newly_hit": 0,
         "fixed": 1,
         "still_hit": 0,
         "unknown": 0,

@@ -9,8 +9,9 @@ import pytest
 
 from repromatrix.errors import UsageError
 from repromatrix.model import Expected, Outcome
+from repromatrix.reports.diff import Change, diff
 from repromatrix.reports.findings import ReportOptions, build_findings, skip_groups, title
-from repromatrix.reports.move import Move, build_move
+from repromatrix.reports.move import build_move, move_json
 from repromatrix.reports.upgrade import (
     Configuration,
     Safety,
@@ -94,17 +95,54 @@ def test_what_changes_if_we_move() -> None:
     view = build_upgrade(judged)
     move = build_move(judged, view, "v0.31.1rc0", "v0.32.0")
     assert move.worse
-    assert [(i.move, i.scenario, i.configuration.flagset) for i in move.items] == [
-        (Move.NEWLY_HIT, "healthy-gpu", "eager"),
-        (Move.NEWLY_HIT, MOE, "default"),
+    assert [(i.change, i.scenario, i.configuration.flagset) for i in move.items] == [
+        (Change.NEWLY_HIT, "healthy-gpu", "eager"),
+        (Change.NEWLY_HIT, MOE, "default"),
     ]
     move = build_move(judged, view, "v0.30.0", "v0.31.0")
-    assert [(i.move, i.scenario) for i in move.items] == [(Move.WORKAROUND, MOE)]
+    assert [(i.change, i.scenario) for i in move.items] == [(Change.STILL_HIT_WITH_WORKAROUND, MOE)]
     assert move.items[0].detail == "--fully-sharded-loras (fully-sharded-loras)"
     fixed = build_move(judge_all(gpu_run()), view, "v0.31.0", "v0.32.0")
-    assert [i.move for i in fixed.items] == [Move.NEWLY_HIT, Move.FIXED]
+    assert [i.change for i in fixed.items] == [Change.NEWLY_HIT, Change.FIXED]
+    assert fixed.items[1].detail == (
+        "hit → avoided: AssertionError: fused_moe_lora_one_shot supports max_lora_rank<=128"
+    )
     with pytest.raises(UsageError, match="Perhaps you meant"):
         build_move(judged, view, "v0.31.0", "v0.32")
+
+
+def test_the_move_answers_in_the_words_of_diff() -> None:
+    cells = gpu_run(v032=Outcome.HIT)
+    judged = judge_all(cells)
+    view = build_upgrade(judged)
+    for baseline, candidate in (("v0.30.0", "v0.31.0"), ("v0.31.1rc0", "v0.32.0")):
+        paired = {
+            (p.key.scenario, p.key.flagset, p.key.level): p.change
+            for p in diff(cells, baseline, candidate).pairs
+            if p.key.variant in ("trigger", "baseline")
+        }
+        move = build_move(judged, view, baseline, candidate)
+        for item in move.items:
+            said = paired[item.scenario, item.configuration.flagset, item.level]
+            # The move only adds what diff cannot know: the candidate's verified workaround.
+            refined = {Change.STILL_HIT_WITH_WORKAROUND: Change.STILL_HIT}
+            assert refined.get(item.change, item.change) is said
+        assert move.count(Change.STILL_AVOIDED) == list(paired.values()).count(Change.STILL_AVOIDED)
+
+
+def test_the_move_counts_every_change_under_one_key() -> None:
+    judged = judge_all(gpu_run())
+    document = move_json(build_move(judged, build_upgrade(judged), "v0.30.0", "v0.31.0"))
+    assert document["counts"] == {
+        "newly_hit": 0,
+        "fixed": 0,
+        "still_hit": 0,
+        "still_hit_with_workaround": 1,
+        "unknown": 0,
+        "still_avoided": 2,  # the healthy baselines, default and eager
+    }
+    assert "still_avoided" not in document  # counted with the others, not beside them
+    assert [i["change"] for i in document["items"]] == ["still_hit_with_workaround"]
 
 
 def test_a_merged_report_is_titled_by_its_matrix_and_runs() -> None:
@@ -141,21 +179,27 @@ def test_causes_are_shortened_around_their_numbers() -> None:
 
 
 class _Tables(HTMLParser):
-    """Collects the text of each table's rows, and the ids of sections in order."""
+    """Collects the text of each table's rows, the ids of sections in order, and the move's
+    kinds of change with their titles."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sections: list[str] = []
         self.rows: list[list[str]] = []
+        self.changes: list[tuple[str, str]] = []
         self._cell: list[str] | None = None
+        self._change: str | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "section" and dict(attrs).get("id"):
-            self.sections.append(str(dict(attrs)["id"]))
+        named = dict(attrs)
+        if tag == "section" and named.get("id"):
+            self.sections.append(str(named["id"]))
         if tag == "tr":
             self.rows.append([])
         if tag in ("td", "th"):
             self._cell = []
+        if tag == "li" and named.get("data-change"):
+            self._change = named["data-change"]
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("td", "th") and self._cell is not None:
@@ -165,6 +209,9 @@ class _Tables(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._cell is not None:
             self._cell.append(data)
+        if self._change is not None and data.strip():
+            self.changes.append((self._change, data.strip()))
+            self._change = None
 
 
 def test_reports_open_with_the_upgrade_view(tmp_path: Path) -> None:
@@ -176,12 +223,31 @@ def test_reports_open_with_the_upgrade_view(tmp_path: Path) -> None:
     assert "| v0.31.0 | 🟡 safe with a flag change; hits moe-lora-rank-over-128, avoided with " in (
         markdown
     )
-    assert "## What changes if we move from v0.31.1rc0 to v0.32.0" in markdown
+    move = markdown.split("## What changes if we move from v0.31.1rc0 to v0.32.0\n", 1)[1]
+    assert move.split("\n## ")[0].strip().splitlines() == [
+        "The candidate is **worse**; 2 crash check(s) stay avoided.",
+        "",
+        "- newly hit: 1",
+        "  - healthy-gpu on h100 · qwen3-30b-a3b · eager: avoided → other\\_failure: the "
+        "server became ready but did not answer its first request",
+        "- fixed: 0",
+        "- still hit: 0",
+        "- still hit, with a verified workaround: 0",
+        "- unknown: 0",
+    ]
     assert f"- gpu lane, 8 cell(s): {NO_RUNNER}" in markdown
     assert "h200x4" not in markdown.split("## Every cell")[1]  # no skipped cell listed
     parser = _Tables()
-    parser.feed((run_dir / "compat.html").read_text())
+    page = (run_dir / "compat.html").read_text()
+    parser.feed(page)
     assert parser.sections[:4] == ["upgrade", "move", "ranges", "heat"]
+    assert parser.changes == [
+        ("newly_hit", "newly hit"),
+        ("fixed", "fixed"),
+        ("still_hit", "still hit"),
+        ("still_hit_with_workaround", "still hit, with a verified workaround"),
+        ("unknown", "unknown"),
+    ]
     upgrade = [row for row in parser.rows if row and row[0].startswith("v0.")][:4]
     assert [row[0] for row in upgrade] == ["v0.30.0", "v0.31.0", "v0.31.1rc0", "v0.32.0"]
     assert upgrade[3][2].startswith("unsafe fails: healthy-gpu / baseline")

@@ -131,12 +131,47 @@ def test_compat_json_holds_the_findings_and_matches_its_schema(tmp_path: Path) -
     assert rows["v0.31.0", "default"]["crashes"][0]["workarounds"][0]["change"] == (
         "--fully-sharded-loras"
     )
-    assert document["move"]["counts"]["fixed"] == 1
+    assert document["move"]["counts"] == {
+        "newly_hit": 1,  # the healthy baseline with --enforce-eager fails on v0.32.0
+        "fixed": 1,
+        "still_hit": 0,
+        "still_hit_with_workaround": 0,
+        "unknown": 0,
+        "still_avoided": 1,
+    }
+    assert [i["change"] for i in document["move"]["items"]] == ["newly_hit", "fixed"]
     assert document["skipped"][0]["cells"] == 8
     verdicts = {
         c["id"].split("/")[1]: c["verdict"] for c in document["cells"] if "@probe" in c["id"]
     }
     assert verdicts["0.27.1"] == "outside_range"  # not "regression"
     document["upgrade"][0]["safety"] = "fine"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, schema("compat.schema.json"))
+
+
+@pytest.mark.parametrize(
+    "old",
+    [
+        pytest.param({"schema_version": 2}, id="schema version 2"),
+        pytest.param({"move.still_avoided": 1}, id="still_avoided beside the counts"),
+        pytest.param({"move.counts.newly_failing": 1}, id="a count in diff's old words"),
+        pytest.param({"move.items.0.change": "newly_failing"}, id="a change in diff's old words"),
+    ],
+)
+def test_the_compat_schema_refuses_the_moves_old_words(
+    tmp_path: Path, old: dict[str, object]
+) -> None:
+    run_dir = tmp_path / "20260102-000000"
+    write_gpu_run(run_dir)
+    write_reports(run_dir, ReportOptions(baseline="v0.31.0", candidate="v0.32.0"))
+    document = json.loads((run_dir / "compat.json").read_text())
+    jsonschema.validate(document, schema("compat.schema.json"))
+    [(path, value)] = old.items()
+    *parents, name = path.split(".")
+    where = document
+    for part in parents:
+        where = where[int(part)] if part.isdigit() else where[part]
+    where[name] = value
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(document, schema("compat.schema.json"))
