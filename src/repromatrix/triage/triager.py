@@ -26,21 +26,21 @@ from repromatrix.model import Scenario
 from repromatrix.triage import reasoning
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue
 from repromatrix.triage.diagnosis import Diagnosis
-from repromatrix.triage.encoding import ByteSource
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.fastpath import WarningFilter
 from repromatrix.triage.logmodel import (
     QUIET,
     QUIET_LEVELS,
+    ByteSource,
     Line,
     LineSplitter,
+    PrefixLearner,
     decode,
     is_dump,
     is_quiet,
     parse_line,
     reparse,
 )
-from repromatrix.triage.prefixes import PrefixLearner
 from repromatrix.triage.signatures import ScenarioSignatures
 from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader
 
