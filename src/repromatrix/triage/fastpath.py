@@ -22,8 +22,7 @@ from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
 from operator import is_not
 
-from repromatrix.triage.catalogue import Catalogue, Role
-from repromatrix.triage.literals import required_literals
+from repromatrix.triage.catalogue import Catalogue, Role, required_literals
 
 MAX_CACHED = 4096
 # A warning's header (vLLM's, glog's, Python's warnings module) under the wrappers and
