@@ -170,7 +170,7 @@ def test_the_longest_run_every_match_contains(pattern: str, literal: str) -> Non
 
 
 def test_every_catalogue_pattern_has_a_useful_literal() -> None:
-    # The WARNING fast path (fastpath.py) needs one for every entry that applies to warnings.
+    # The WARNING fast path (triager.py) needs one for every entry that applies to warnings.
     short = [p for p in builtin_catalogue().patterns() if len(required_literal(p)) < 3]
     assert short == []
 
