@@ -110,7 +110,7 @@ _CONTROL = bytes(b for b in range(32) if b not in b"\t\n\r\x0b\x0c\x1b") + b"\x7
 
 MAX_PREFIXES = 4
 MAX_PREFIX_CHARS = 80
-_TRACEBACK = "Traceback (most recent call last):"
+TRACEBACK_HEADER = "Traceback (most recent call last):"
 # A prefix ends in a separator; a sentence ending in ": " ("hit an exception: ") is a message.
 _PREFIX_END = re.compile(r"(?:[\]>|)}#]|[^\s:,]\s*-)\s*$")
 
@@ -378,9 +378,9 @@ class PrefixLearner:
         if line.level is not None or line.stream is not None:
             return
         text = line.text.rstrip()
-        if not text.endswith(_TRACEBACK):
+        if not text.endswith(TRACEBACK_HEADER):
             return
-        prefix = text[: -len(_TRACEBACK)]
+        prefix = text[: -len(TRACEBACK_HEADER)]
         if not prefix.strip() or len(prefix) > MAX_PREFIX_CHARS or not _PREFIX_END.search(prefix):
             return
         shape = re.compile(re.sub(r"\d+", r"\\d+", re.escape(prefix.rstrip())) + r" ?")
