@@ -13,7 +13,7 @@ from repromatrix.errors import EXIT_OK, UsageError
 from repromatrix.model import Scenario
 from repromatrix.secret_env import redact_text
 from repromatrix.triage import Diagnosis, triage_path, triage_stream
-from repromatrix.triage.text import format_diagnosis
+from repromatrix.triage.diagnosis import format_diagnosis
 from repromatrix.visible import escape_json
 
 DEFAULT_SCENARIOS = Path("scenarios")

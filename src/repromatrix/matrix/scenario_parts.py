@@ -15,25 +15,9 @@ from repromatrix.matrix.keys import IMAGE_VARIANTS, section
 from repromatrix.matrix.lanes import SHM_PATTERN
 from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, YSeq, describe
 from repromatrix.model import ContainerOptions, Lane, Probe, Signature, Source
-from repromatrix.triage.signatures import same_process
+from repromatrix.vllm_processes import KNOWN_PROCESSES, same_process
 
 PROGRAM_PATTERN = re.compile(r"[a-z][a-z0-9_]*\.py")
-
-# How vLLM names its processes in line prefixes, ``(EngineCore_DP0 pid=7)``, across the
-# versions in tests/data/logs: a signature's ``process`` must be able to match one of them
-# (``triage.signatures.same_process``), or it could never match a line.
-KNOWN_PROCESSES = (
-    "APIServer",
-    "EngineCore",
-    "EngineCore_0",
-    "EngineCore_DP0",
-    "Worker",
-    "Worker_TP0",
-    "Worker_PP0_TP0_EP0",
-    "VllmWorker-0",
-    "VllmWorkerProcess",
-    "RayWorkerWrapper",
-)
 
 
 def read_signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]:

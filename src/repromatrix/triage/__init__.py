@@ -9,8 +9,7 @@ cause, the process that printed it, its category in the catalogue of causes
 
 from repromatrix.triage.catalogue import Catalogue, Cause, Role, builtin_catalogue, load_catalogue
 from repromatrix.triage.diagnosis import Diagnosis
-from repromatrix.triage.sources import triage_path, triage_stream
-from repromatrix.triage.triager import Triager
+from repromatrix.triage.triager import Triager, triage_path, triage_stream
 
 __all__ = [
     "Catalogue",

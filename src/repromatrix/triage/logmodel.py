@@ -1,4 +1,10 @@
-"""Lines of a vLLM log: cutting a byte stream into lines, and what each line says.
+"""Lines of a vLLM log: its bytes as UTF-8 text, cut into lines, and what each line says.
+
+Logs reach triage in odd encodings: PowerShell's ``>`` writes UTF-16 with a
+byte order mark, some tools write it without one, ``logrotate copytruncate``
+leaves a run of NUL bytes where the old log was, and a user may pass a binary
+file by mistake. ``ByteSource`` looks at the first bytes, decides, and from
+then on hands on plain UTF-8 bytes (or nothing, for binary input).
 
 A pasted or streamed log carries more than vLLM printed: docker compose and
 ``docker logs --timestamps`` wrappers, CI time stamps, ANSI colours, carriage
@@ -8,10 +14,19 @@ pid=7, ip=10.0.0.2)``, ``[rank0]:``...), the logger header (``ERROR 11-29
 18:28:58 [core.py:1510]``, the older ``core.py:632]``, glog, NCCL, uvicorn) and
 the message. The verbatim line is kept beside the cleaned one: a root cause is
 reported exactly as it appeared.
+
+A product that wraps vLLM may put anything before each line (``[worker-3] ``,
+``12:00:01.123 w3> ``). A line that ends in ``Traceback (most recent call
+last):`` with no level and no known prefix shows such a prefix: the text before
+``Traceback``. ``PrefixLearner`` learns its shape (the text with each run of
+digits free, since time stamps and counters change from line to line), and
+later lines that start with the same shape are read without it, so the
+traceback's frames and its exception line are read as such.
 """
 
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass
 
@@ -87,6 +102,17 @@ _NCCL_HEADER = re.compile(r"[\w.-]+:\d+:\d+ \[\d+\] (?=NCCL (INFO|WARN|ERROR) )"
 _PY_WARNING = re.compile(r"\S+\.pyx?:\d+: \w*Warning: ")
 _GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 _NCCL_LEVELS = {"INFO": "INFO", "WARN": "WARNING", "ERROR": "ERROR"}
+
+SNIFF_BYTES = 512  # enough to tell; little held back from a live stream
+BINARY_SHARE = 0.10  # of control bytes among the first bytes: more means not a text log
+# Control bytes that text logs do not contain (tab, newlines, form feed and ESC they do).
+_CONTROL = bytes(b for b in range(32) if b not in b"\t\n\r\x0b\x0c\x1b") + b"\x7f"
+
+MAX_PREFIXES = 4
+MAX_PREFIX_CHARS = 80
+TRACEBACK_HEADER = "Traceback (most recent call last):"
+# A prefix ends in a separator; a sentence ending in ": " ("hit an exception: ") is a message.
+_PREFIX_END = re.compile(r"(?:[\]>|)}#]|[^\s:,]\s*-)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,3 +297,100 @@ class LineSplitter:
         line = self._pending + tail if not self._overflow else self._pending
         self._pending, self._overflow = b"", False
         return line[: self._max]
+
+
+class ByteSource:
+    """Turns a byte stream, chunk by chunk, into UTF-8 bytes fit for the line splitter."""
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._started = False
+        self._decoder: codecs.IncrementalDecoder | None = None
+        self.binary = False
+
+    def push(self, data: bytes) -> bytes:
+        """The text of ``data`` as UTF-8 (nothing until the first bytes have been seen)."""
+        if not self._started:
+            self._head += data
+            return self._start() if len(self._head) >= SNIFF_BYTES else b""
+        return self._convert(data)
+
+    def finish(self) -> bytes:
+        """End of input: whatever is still held back."""
+        out = b"" if self._started else self._start()
+        if self._decoder is not None and not self.binary:
+            out += self._decoder.decode(b"", final=True).encode("utf-8")
+        return out
+
+    def _start(self) -> bytes:
+        head, self._head, self._started = self._head, b"", True
+        encoding = _utf16(head)
+        if encoding is not None:
+            self._decoder = codecs.getincrementaldecoder(encoding)("replace")
+        else:
+            head = head.removeprefix(codecs.BOM_UTF8)
+            self.binary = looks_binary(head)
+        return self._convert(head)
+
+    def _convert(self, data: bytes) -> bytes:
+        if self.binary:
+            return b""
+        if self._decoder is not None:
+            return self._decoder.decode(data).encode("utf-8")
+        return data.replace(b"\x00", b"") if b"\x00" in data else data
+
+
+def looks_binary(sample: bytes) -> bool:
+    """Whether ``sample`` holds too many control bytes to be text (NUL runs aside)."""
+    text = sample.replace(b"\x00", b"")
+    if not text:
+        return False
+    control = len(text) - len(text.translate(None, _CONTROL))
+    return control > BINARY_SHARE * len(text)
+
+
+def _utf16(head: bytes) -> str | None:
+    """``utf-16`` for a byte order mark, ``utf-16-le``/``-be`` for NULs in every other byte."""
+    if head[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        return "utf-16"
+    pairs = len(head) // 2
+    if pairs < 32:
+        return None
+    even, odd = head[0 : pairs * 2 : 2].count(0), head[1 : pairs * 2 : 2].count(0)
+    if odd > 0.4 * pairs and even < 0.05 * pairs:
+        return "utf-16-le"
+    if even > 0.4 * pairs and odd < 0.05 * pairs:
+        return "utf-16-be"
+    return None
+
+
+class PrefixLearner:
+    """Learns unknown line prefixes from traceback headers and strips them from later lines."""
+
+    def __init__(self) -> None:
+        self._shapes: list[re.Pattern[str]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._shapes)
+
+    def learn(self, line: Line) -> None:
+        """Learn the prefix of ``line`` when it is a traceback header under an unknown prefix."""
+        if line.level is not None or line.stream is not None:
+            return
+        text = line.text.rstrip()
+        if not text.endswith(TRACEBACK_HEADER):
+            return
+        prefix = text[: -len(TRACEBACK_HEADER)]
+        if not prefix.strip() or len(prefix) > MAX_PREFIX_CHARS or not _PREFIX_END.search(prefix):
+            return
+        shape = re.compile(re.sub(r"\d+", r"\\d+", re.escape(prefix.rstrip())) + r" ?")
+        if all(s.pattern != shape.pattern for s in self._shapes):
+            self._shapes = [*self._shapes[-(MAX_PREFIXES - 1) :], shape]
+
+    def remove(self, text: str) -> str | None:
+        """``text`` without a learnt prefix, or None when it carries none."""
+        for shape in self._shapes:
+            match = shape.match(text)
+            if match is not None:
+                return text[match.end() :]
+        return None

@@ -1,11 +1,10 @@
 """Scenario signatures: the patterns of the scenario files, searched in a log.
 
 A signature is a regular expression searched in each line, optionally tied to
-the process that prints it (``EngineCore``, ``Worker``, ``APIServer``). Process
-names vary across vLLM versions (``EngineCore_DP0``, ``VllmWorker-0``,
-``Worker_TP1``, ``RayWorkerWrapper``), so they are compared by family. A line
-without a process prefix (a V0 log, a pasted excerpt) may have come from any
-process and so satisfies every process constraint.
+the process that prints it (``EngineCore``, ``Worker``, ``APIServer``), compared
+by family (``vllm_processes.same_process``). A line without a process prefix (a
+V0 log, a pasted excerpt) may have come from any process and so satisfies every
+process constraint.
 
 INFO and DEBUG lines are searched verbatim only: the fast path checks a whole
 block of them with one search per signature, which must find everything the
@@ -21,15 +20,7 @@ from dataclasses import dataclass
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.model import Scenario
 from repromatrix.triage.logmodel import Line
-
-_FAMILIES = (
-    ("enginecore", "enginecore"),
-    ("apiserver", "apiserver"),
-    ("worker", "worker"),
-    ("vllmworker", "worker"),
-    ("rayworker", "worker"),
-    ("rank", "worker"),
-)
+from repromatrix.vllm_processes import same_process
 
 
 @dataclass(frozen=True)
@@ -90,18 +81,3 @@ class ScenarioSignatures:
             ):
                 found[signature.scenario.id] = None
         return tuple(found)
-
-
-def same_process(wanted: str | None, actual: str | None) -> bool:
-    """Whether a line printed by ``actual`` satisfies a signature's ``wanted`` process."""
-    if wanted is None or actual is None:
-        return True
-    return actual.lower().startswith(wanted.lower()) or _family(actual) == _family(wanted)
-
-
-def _family(name: str) -> str:
-    lowered = name.lower()
-    for prefix, family in _FAMILIES:
-        if lowered.startswith(prefix):
-            return family
-    return lowered

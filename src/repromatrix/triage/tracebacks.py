@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 
 from repromatrix.triage.evidence import Frame, Kind, Relation
-from repromatrix.triage.logmodel import Line
+from repromatrix.triage.logmodel import TRACEBACK_HEADER, Line
 
 MAX_FRAMES = 48  # the innermost frames are the ones that matter
 
@@ -38,7 +38,6 @@ _EXCEPTION_NAME = re.compile(
     r"|Unsupported|Compiler|Denied|Exceeded|Aborted)$"
 )
 _NOT_NAMES = frozenset({"None", "True", "False"})
-_TRACEBACK = "Traceback (most recent call last):"
 # An uncaught C++ exception: "terminate called after throwing an instance of 'T'", then
 # "  what():  <message>", which states the cause.
 _TERMINATE = re.compile(r"terminate called after throwing an instance of '([^']+)'")
@@ -106,7 +105,7 @@ class TracebackReader:
         tb = self._open.get(key)
         # Also ", Traceback (...)" and "EngineCore hit an exception: Traceback (...)": vLLM
         # has logged tracebacks inside a longer message.
-        if stripped.endswith(_TRACEBACK):
+        if stripped.endswith(TRACEBACK_HEADER):
             closed = self._close(key)
             tb = self._open[key] = self._new(line)
             tb.base = len(text) - len(text.lstrip())

@@ -1,46 +1,65 @@
 """``Triager``: read a vLLM log as it streams and name its root cause.
 
 The runner feeds it a container's output chunk by chunk and stops the cell
-once ``terminal`` is true; ``repromatrix triage`` feeds it a file. Memory is
-bounded whatever the input: a partial line is capped, each process keeps a few
-recent lines, and only the first findings of each tier are kept.
+once ``terminal`` is true; ``repromatrix triage`` feeds it a file through
+``triage_path`` or ``triage_stream``, which read whole logs, plain or
+gzip-compressed, in bounded chunks. Memory is bounded whatever the input: a
+partial line is capped, each process keeps a few recent lines, and only the
+first findings of each tier are kept.
 
 Speed comes from a fast path: INFO and DEBUG lines (most of any log) are
 recognised by one anchored regex and skipped before any other work. They can
 only matter through scenario signatures and readiness markers, and those are
 searched once per block of lines; a block with a hit is read line by line.
+
+WARNING lines that cannot matter are told apart on the undecoded bytes too
+(``WarningFilter``): a log made mostly of vLLM WARNING lines would otherwise
+cost a full parse and a catalogue search per line. A WARNING line can matter
+only through the catalogue's entries that apply at warning level (causes
+marked ``as_warning``, consequences, weak evidence, noise), or as part of a
+traceback logged at warning level. So a line with vLLM's WARNING header whose
+message contains none of those entries' required literals, and does not look
+like a traceback line (a frame, a source line, an exception line, a chain
+marker), is skipped like an INFO line.
+
+The literal test runs on the message with every digit read as ``0`` (both in
+the message and in the literals): a literal present in the message is still
+present then, so nothing that matters is skipped, and warnings repeated with
+other numbers (counters, sizes, ids) share one cached answer.
 """
 
 from __future__ import annotations
 
 import re
+import zlib
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import not_
+from itertools import compress, repeat
+from operator import is_not, not_
+from pathlib import Path
+from typing import BinaryIO
 
 from repromatrix.harness.harness import PROTOCOL_PREFIX
 from repromatrix.harness.oomwatch import LINE_PREFIX as HARNESS_LINE
 from repromatrix.model import Scenario
 from repromatrix.triage import reasoning
-from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue
+from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue, required_literals
 from repromatrix.triage.diagnosis import Diagnosis
-from repromatrix.triage.encoding import ByteSource
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
-from repromatrix.triage.fastpath import WarningFilter
 from repromatrix.triage.logmodel import (
     QUIET,
     QUIET_LEVELS,
+    ByteSource,
     Line,
     LineSplitter,
+    PrefixLearner,
     decode,
     is_dump,
     is_quiet,
     parse_line,
     reparse,
 )
-from repromatrix.triage.prefixes import PrefixLearner
 from repromatrix.triage.signatures import ScenarioSignatures
 from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader
 
@@ -57,6 +76,31 @@ READY_MARKERS = (
 _READY_BYTES = tuple(m.encode() for m in READY_MARKERS)
 _OWN_PROTOCOL = PROTOCOL_PREFIX
 _LISTING = re.compile(r"-+> *\d+ ")
+READ_CHUNK = 1 << 20  # what a whole log is read in: memory stays bounded
+MAX_CACHED = 4096  # WARNING lines the filter remembers its answer for
+# A warning's header (vLLM's, glog's, Python's warnings module) under the wrappers and
+# prefixes the INFO fast path knows.
+WARNING_HEADER = re.compile(
+    rb"(?:\d{4}-\d\d-\d\dT[\d:.]+Z? )?"
+    rb"(?:[A-Za-z0-9][\w.-]*\s*\|\s?)?"
+    rb"(?:\([^()]*\) |\[rank\d+\]:)*"
+    rb"(?:(?:WARNING|WARN) +(?:\d{4}-)?\d\d-\d\d[T ][\d:.,]+ +(?:\[[^\]\s]+\]|[\w.-]+:\d+\]) ?"
+    rb"|\[?W\d{4} \d\d:\d\d:\d\d\.\d+ +(?:\d+ )?[\w.-]+:\d+\] ?"
+    rb"|\S+\.pyx?:\d+: \w*Warning: )"
+)
+# Messages that may be a traceback's line: indented (frames, sources), empty, one word that
+# may be an exception's name (alone or before a colon; a warning's category is none), a
+# chain marker.
+_TRACEBACK_LIKE = (
+    rb"\s|$|(?![\w.]*Warning:)[\w.]+(?:\[[^\]]*\])?(?:\([\w.]*\))?(?::|$)"
+    rb"|The above exception|During handling"
+)
+# A warning whose message may be nothing but a warning (one match decides both).
+_PLAIN_WARNING = re.compile(WARNING_HEADER.pattern + rb"(?!" + _TRACEBACK_LIKE + rb")")
+# Text that the slow path's reading changes (escapes, carriage returns), or that opens or
+# ends a traceback wherever it stands.
+_STRUCTURAL = (b"\x1b", b"^[", b"\r", b"Traceback (most recent", b"what():")
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 
 
 @dataclass
@@ -394,3 +438,106 @@ def _of_raised(raised: Raised, seq: int, stream: _Stream, relation: Relation | N
         relation=relation,
         before=tuple(stream.recent),
     )
+
+
+def triage_stream(stream: BinaryIO, scenarios: Sequence[Scenario] = ()) -> Diagnosis:
+    """Diagnose a whole log read from a binary stream (gzip-compressed or not)."""
+    triager = Triager(scenarios)
+    for chunk in _chunks(stream):
+        triager.feed(chunk)
+    return triager.diagnose()
+
+
+def triage_path(path: Path | str, scenarios: Sequence[Scenario] = ()) -> Diagnosis:
+    """Diagnose the log in a file; raises ``OSError`` when it cannot be read."""
+    with open(path, "rb") as handle:
+        return triage_stream(handle, scenarios)
+
+
+def _chunks(stream: BinaryIO) -> Iterator[bytes]:
+    first = stream.read(READ_CHUNK)
+    if first[:2] != b"\x1f\x8b":
+        yield first
+        yield from iter(lambda: stream.read(READ_CHUNK), b"")
+        return
+    yield from _gunzip(first, stream)
+
+
+def _gunzip(first: bytes, stream: BinaryIO) -> Iterator[bytes]:
+    """Decompress gzip members as they arrive, never more than a chunk at a time."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    data, started = first, False
+    while data:
+        while data:
+            started = True
+            yield inflater.decompress(data, READ_CHUNK)
+            data = inflater.unconsumed_tail
+            if inflater.eof:
+                data, started = inflater.unused_data, False
+                inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        data = stream.read(READ_CHUNK)
+    if started and not inflater.eof:
+        raise EOFError("the gzip data ends before its end-of-stream marker (a truncated file?)")
+
+
+class WarningFilter:
+    """Tells the WARNING lines that no rule of the catalogue or the reader can use."""
+
+    def __init__(self, catalogue: Catalogue) -> None:
+        self._patterns = _warning_literals(catalogue)
+        self._seen: dict[bytes, bool] = {}
+
+    def skippable(self, raw: bytes) -> bool:
+        """Whether ``raw`` is a WARNING line that cannot matter to the diagnosis."""
+        key = raw.translate(_DIGITS)
+        known = self._seen.get(key)
+        return self._decide(key) if known is None else known
+
+    def unskipped(self, lines: Sequence[bytes], indices: Iterable[int]) -> list[int]:
+        """The ``indices`` of ``lines`` that are not skippable, in order.
+
+        Lines already decided cost a translation and a dictionary look-up, both
+        run by C code over the whole list; only the others reach ``_decide``.
+        """
+        if self._patterns is None:
+            return list(indices)
+        chosen = list(indices)
+        keys = list(map(bytes.translate, map(lines.__getitem__, chosen), repeat(_DIGITS)))
+        unsure = compress(
+            zip(chosen, keys, strict=True), map(is_not, map(self._seen.get, keys), repeat(True))
+        )
+        return [index for index, key in unsure if not self._decide(key)]
+
+    def _decide(self, key: bytes) -> bool:
+        # The whole decision depends on the line with its digits read as 0 (the header's
+        # patterns take any digit), so it is cached under that key.
+        skippable = self._patterns is not None and _PLAIN_WARNING.match(key) is not None
+        skippable = skippable and not self._may_matter(key)
+        if len(self._seen) >= MAX_CACHED:
+            self._seen.clear()
+        self._seen[key] = skippable
+        return skippable
+
+    def _may_matter(self, key: bytes) -> bool:
+        assert self._patterns is not None
+        if any(map(key.__contains__, _STRUCTURAL)):
+            return True
+        # The whole line: the header's tag may hold a literal too.
+        return any(all(map(key.__contains__, runs)) for runs in self._patterns)
+
+
+def _warning_literals(catalogue: Catalogue) -> tuple[tuple[bytes, ...], ...] | None:
+    """For each pattern that applies at warning level, the literals a match must contain.
+
+    None when one of them has no literal of three characters or more to tell it by.
+    """
+    found: set[tuple[bytes, ...]] = set()
+    for cause in catalogue.causes:
+        if cause.role is Role.CAUSE and not cause.as_warning:
+            continue
+        for pattern in cause.patterns:
+            runs = tuple(r.encode().translate(_DIGITS) for r in required_literals(pattern))
+            if not runs or len(runs[0]) < 3:
+                return None
+            found.add(runs)
+    return tuple(sorted(found))

@@ -90,6 +90,14 @@ def test_no_stage_imports_the_command_line(stage: str):
             assert not upward, f"{name} imports {upward}"
 
 
+def test_matrix_imports_nothing_of_triage():
+    # The scenario loader reads what triage matches; what both need lives below them both.
+    for name, targets in graph().items():
+        if name.startswith("repromatrix.matrix"):
+            triage = {t for t in targets if t.startswith("repromatrix.triage")}
+            assert not triage, f"{name} imports {triage}"
+
+
 def test_no_module_outside_backends_names_a_backend():
     for name, path in modules().items():
         # The rehearsal rehearses the Docker backend's GPU lane: it is Docker's by definition.

@@ -1,4 +1,5 @@
-"""The catalogue of causes: every entry names a real message; bad catalogues are refused."""
+"""The catalogue of causes: every entry names a real message; bad catalogues are refused;
+the required literals of its prefilter never hide a match of its patterns."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from repromatrix.errors import ConfigError
 from repromatrix.triage import Role, builtin_catalogue, load_catalogue
-from repromatrix.triage.catalogue import parse_catalogue
+from repromatrix.triage.catalogue import parse_catalogue, required_literal, required_literals
 from support.triage import catalogue_examples
 
 # One message per category, as vLLM, PyTorch, NCCL, Docker or the kernel print it.
@@ -138,3 +141,72 @@ def test_a_catalogue_file_can_replace_the_builtin_one(tmp_path: Path) -> None:
     assert [c.category for c in catalogue.causes] == ["c"]
     with pytest.raises(ConfigError, match="cannot read"):
         load_catalogue(tmp_path / "missing.yaml")
+
+
+# -- the prefilter: required literals -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "literal"),
+    [
+        ("abc", "abc"),
+        ("foo\\.bar", "foo.bar"),
+        ("a(b|c)d", "a"),
+        ("ab?c", "a"),
+        ("x{2,3}yz", "yz"),
+        ("[abc]def", "def"),
+        ("(foo[)]bar)baz", "baz"),
+        ("\\bMemoryError", "MemoryError"),
+        ("^Killed$", "Killed"),
+        ("exit(ed with)? code:? -9", " code"),
+        ("custom_all_reduce\\.cuh?:[0-9]+", "custom_all_reduce.cu"),
+        ("a|b", ""),
+        ("(a)|b", ""),
+        ("\\d+ items", " items"),
+    ],
+)
+def test_the_longest_run_every_match_contains(pattern: str, literal: str) -> None:
+    assert required_literal(pattern) == literal
+
+
+def test_every_catalogue_pattern_has_a_useful_literal() -> None:
+    # The WARNING fast path (triager.py) needs one for every entry that applies to warnings.
+    short = [p for p in builtin_catalogue().patterns() if len(required_literal(p)) < 3]
+    assert short == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "literals"),
+    [
+        ("no attribute .init_cpu_memory_env.", ("init_cpu_memory_env", "no attribute ")),
+        ("Process [^ ]+ \\(PID: [0-9]+\\) died", ("Process ", " (PID: ", ") died")),
+        ("a|b", ()),
+        ("x?yz", ("yz",)),
+    ],
+)
+def test_every_run_every_match_contains(pattern: str, literals: tuple[str, ...]) -> None:
+    assert required_literals(pattern) == literals
+
+
+def test_no_example_message_is_hidden_by_the_prefilter() -> None:
+    for pattern in builtin_catalogue().patterns():
+        literal = required_literal(pattern)
+        for message in catalogue_examples().values():
+            if re.search(pattern, message):
+                assert literal in message, (pattern, message)
+
+
+PIECES = st.sampled_from(
+    ["a", "b", "ab", "x", ".", "\\.", "(a|b)", "[ab]", "b?", "a*", "a+", "^", "$"]
+)
+
+
+@given(st.lists(PIECES, min_size=1, max_size=6), st.text(alphabet="abx.", max_size=12))
+def test_any_match_contains_the_literal(pieces: list[str], text: str) -> None:
+    pattern = "".join(pieces)
+    try:
+        found = re.search(pattern, text)
+    except re.error:
+        return
+    if found is not None:
+        assert required_literal(pattern) in found.group(0)

@@ -16,8 +16,7 @@ from collections import Counter
 import pytest
 
 from repromatrix.triage import Diagnosis, Triager
-from repromatrix.triage.logmodel import Line, is_dump, parse_line
-from repromatrix.triage.prefixes import PrefixLearner
+from repromatrix.triage.logmodel import Line, PrefixLearner, is_dump, parse_line
 from support.triage import labelled
 
 API_FAILED = (

@@ -17,7 +17,7 @@ import pytest
 from repromatrix import cli
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.triage import Triager, triage_path
-from repromatrix.triage.text import MAX_SHOWN
+from repromatrix.triage.diagnosis import MAX_SHOWN
 from repromatrix.visible import visible
 from support.triage import REPO, case_id, labelled
 
