@@ -8,7 +8,10 @@ of the full product first, then keep those whose trigger holds and that the
 selection matches. Each is timed without tracing, then run again under
 tracemalloc for its peak memory.
 
-    python benchmarks/bench_plan.py [--tags 50] [--compare-tags 10]
+    python benchmarks/bench_plan.py [--tags 50] [--compare-tags 10] [--quick]
+
+``--quick`` plans a matrix of 4 tags x 2 GPUs x 4 models x 2 flag sets (2 tags
+compared) in well under a second.
 
 The naive run keeps the whole product in memory (about 1 KiB a cell), so it
 runs on a slice of ``--compare-tags`` tags; the streaming figures are shown
@@ -27,6 +30,8 @@ import tracemalloc
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+import quick_mode
 
 from repromatrix.matrix.conditions import Facts, holds
 from repromatrix.matrix.config import Matrix, load_matrix
@@ -48,6 +53,9 @@ TRIGGERS = (
     "{flags.max_num_seqs: {in: [4, 8]}}",
     "{gpu.count: 1, model.multimodal: false}",
 )
+
+
+QUICK = {"tags": 4, "gpus": 2, "models": 4, "flagsets": 2, "compare_tags": 2}
 
 
 def matrix_yaml(tags: int, gpus: int, models: int, flagsets: int) -> str:
@@ -222,7 +230,7 @@ def main() -> None:
     parser.add_argument("--scenarios", type=int, default=10)
     parser.add_argument("--compare-tags", type=int, default=10)
     parser.add_argument("--only", default="gpu/v0.1*/*/model1*/*")
-    args = parser.parse_args()
+    args = quick_mode.parse_args(parser, QUICK)
     selector = Selector(only=[args.only])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
