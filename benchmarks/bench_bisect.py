@@ -7,19 +7,24 @@ search runs against an outcome table and the cells it runs are divided by the
 cells a full scan runs (N). The table stands in for cells: what is measured is
 the number of cells, which is what costs an engine start each.
 
-Usage: ``python benchmarks/bench_bisect.py``.
+Usage: ``python benchmarks/bench_bisect.py [--versions 7 16 32 64] [--quick]``;
+``--quick`` takes 7 and 16 versions.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import statistics
 from collections.abc import Sequence
+
+import quick_mode
 
 from repromatrix.bisect.search import bisect, find_transitions
 from repromatrix.model import Outcome
 
 HIT, AVOIDED = Outcome.HIT, Outcome.AVOIDED
+QUICK = {"versions": [7, 16]}
 
 
 def cost(sequence: Sequence[Outcome], anchors: Sequence[int] = ()) -> int:
@@ -35,8 +40,11 @@ def cost(sequence: Sequence[Outcome], anchors: Sequence[int] = ()) -> int:
 
 def main() -> None:
     """Print, per N, the mean and worst ratio of cells run to full-scan cells."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--versions", type=int, nargs="+", default=[7, 16, 32, 64], metavar="N")
+    args = quick_mode.parse_args(parser, QUICK)
     print(f"{'versions':>8}  {'one transition':>22}  {'hit range (2 transitions)':>26}")
-    for count in (7, 16, 32, 64):
+    for count in args.versions:
         one = [cost([HIT] * k + [AVOIDED] * (count - k)) / count for k in range(1, count)]
         two = [
             cost([AVOIDED] * a + [HIT] * (b - a) + [AVOIDED] * (count - b), (a, b - 1)) / count

