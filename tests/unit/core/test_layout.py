@@ -78,24 +78,74 @@ def test_no_import_cycle_among_the_package_modules():
     assert cycle_in(graph()) is None
 
 
-@pytest.mark.parametrize(
-    "stage", ["matrix", "images", "models", "backends", "run", "results", "reports"]
+# The packages from the bottom up (docs/DESIGN.md draws them): each may import the ones
+# before it, never one after it. The top-level modules (model, errors, grammars, runner, ...)
+# are the foundation under all of them, and the programs that run inside images (harness,
+# probes) import nothing of the package at all.
+ORDER = (
+    "matrix",
+    "images",
+    "models",
+    "results",
+    "triage",
+    "backends",
+    "reports",
+    "run",
+    "fleet",
+    "publish",
+    "bisect",
+    "rehearsal",
+    "commands",
 )
-def test_no_stage_imports_the_command_line(stage: str):
-    for name, targets in graph().items():
-        if name.startswith(f"repromatrix.{stage}"):
-            upward = {
-                t for t in targets if t.startswith(("repromatrix.commands", "repromatrix.cli"))
-            }
-            assert not upward, f"{name} imports {upward}"
+TOP = ("cli", "__main__")  # the command line sits on top of everything
 
 
-def test_matrix_imports_nothing_of_triage():
-    # The scenario loader reads what triage matches; what both need lives below them both.
+def package_of(module: str) -> str:
+    """The package a module belongs to: ``repromatrix.run.cells`` -> ``run``; a top-level
+    module is its own name."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def rank(package: str) -> int:
+    if package in ORDER:
+        return ORDER.index(package) + 1
+    return len(ORDER) + 1 if package in TOP else 0  # the foundation
+
+
+def test_every_package_has_a_place_in_the_order():
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert packages - {"harness", "probes"} == set(ORDER)
+
+
+@pytest.mark.parametrize("package", ORDER)
+def test_no_package_imports_one_above_it(package: str):
     for name, targets in graph().items():
-        if name.startswith("repromatrix.matrix"):
-            triage = {t for t in targets if t.startswith("repromatrix.triage")}
-            assert not triage, f"{name} imports {triage}"
+        if package_of(name) != package:
+            continue
+        upward = {t for t in targets if rank(package_of(t)) > rank(package)}
+        assert not upward, f"{name} imports {upward}: above {package} in the order"
+
+
+def test_the_foundation_imports_no_package():
+    for name, targets in graph().items():
+        if rank(package_of(name)) == 0 and name != "repromatrix":
+            packages = {t for t in targets if rank(package_of(t)) > 0}
+            assert not packages, f"{name} imports {packages}"
+
+
+def test_the_order_check_finds_an_arrow_back_up():
+    assert rank(package_of("repromatrix.results.store")) > rank("matrix")
+    assert rank(package_of("repromatrix.triage.triager")) > rank(package_of("repromatrix.matrix"))
+    assert rank("cli") > rank("commands") > rank("run") > rank("runner")
+
+
+def test_programs_that_run_inside_images_import_only_their_own_folder():
+    for folder in ("harness", "probes"):
+        for path in (PACKAGE / folder).glob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            pattern = rf"^\s*(from|import) repromatrix\.(?!{folder}\b)"
+            assert not re.search(pattern, text, re.M), f"{path} imports the package"
 
 
 def test_no_module_outside_backends_names_a_backend():
