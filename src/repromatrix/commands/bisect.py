@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from repromatrix.backends import registry
+from repromatrix.backends import kinds
 from repromatrix.errors import EXIT_OK
 from repromatrix.model import Lane, Level
 
@@ -51,7 +51,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("results"), metavar="DIR")
     parser.add_argument("--run-id", metavar="ID", help="the run folder's name (default: time)")
-    parser.add_argument("--backend", choices=registry.CHOICES, default=registry.AUTO)
+    parser.add_argument("--backend", choices=kinds.CHOICES, default=kinds.AUTO)
     parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
     parser.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="DIR")
     parser.add_argument(

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends import registry
+from repromatrix.backends import kinds
 from repromatrix.commands.plan import (
     add_runner_arguments,
     add_selection_arguments,
@@ -36,9 +36,9 @@ def add_parser(subparsers: Any) -> None:
     add_runner_arguments(parser)
     parser.add_argument(
         "--backend",
-        choices=registry.CHOICES,
-        default=registry.AUTO,
-        help="; ".join(f"{kind.name}: {kind.summary}" for kind in registry.KINDS.values())
+        choices=kinds.CHOICES,
+        default=kinds.AUTO,
+        help="; ".join(f"{kind.name}: {kind.summary}" for kind in kinds.KINDS.values())
         + "; auto (default): the first of these that this host can use",
     )
     parser.add_argument("--results", type=Path, default=Path("results"), metavar="DIR")

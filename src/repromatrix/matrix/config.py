@@ -17,7 +17,7 @@ from types import MappingProxyType
 from repromatrix.errors import suggest
 from repromatrix.matrix.keys import AXES, ID_PARTS, section
 from repromatrix.matrix.lanes import DEFAULT_BASE, BaseImage, LaneConfig, Runtime, read_lane
-from repromatrix.matrix.yamlsrc import Reader, Where, YMap, YNode, YScalar, load_yaml
+from repromatrix.matrix.yamlsrc import Location, Reader, YMap, YNode, YScalar, load_yaml
 from repromatrix.model import Flags, Lane, Scenario, frozen_flags
 
 __all__ = [
@@ -41,7 +41,7 @@ class Rule:
     An axis absent from ``match`` matches anything (GitHub Actions semantics).
     """
 
-    where: Where
+    where: Location
     match: Mapping[str, frozenset[str]]
     flags: Flags = field(default_factory=frozen_flags)
     deadline_s: float | None = None
@@ -187,7 +187,7 @@ def _check_rule_names(
             )
 
 
-def _value_where(body: YMap, key: str) -> Where:
+def _value_where(body: YMap, key: str) -> Location:
     node = body.get(key)
     return node.where if node is not None else body.where
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from repromatrix.grammars import check_model_source
 from repromatrix.matrix.keys import section
-from repromatrix.matrix.yamlsrc import Reader, Where, YEntry, YMap, YNode
+from repromatrix.matrix.yamlsrc import Location, Reader, YEntry, YMap, YNode
 from repromatrix.model import DTYPE_BYTES, Adapter, Lane, Model
 
 MODEL_INTS = (
@@ -156,7 +156,7 @@ def _bool(body: YMap, key: str, reader: Reader) -> bool:
     return bool(reader.boolean(node, f"`{key}`")) if node is not None else False
 
 
-def _where(body: YMap, key: str) -> Where:
+def _where(body: YMap, key: str) -> Location:
     node = body.get(key)
     return (node or body).where
 

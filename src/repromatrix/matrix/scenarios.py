@@ -25,8 +25,8 @@ from repromatrix.matrix.scenario_parts import (
     read_source,
 )
 from repromatrix.matrix.yamlsrc import (
+    Location,
     Reader,
-    Where,
     YEntry,
     YMap,
     YNode,
@@ -105,7 +105,7 @@ def load_scenario(path: Path) -> Scenario:
     return scenario
 
 
-def _id_where(root: YNode) -> Where:
+def _id_where(root: YNode) -> Location:
     node = root.get("id") if isinstance(root, YMap) else None
     return (node or root).where
 

@@ -42,7 +42,7 @@ _TEXT_TAGS = {f"{_TAG}timestamp"}  # kept as written: a date is just text to us
 
 
 @dataclass(frozen=True)
-class Where:
+class Location:
     """A position in a source file (1-based line and column)."""
 
     file: str
@@ -58,7 +58,7 @@ class Where:
 class YScalar:
     """A scalar value (string, number, boolean or null) and where it was written."""
 
-    where: Where
+    where: Location
     value: Scalar
 
 
@@ -66,7 +66,7 @@ class YScalar:
 class YSeq:
     """A sequence and where it starts."""
 
-    where: Where
+    where: Location
     items: tuple[YNode, ...]
 
 
@@ -75,7 +75,7 @@ class YEntry:
     """One ``key: value`` pair of a mapping; ``where`` is the key's position."""
 
     key: str
-    where: Where
+    where: Location
     value: YNode
     explicit: bool = True  # False: it came from a `<<:` merge key
 
@@ -84,7 +84,7 @@ class YEntry:
 class YMap:
     """A mapping, its entries in file order, and where it starts."""
 
-    where: Where
+    where: Location
     entries: tuple[YEntry, ...]
 
     def get(self, key: str) -> YNode | None:
@@ -241,9 +241,9 @@ class _Converter:
         self.active: set[int] = set()  # ids of nodes being converted: recursion guard
         self.constructor = yaml.SafeLoader("")
 
-    def where(self, node: yaml.Node) -> Where:
+    def where(self, node: yaml.Node) -> Location:
         mark = node.start_mark
-        return Where(self.file, mark.line + 1, mark.column + 1)
+        return Location(self.file, mark.line + 1, mark.column + 1)
 
     def convert(self, node: yaml.Node, depth: int) -> YNode:
         here = self.where(node)
@@ -263,12 +263,12 @@ class _Converter:
         finally:
             self.active.discard(id(node))
 
-    def _fail(self, here: Where, message: str) -> YScalar:
+    def _fail(self, here: Location, message: str) -> YScalar:
         if not any(p.message == message for p in self.problems):
             self.problems.append(here.problem(message))
         return YScalar(here, None)
 
-    def _mapping(self, node: yaml.MappingNode, here: Where, depth: int) -> YMap:
+    def _mapping(self, node: yaml.MappingNode, here: Location, depth: int) -> YMap:
         explicit = sum(1 for key, _ in node.value if key.tag != f"{_TAG}merge")
         try:
             self.constructor.flatten_mapping(node)  # resolves `<<: *defaults` merge keys
@@ -295,7 +295,7 @@ class _Converter:
             entries[key] = YEntry(key, key_where, value, explicit=index >= merged)
         return YMap(here, tuple(entries.values()))
 
-    def _scalar(self, node: yaml.Node, here: Where) -> YScalar:
+    def _scalar(self, node: yaml.Node, here: Location) -> YScalar:
         if node.tag in _TEXT_TAGS:
             return YScalar(here, str(node.value))
         if node.tag not in _PLAIN_TAGS:
@@ -322,7 +322,7 @@ class Reader:
     def __init__(self) -> None:
         self.problems: list[Problem] = []
 
-    def error(self, where: Where, message: str) -> None:
+    def error(self, where: Location, message: str) -> None:
         """Record a problem at ``where``."""
         self.problems.append(where.problem(message))
 

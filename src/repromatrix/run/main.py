@@ -26,7 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
-from repromatrix.backends import registry
+from repromatrix.backends import kinds
 from repromatrix.backends.base import Backend, BackendKind, Setup
 from repromatrix.errors import ConfigError, UsageError
 from repromatrix.images.wheelhouse import CACHE_ROOT
@@ -69,7 +69,7 @@ class RunOptions:
     lane: Lane | None = None
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
-    backend: str = registry.AUTO  # a name in the backend registry, or auto
+    backend: str = kinds.AUTO  # a backend kind by name (backends.kinds), or auto
     results: Path = Path("results")
     run_id: str | None = None
     resume: bool = False
@@ -126,7 +126,7 @@ def execute_run(
         if not run.todo:
             return finish_empty(run, options.mode, progress)
         runner = detect_runner(options.gpus, rehearse=options.rehearse)
-        kind = registry.choose(options.backend)
+        kind = kinds.choose(options.backend)
         setup = backend_setup(options, run, runner, progress.note)
         skips = skip_reasons(kind, run.todo, runner)
         if options.mode is Mode.DRY_RUN:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from repromatrix.backends import kinds
 from repromatrix.backends import local as local_kind
-from repromatrix.backends import registry
 from repromatrix.backends.base import Prepared
 from repromatrix.backends.docker import kind as docker_kind
 from repromatrix.errors import UsageError
@@ -55,13 +55,13 @@ def test_resume_leaves_out_cells_with_a_result(tmp_path: Path):
 
 def test_backend_choice(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(docker_kind.DockerKind, "available", lambda self: True)
-    assert registry.choose("auto") is docker_kind.KIND
+    assert kinds.choose("auto") is docker_kind.KIND
     monkeypatch.setattr(docker_kind.DockerKind, "available", lambda self: False)
-    assert registry.choose("auto") is local_kind.KIND
-    assert registry.choose("local") is local_kind.KIND
-    assert registry.choose("docker") is docker_kind.KIND  # named: no probe, the run says why
+    assert kinds.choose("auto") is local_kind.KIND
+    assert kinds.choose("local") is local_kind.KIND
+    assert kinds.choose("docker") is docker_kind.KIND  # named: no probe, the run says why
     with pytest.raises(UsageError, match="--backend"):
-        registry.choose("podman")
+        kinds.choose("podman")
 
 
 def gpus(count: int) -> Runner:

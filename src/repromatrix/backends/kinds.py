@@ -1,4 +1,4 @@
-"""Backends by name: the one place that lists them.
+"""The backend kinds by name: the one place that lists them.
 
 Adding a backend (podman, Kubernetes Jobs, ...) is one module that provides a
 ``BackendKind`` and one entry in ``KINDS``; ``auto`` takes the first kind in
