@@ -336,6 +336,8 @@ def test_the_tiny_model_is_generated_once_inside_the_first_cpu_image(tmp_path: P
     assert tiny.complete and tiny.has_adapter()
     assert tiny.path.parent == tmp_path / "cache" / "models"
     assert (tiny.path / "config.json").is_file()
-    assert made[0] == made[1] and made[0].model_path == str(tiny.path)
+    # The second image job served the model the first made (its image may have been built
+    # by the first and found by the second: only the model is compared).
+    assert [(c.model_path, c.adapter_path) for c in made] == [(str(tiny.path), None)] * 2
     started = [line for line in out.getvalue().splitlines() if line.endswith(": started")]
     assert sum("generating the tiny model" in line for line in started) == 1
