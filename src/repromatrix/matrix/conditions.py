@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from repromatrix.errors import suggest
 from repromatrix.model import (
@@ -61,14 +62,9 @@ GPU_FACTS = (
 # Bytes per element of each ``kv_cache_dtype`` whose layout is a K and a V per token and
 # KV head; ``auto`` is the model's dtype. The others (MLA, sub-byte formats) are not
 # estimated. From vLLM 0.32.0's ``CacheDType`` (vllm/config/cache.py).
-KV_CACHE_DTYPE_BYTES: Mapping[str, int] = {
-    "bfloat16": 2,
-    "float16": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_inc": 1,
-}
+KV_CACHE_DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
+    {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
+)
 LAUNCH_FACTS = ("mode", "lora_adapter", "interrupt_after_s", "lora_rank", "model_files")
 CONTAINER_FACTS = ("shm_size", "memory", "port_taken", "image")
 

@@ -93,7 +93,8 @@ def flags_text(cell: Cell) -> str:
 
 
 def format_table(cells: Sequence[Cell]) -> str:
-    """Return an aligned text table of the cells, the flag-source legend and a summary."""
+    """Return an aligned text table of the cells, the flag-source and memory legends and a
+    summary."""
     header = (*TABLE_COLUMNS, "expected", "memory", "flags")
     rows = [header, *(_row(cell) for cell in cells)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -104,7 +105,8 @@ def format_table(cells: Sequence[Cell]) -> str:
 
 
 def summary(cells: Sequence[Cell]) -> str:
-    """Return e.g. ``273 cells: 60 hit, 190 avoided, 23 unknown (gpu 249, cpu 24)``."""
+    """Return e.g. ``273 cells: 60 hit, 190 avoided, 23 unknown (gpu 249, cpu 24)``, then
+    the cells planned once for identical ones and the infeasible ones, where there are any."""
     expected = Counter(cell.expected.value for cell in cells)
     lanes = Counter(cell.lane.value for cell in cells)
     counts = ", ".join(f"{expected[name]} {name}" for name in ("hit", "avoided", "unknown"))
