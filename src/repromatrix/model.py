@@ -108,6 +108,9 @@ class Gpu:
     count: int = 0
     compute_capability: str | None = None
     memory_gib: int = 0
+    # Memory per GPU as the driver reports it (nvidia-smi's memory.total); 0: not given.
+    usable_memory_mib: int = 0
+    line: int = 0  # where matrix.yaml gives it, for problems
 
 
 # The integer config facts of a model's shape: read from matrix.yaml, tested by triggers,
@@ -119,6 +122,16 @@ MODEL_SHAPE = (
     "num_attention_heads",
     "num_key_value_heads",
     "max_position_embeddings",
+)
+
+# The integer config facts the memory estimate reads (``matrix.memory``) beyond the shape;
+# 0 is unknown, like the shape's.
+MODEL_SIZES = (
+    "head_dim",
+    "num_parameters",
+    "num_experts",
+    "moe_intermediate_size",
+    "moe_layers",
 )
 
 
@@ -156,6 +169,16 @@ class Model:
     path: str | None = None  # GPU lane: a local folder instead of a repo id
     adapters: tuple[Adapter, ...] = ()
     path_line: int = 0  # where matrix.yaml gives ``path``, for errors
+    head_dim: int = 0  # config.json's, where it is not hidden_size / num_attention_heads
+    num_parameters: int = 0  # of the checkpoint, as its safetensors index counts them
+    architecture: str | None = None  # config.json ``architectures[0]``
+    num_experts: int = 0  # routed experts per MoE layer
+    moe_intermediate_size: int = 0  # each expert's intermediate size
+    moe_layers: int = 0  # layers with experts; 0: every layer of a MoE model
+    # Layers whose KV cache holds every token (None: every layer); fewer for sliding-window,
+    # linear-attention or KV-sharing layers, 0 to leave the KV cache out of estimates.
+    full_attention_layers: int | None = None
+    line: int = 0  # where matrix.yaml gives the model, for problems
 
     @property
     def dtype_bytes(self) -> int:

@@ -14,6 +14,7 @@ from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.inputs import load_inputs
+from repromatrix.matrix.memory import memory_problems
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane, PullPolicy
 from repromatrix.runner import parse_gpu_ids
@@ -26,7 +27,9 @@ def add_parser(subparsers: Any) -> None:
         help="print the cells of the matrix and their expected outcomes",
         description=(
             "Expand matrix.yaml and the scenario files into cells and print them with the "
-            "outcome each scenario's documentation predicts (hit, avoided, unknown)."
+            "outcome each scenario's documentation predicts (hit, avoided, unknown) and a lower "
+            "bound of the GPU memory each engine cell needs; cells it cannot fit are marked "
+            "infeasible and left out of the CI forms."
         ),
     )
     add_selection_arguments(parser)
@@ -140,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
     lane = Lane(args.lane) if args.lane else None
     selector = Selector(args.only, args.skip)
     cells = plan(matrix, scenarios, lane, selector)
+    for problem in memory_problems(cells, str(args.matrix)):
+        print(f"repromatrix: warning: {problem}", file=sys.stderr)
     if args.format == "json":
         text = listing.format_json(cells)
     elif args.format in ("github", "buildkite"):

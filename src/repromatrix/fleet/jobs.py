@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import UsageError
+from repromatrix.matrix.memory import infeasible_reason
 from repromatrix.model import Cell
 from repromatrix.results.store import read_results
 
@@ -110,13 +111,14 @@ def plan_jobs(
     estimate: Estimate | None = None,
     max_jobs: int = MAX_JOBS,
 ) -> list[FleetJob]:
-    """Return jobs covering exactly ``cells``, each within ``budget``, at most ``max_jobs``.
+    """Return jobs covering exactly ``cells`` that can decide, each within ``budget``, at most
+    ``max_jobs``: cells whose memory is infeasible (``memory.infeasible_reason``) get no job.
 
     ``everything`` is the ids of the unselected plan, to tell whole groups from partial ones.
     """
     estimate = estimate or estimator({})
     groups: dict[tuple[str, str, str], list[Cell]] = {}
-    for cell in cells:
+    for cell in (cell for cell in cells if infeasible_reason(cell) is None):
         key = (cell.gpu.runner_label, cell.lane.value, group_prefix(cell.id))
         groups.setdefault(key, []).append(cell)
     whole = _group_sizes(everything)

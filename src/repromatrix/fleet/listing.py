@@ -1,4 +1,5 @@
-"""What ``repromatrix plan`` prints as a table or JSON (the CI forms are in ``ci_jobs``)."""
+"""What ``repromatrix plan`` prints as a table or JSON (the CI forms are in ``ci_jobs``), each
+cell with its memory estimate (``memory``)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,17 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from repromatrix.matrix import memory
 from repromatrix.model import Cell, Lane
 
 TABLE_COLUMNS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant", "level")
 # How the table marks where an effective flag came from (``matrix.effective``).
 SOURCE_MARKS = {"flagset": "f", "include": "i", "scenario": "s", "variant": "v"}
 SOURCE_LEGEND = "flag sources: [f] flag set, [i] include, [s] scenario launch, [v] variant"
+MEMORY_LEGEND = (
+    "memory (GiB): weights+LoRA buffers+KV cache = a lower bound of the need, against what "
+    "vLLM may use (reported x gpu_memory_utilization x GPUs); ? unknown, - a probe"
+)
 
 
 def cell_json(cell: Cell) -> dict[str, Any]:
@@ -46,6 +52,7 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "env": dict(cell.env),
         "deadline_s": cell.deadline_s,
         "interrupt_after_s": cell.interrupt_after_s,
+        "memory": memory.estimate_json(memory.estimate(cell)),
     }
 
 
@@ -66,7 +73,8 @@ def _row(cell: Cell) -> tuple[str, ...]:
     expected = cell.expected.value
     if cell.scenario.baseline and cell.expected_scenario:
         expected += f":{cell.expected_scenario}"  # the crash the baseline's flags trigger
-    return (*parts, cell.level.value, expected, flags_text(cell))
+    needs = memory.table_text(memory.estimate(cell))
+    return (*parts, cell.level.value, expected, needs, flags_text(cell))
 
 
 def flags_text(cell: Cell) -> str:
@@ -85,18 +93,20 @@ def flags_text(cell: Cell) -> str:
 
 
 def format_table(cells: Sequence[Cell]) -> str:
-    """Return an aligned text table of the cells, the flag-source legend and a summary."""
-    header = (*TABLE_COLUMNS, "expected", "flags")
+    """Return an aligned text table of the cells, the flag-source and memory legends and a
+    summary."""
+    header = (*TABLE_COLUMNS, "expected", "memory", "flags")
     rows = [header, *(_row(cell) for cell in cells)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [
         "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
-    return "\n".join([*lines, "", SOURCE_LEGEND, summary(cells)]) + "\n"
+    return "\n".join([*lines, "", SOURCE_LEGEND, MEMORY_LEGEND, summary(cells)]) + "\n"
 
 
 def summary(cells: Sequence[Cell]) -> str:
-    """Return e.g. ``273 cells: 60 hit, 190 avoided, 23 unknown (gpu 249, cpu 24)``."""
+    """Return e.g. ``273 cells: 60 hit, 190 avoided, 23 unknown (gpu 249, cpu 24)``, then
+    the cells planned once for identical ones and the infeasible ones, where there are any."""
     expected = Counter(cell.expected.value for cell in cells)
     lanes = Counter(cell.lane.value for cell in cells)
     counts = ", ".join(f"{expected[name]} {name}" for name in ("hit", "avoided", "unknown"))
@@ -104,4 +114,6 @@ def summary(cells: Sequence[Cell]) -> str:
     noun = "cell" if len(cells) == 1 else "cells"
     twins = sum(len(cell.same_as) for cell in cells)
     once = f"; {twins} identical cells planned once" if twins else ""
-    return f"{len(cells)} {noun}: {counts} ({per_lane}){once}"
+    infeasible = sum(1 for cell in cells if memory.infeasible_reason(cell) is not None)
+    beyond = f"; {infeasible} infeasible (memory)" if infeasible else ""
+    return f"{len(cells)} {noun}: {counts} ({per_lane}){once}{beyond}"

@@ -9,7 +9,8 @@ The derived facts encode the arithmetic the seed documents do by hand:
   E2B: 87382 tokens stay below, 87383 reach it).
 - ``derived.kv_cache_bytes_needed``: KV cache for one request of
   ``max_model_len`` tokens, ``max_model_len * 2 * layers * kv_heads *
-  head_dim * dtype_bytes``, and ``derived.kv_cache_bytes_short``, how far
+  head_dim * dtype_bytes`` (``layers``: those whose KV cache holds every
+  token, ``full_attention_layers``), and ``derived.kv_cache_bytes_short``, how far
   ``kv_cache_memory_bytes`` falls below it (positive: vLLM refuses to start).
 """
 
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from repromatrix.errors import suggest
 from repromatrix.model import (
     DTYPE_BYTES,
     MODEL_SHAPE,
+    MODEL_SIZES,
     NO_CONTAINER_OPTIONS,
     Condition,
     ContainerOptions,
@@ -44,9 +47,24 @@ MODEL_FACTS = (
     "dtype",
     "dtype_bytes",
     *MODEL_SHAPE,
-    "head_dim",
+    "architecture",
+    *MODEL_SIZES,
+    "full_attention_layers",
 )
-GPU_FACTS = ("name", "runner_label", "count", "compute_capability", "memory_gib")
+GPU_FACTS = (
+    "name",
+    "runner_label",
+    "count",
+    "compute_capability",
+    "memory_gib",
+    "usable_memory_mib",
+)
+# Bytes per element of each ``kv_cache_dtype`` whose layout is a K and a V per token and
+# KV head; ``auto`` is the model's dtype. The others (MLA, sub-byte formats) are not
+# estimated. From vLLM 0.32.0's ``CacheDType`` (vllm/config/cache.py).
+KV_CACHE_DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
+    {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
+)
 LAUNCH_FACTS = ("mode", "lora_adapter", "interrupt_after_s", "lora_rank", "model_files")
 CONTAINER_FACTS = ("shm_size", "memory", "port_taken", "image")
 
@@ -117,6 +135,8 @@ def model_fact(model: Model, name: str) -> FlagValue:
         return model.dtype_bytes
     if name == "head_dim":
         return head_dim(model)
+    if name == "full_attention_layers":
+        return full_attention_layers(model)
     value: FlagValue = getattr(model, name)
     return None if value == 0 and not isinstance(value, bool) else value
 
@@ -136,19 +156,32 @@ def launch_fact(launch: Launch, name: str) -> FlagValue:
 
 
 def head_dim(model: Model) -> int | None:
-    """Return hidden_size / num_attention_heads, or ``None`` when either is unknown."""
+    """Return the model's ``head_dim``, else hidden_size / num_attention_heads, or ``None``
+    when neither is known."""
+    if model.head_dim:
+        return model.head_dim
     if model.hidden_size and model.num_attention_heads:
         return model.hidden_size // model.num_attention_heads
     return None
 
 
-def _int_flag(flags: Mapping[str, FlagValue], name: str) -> int | None:
+def full_attention_layers(model: Model) -> int | None:
+    """Return the layers whose KV cache holds every token: the model's figure, else every
+    layer (``None`` when the layers are unknown)."""
+    if model.full_attention_layers is not None:
+        return model.full_attention_layers
+    return model.num_hidden_layers or None
+
+
+def int_flag(flags: Mapping[str, FlagValue], name: str) -> int | None:
+    """Return the flag ``name`` when it is a whole number (not a boolean), else ``None``."""
     value = flags.get(name)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _dtype_bytes(model: Model, flags: Mapping[str, FlagValue], flag: str = "dtype") -> int:
-    value = flags.get(flag)
+def effective_dtype_bytes(model: Model, flags: Mapping[str, FlagValue]) -> int:
+    """Return the bytes per element the engine computes in: ``dtype``'s, else the model's."""
+    value = flags.get("dtype")
     return (
         DTYPE_BYTES[value] if isinstance(value, str) and value in DTYPE_BYTES else model.dtype_bytes
     )
@@ -156,13 +189,13 @@ def _dtype_bytes(model: Model, flags: Mapping[str, FlagValue], flag: str = "dtyp
 
 def max_model_len(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
     """Return the context length the engine is started with (the flag, else the model's)."""
-    return _int_flag(flags, "max_model_len") or model.max_position_embeddings or None
+    return int_flag(flags, "max_model_len") or model.max_position_embeddings or None
 
 
 def num_tokens(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
     """Return the tokens of vLLM's profile run: the step budget, or the whole length without
     chunked prefill (which is on unless ``enable_chunked_prefill`` is false)."""
-    budget = _int_flag(flags, "max_num_batched_tokens")
+    budget = int_flag(flags, "max_num_batched_tokens")
     if flags.get("enable_chunked_prefill") is not False:
         return budget or DEFAULT_MAX_NUM_BATCHED_TOKENS
     length = max_model_len(model, flags)
@@ -174,21 +207,29 @@ def lora_row_offset_bytes(model: Model, flags: Mapping[str, FlagValue]) -> int |
     tokens = num_tokens(model, flags)
     if tokens is None or not model.intermediate_size:
         return None
-    return (tokens - 1) * 2 * model.intermediate_size * _dtype_bytes(model, flags)
+    return (tokens - 1) * 2 * model.intermediate_size * effective_dtype_bytes(model, flags)
+
+
+def kv_cache_dtype_bytes(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
+    """Return the bytes of one KV cache element (``None`` for a layout not estimated)."""
+    value = flags.get("kv_cache_dtype")
+    if value is None or value == "auto":
+        return effective_dtype_bytes(model, flags)
+    return KV_CACHE_DTYPE_BYTES.get(str(value))
 
 
 def kv_cache_bytes_needed(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
     """Return the KV cache bytes one request of ``max_model_len`` tokens needs."""
-    length, dim = max_model_len(model, flags), head_dim(model)
-    if not (length and dim and model.num_hidden_layers and model.num_key_value_heads):
+    length, dim, layers = max_model_len(model, flags), head_dim(model), full_attention_layers(model)
+    dtype = kv_cache_dtype_bytes(model, flags)
+    if not (length and dim and model.num_key_value_heads and dtype) or layers is None:
         return None
-    dtype = _dtype_bytes(model, flags, "kv_cache_dtype")
-    return length * 2 * model.num_hidden_layers * model.num_key_value_heads * dim * dtype
+    return length * 2 * layers * model.num_key_value_heads * dim * dtype
 
 
 def kv_cache_bytes_short(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
     """Return needed minus ``kv_cache_memory_bytes`` (``None`` when no fixed budget is set)."""
-    needed, budget = kv_cache_bytes_needed(model, flags), _int_flag(flags, "kv_cache_memory_bytes")
+    needed, budget = kv_cache_bytes_needed(model, flags), int_flag(flags, "kv_cache_memory_bytes")
     return None if needed is None or budget is None else needed - budget
 
 

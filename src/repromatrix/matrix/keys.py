@@ -18,6 +18,7 @@ from repromatrix.model import (
     DTYPE_BYTES,
     MODEL_FILES,
     MODEL_SHAPE,
+    MODEL_SIZES,
     Lane,
     LaunchMode,
     Level,
@@ -35,6 +36,15 @@ VARIANT_KINDS = ("workaround", "control")
 # Image variants a scenario can ask for (``build.render`` knows how to make each one).
 IMAGE_VARIANTS = ("no-libnuma",)
 MODEL_INTS = MODEL_SHAPE
+USABLE_DOC = "memory per GPU as the driver reports it (nvidia-smi memory.total, MiB)"
+# What each of the memory estimate's facts is (``matrix.memory``), for the docs and schema.
+SIZE_DOCS = {
+    "head_dim": "config.json head_dim, where it is not hidden_size / num_attention_heads",
+    "num_parameters": "parameters of the checkpoint (its safetensors metadata total)",
+    "num_experts": "MoE: routed experts per layer (num_experts, num_local_experts)",
+    "moe_intermediate_size": "MoE: each expert's intermediate size",
+    "moe_layers": "MoE: layers with experts (default: every layer)",
+}
 PULL_POLICIES = tuple(policy.value for policy in PullPolicy)
 MODEL_FILES_CHOICES = tuple(MODEL_FILES)
 FILES_DOC = (
@@ -122,6 +132,9 @@ def _gpu(lane: Lane) -> Section:
         if lane is Lane.GPU
         else Key("count", "zero", "the CPU lane has no accelerators: 0")
     )
+    usable = (
+        (Key("usable_memory_mib", "integer", USABLE_DOC, minimum=1),) if lane is Lane.GPU else ()
+    )
     return Section(
         f"gpu_{lane.value}",
         "one GPU kind and the runner label of the machines that have it",
@@ -130,6 +143,7 @@ def _gpu(lane: Lane) -> Section:
             count,
             Key("compute_capability", "capability", "e.g. 9.0 or 12.0"),
             Key("memory_gib", "integer", "memory per GPU", minimum=0),
+            *usable,
         ),
     )
 
@@ -200,6 +214,14 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
             Key("multimodal", "boolean", "takes images"),
             Key("dtype", "choice", "weight dtype", choices=tuple(sorted(DTYPE_BYTES))),
             *(Key(name, "integer", f"config.json {name}", minimum=1) for name in MODEL_INTS),
+            Key("architecture", "text", "config.json architectures[0] (Qwen3MoeForCausalLM)"),
+            *(Key(name, "integer", SIZE_DOCS[name], minimum=1) for name in MODEL_SIZES),
+            Key(
+                "full_attention_layers",
+                "integer",
+                "layers whose KV cache holds every token (default: every layer)",
+                minimum=0,
+            ),
         ),
     ),
     Section(

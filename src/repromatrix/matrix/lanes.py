@@ -248,7 +248,10 @@ def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:
     memory = 0
     if (node := body.get("memory_gib")) is not None:
         memory = reader.integer(node, "`memory_gib`", minimum=0) or 0
-    return Gpu(entry.key, lane, runner, count, capability, memory)
+    usable = 0
+    if (node := body.get("usable_memory_mib")) is not None:
+        usable = reader.integer(node, "`usable_memory_mib`", minimum=1) or 0
+    return Gpu(entry.key, lane, runner, count, capability, memory, usable, entry.where.line)
 
 
 def _capability(node: YNode, reader: Reader) -> str | None:

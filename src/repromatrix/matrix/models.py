@@ -24,16 +24,9 @@ from pathlib import Path
 from repromatrix.grammars import check_model_source
 from repromatrix.matrix.keys import section
 from repromatrix.matrix.yamlsrc import Location, Reader, YEntry, YMap, YNode
-from repromatrix.model import DTYPE_BYTES, Adapter, Lane, Model
+from repromatrix.model import DTYPE_BYTES, MODEL_SHAPE, MODEL_SIZES, Adapter, Lane, Model
 
-MODEL_INTS = (
-    "intermediate_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "max_position_embeddings",
-)
+MODEL_INTS = (*MODEL_SHAPE, *MODEL_SIZES)
 # An HF repo id: ``name`` or ``org/name``.
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[A-Za-z0-9][\w.-]*)?")
 
@@ -45,14 +38,12 @@ def read_model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
     if body is None:
         return None
     reader.keys(body, section("model").names, what)
-    facts: dict[str, int] = {}
-    for key in MODEL_INTS:
-        if (node := body.get(key)) is not None:
-            value = reader.integer(node, f"`{key}`", minimum=1)
-            if value is not None:
-                facts[key] = value
+    facts = _integers(body, reader)
     dtype = _dtype(body, reader)
     _check_heads(body, facts, reader)
+    full_attention = _full_attention_layers(body, facts, reader)
+    node = body.get("architecture")
+    architecture = reader.text(node, "`architecture`") if node is not None else None
     source, path = _weights(lane, entry.key, body, reader)
     adapters = _adapters(lane, body.get("adapters"), reader)
     moe, multimodal = _bool(body, "moe", reader), _bool(body, "multimodal", reader)
@@ -67,8 +58,35 @@ def read_model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
         path=path,
         adapters=adapters,
         path_line=line,
+        full_attention_layers=full_attention,
+        architecture=architecture,
+        line=entry.where.line,
         **facts,
     )
+
+
+def _integers(body: YMap, reader: Reader) -> dict[str, int]:
+    """The model's sizes that are given (each at least 1)."""
+    facts: dict[str, int] = {}
+    for key in MODEL_INTS:
+        if (node := body.get(key)) is not None:
+            value = reader.integer(node, f"`{key}`", minimum=1)
+            if value is not None:
+                facts[key] = value
+    return facts
+
+
+def _full_attention_layers(body: YMap, facts: dict[str, int], reader: Reader) -> int | None:
+    """The layers with a whole KV cache (0 is an answer here, not unknown); ``moe_layers`` and
+    these are each at most ``num_hidden_layers``."""
+    node = body.get("full_attention_layers")
+    value = reader.integer(node, "`full_attention_layers`", minimum=0) if node is not None else None
+    layers = facts.get("num_hidden_layers")
+    for key, some in (("moe_layers", facts.get("moe_layers")), ("full_attention_layers", value)):
+        if layers and some is not None and some > layers:
+            message = f"{key} {some} is more than num_hidden_layers {layers}"
+            reader.error(_where(body, key), message)
+    return value
 
 
 def _dtype(body: YMap, reader: Reader) -> str:
@@ -163,7 +181,7 @@ def _where(body: YMap, key: str) -> Location:
 
 def _check_heads(body: YMap, facts: dict[str, int], reader: Reader) -> None:
     hidden, heads = facts.get("hidden_size"), facts.get("num_attention_heads")
-    if hidden and heads and hidden % heads:
+    if hidden and heads and hidden % heads and not facts.get("head_dim"):
         reader.error(
             body.where, f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}"
         )

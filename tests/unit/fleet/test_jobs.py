@@ -117,9 +117,13 @@ def test_the_default_matrix_fits_six_hour_jobs_as_ci_runs_it(
     for index, job in enumerate(jobs):
         job["index"] = index
         job["ran"] = shard_cells(workflow, job, tmp_path)
-    cells = planned(ROOT / "matrix.yaml")
+    everything = planned(ROOT / "matrix.yaml")
+    # Cells that cannot fit their GPUs' memory get no job (seed 000's rank-320 cells on an
+    # 80 GB H100); every other cell is in exactly one.
+    cells = [cell for cell in everything if (cell["memory"] or {}).get("fit") != "infeasible"]
+    assert len(cells) < len(everything)
     check_jobs(cells, jobs, int(workflow["env"]["JOB_MINUTES"]))
-    # The h100 runner has 16 cells of 30 minutes per image: two jobs each, one image per job.
+    # The h100 runner has 14 cells of 30 minutes per image: two jobs each, one image per job.
     h100 = [job for job in jobs if job["runner"] == "gpu-h100"]
     assert len(h100) == 2 * len({cell["image"] for cell in cells if cell["gpu"] == "h100"})
     assert "longest job estimated at" in (tmp_path / "summary").read_text()

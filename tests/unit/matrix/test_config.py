@@ -145,6 +145,39 @@ def test_bad_values_each_with_a_position(tmp_path: Path) -> None:
     ]
 
 
+def test_memory_facts_are_read_and_checked(tmp_path: Path) -> None:
+    text = GPU_LANE.replace("memory_gib: 80}", "memory_gib: 80, usable_memory_mib: 81559}").replace(
+        "moe: {source: org/moe, moe: true}",
+        "moe: {source: org/moe, moe: true, hidden_size: 2048, num_attention_heads: 30,\n"
+        "            architecture: Qwen3MoeForCausalLM,\n"
+        "            head_dim: 128, num_parameters: 30532122624, num_experts: 128,\n"
+        "            moe_intermediate_size: 768, num_hidden_layers: 48, moe_layers: 45,\n"
+        "            full_attention_layers: 0}",
+    )
+    gpu = load_matrix(write(tmp_path, "matrix.yaml", text)).lanes[Lane.GPU]
+    h100 = next(g for g in gpu.gpus if g.name == "h100")
+    moe = next(m for m in gpu.models if m.name == "moe")
+    assert h100.usable_memory_mib == 81559 and h100.line == int(at(text, "h100:").split(":")[0])
+    assert (moe.head_dim, moe.num_parameters, moe.num_experts) == (128, 30532122624, 128)
+    assert moe.architecture == "Qwen3MoeForCausalLM"
+    assert (moe.moe_intermediate_size, moe.moe_layers, moe.full_attention_layers) == (768, 45, 0)
+    assert moe.line == int(at(text, "moe:").split(":")[0])  # 2048 / 30: head_dim is given
+    too_many = text.replace("moe_layers: 45", "moe_layers: 49").replace(
+        "full_attention_layers: 0", "full_attention_layers: 50"
+    )
+    assert errors(tmp_path, too_many) == [
+        f"{at(too_many, '49')}: moe_layers 49 is more than num_hidden_layers 48",
+        f"{at(too_many, '50}')}: full_attention_layers 50 is more than num_hidden_layers 48",
+    ]
+    cpu = "lanes:\n  cpu:\n    images: ['0.32.0']\n    gpus: {cpu: {runner: u, count: 0, "
+    cpu += "usable_memory_mib: 1}}\n    models: {t: {source: tiny-llama, num_experts: 0}}\n"
+    assert errors(tmp_path, cpu) == [
+        f"{at(cpu, 'usable_memory_mib')}: unknown key `usable_memory_mib` in GPU `cpu`. "
+        "Perhaps you meant `memory_gib`?",  # the CPU lane's memory is the host's
+        f"{at(cpu, '0}}')}: `num_experts` must be at least 1, not 0",
+    ]
+
+
 def test_unknown_lane_and_empty_lanes(tmp_path: Path) -> None:
     assert errors(tmp_path, "lanes: {tpu: {}}\n") == [
         "1:9: unknown lane `tpu`: use `cpu` or `gpu`. Perhaps you meant `gpu`?",

@@ -172,7 +172,9 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
         "launch.*, container.* or derived.*. Perhaps you meant `flags`?",
         f"{at(text, 'model.moee')}: unknown fact `model.moee` (model.* has: name, source, moe, "
         "multimodal, dtype, dtype_bytes, intermediate_size, hidden_size, num_hidden_layers, "
-        "num_attention_heads, num_key_value_heads, max_position_embeddings, head_dim). "
+        "num_attention_heads, num_key_value_heads, max_position_embeddings, architecture, "
+        "head_dim, num_parameters, num_experts, moe_intermediate_size, moe_layers, "
+        "full_attention_layers). "
         "Perhaps you meant `moe`?",
         f"{at(text, 'gtt')}: unknown comparison `gtt`: use eq, ne, gt, ge, lt, le, in. "
         "Perhaps you meant `gt`?",
