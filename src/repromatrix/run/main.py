@@ -33,6 +33,7 @@ from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
+from repromatrix.matrix.memory import infeasible_reason, memory_problems
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_local
 from repromatrix.model import Cell, Image, Lane
@@ -82,6 +83,7 @@ class RunOptions:
     jobs: int | None = None  # --jobs: cells at once at most (None: as the runner's resources allow)
     image_jobs: int = 2  # --image-jobs: image builds and pulls at once, beside the cells
     durations_from: Path | None = None  # an earlier run whose cells' durations guide the packing
+    run_infeasible: bool = False  # run cells whose memory estimate rules them out, anyway
 
     @property
     def models_root(self) -> Path:
@@ -107,6 +109,7 @@ class RunSummary:
     todo: tuple[Cell, ...]
     outcomes: Mapping[str, int] = field(default_factory=dict)  # outcome -> cells (a real run)
     images: Mapping[str, ImageReady] = field(default_factory=dict)  # image key -> made (prepare)
+    infeasible: int = 0  # of the skipped cells, those too big for their GPU's memory
 
 
 def execute_run(
@@ -128,7 +131,9 @@ def execute_run(
         runner = detect_runner(options.gpus, rehearse=options.rehearse)
         kind = kinds.choose(options.backend)
         setup = backend_setup(options, run, runner, progress.note)
-        skips = skip_reasons(kind, run.todo, runner)
+        infeasible = {} if options.run_infeasible else infeasible_reasons(run.todo)
+        # An infeasible cell could not decide on any runner: that reason wins over this one's.
+        skips = {**skip_reasons(kind, run.todo, runner), **infeasible}
         if options.mode is Mode.DRY_RUN:
             print_calls(kind, setup, run.todo, runner)
             return RunSummary(run.folder, run.todo)
@@ -163,7 +168,7 @@ def execute_run(
                 )
             write_reports(run.folder.path)
             progress.note(f"reports written to {run.folder.path}/")
-    return RunSummary(run.folder, run.todo, outcomes=counts)
+    return RunSummary(run.folder, run.todo, outcomes=counts, infeasible=len(infeasible))
 
 
 def plan_run(
@@ -176,6 +181,8 @@ def plan_run(
         cells = plan(matrix, scenarios, options.lane, Selector(options.only, options.skip))
     else:
         matrix, cells = planned[0], tuple(planned[1])
+    for problem in memory_problems(cells, str(matrix.file)):
+        print(f"repromatrix: warning: {problem}", file=sys.stderr)
     folder = resolve_folder(options.results, options.run_id, options.resume)
     todo = pending(cells, folder.path, options.resume)
     progress.total = len(todo)
@@ -222,6 +229,11 @@ def skip_reasons(kind: BackendKind, cells: Sequence[Cell], runner: Runner) -> di
     return {
         cell.id: reason for cell in cells if (reason := kind.skip_reason(cell, runner)) is not None
     }
+
+
+def infeasible_reasons(cells: Sequence[Cell]) -> dict[str, str]:
+    """Why each of ``cells`` whose memory estimate exceeds its GPUs' budget cannot decide."""
+    return {cell.id: reason for cell in cells if (reason := infeasible_reason(cell)) is not None}
 
 
 def print_calls(

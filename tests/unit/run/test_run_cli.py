@@ -150,3 +150,20 @@ def test_a_gpu_shard_on_a_host_that_cannot_run_it_fails_instead_of_going_green(t
     assert all(r.outcome is Outcome.SKIPPED for r in found)
     planned, _ = results.read_plan(tmp_path / "gpu-shard")
     assert planned == {r.id for r in found}
+
+
+def test_an_infeasible_cell_is_skipped_with_its_numbers_and_never_makes_only_exit_3(
+    tmp_path: Path,
+):
+    # Seed 000's rank-320 trigger on one 80 GB H100: its memory estimate rules it out.
+    only = "gpu/v0.31.0/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger"
+    args = ("run", "--lane", "gpu", "--only", only, "--backend", "local")
+    done = repromatrix(*args, "--results", str(tmp_path / "r"), "--run-id", "mem")
+    assert done.returncode == 0, done.stderr
+    [result] = results.read_results(tmp_path / "r" / "mem")[0]
+    assert result.outcome is Outcome.SKIPPED
+    assert result.reason.startswith("infeasible: needs at least 88.2 GiB of GPU memory")
+    # Run anyway, it is a cell this host cannot run (no GPU): that is exit 3 again.
+    anyway = repromatrix(*args, "--results", str(tmp_path / "r"), "--run-infeasible")
+    assert anyway.returncode == 3, anyway.stderr
+    assert "cannot run on this host" in anyway.stderr
