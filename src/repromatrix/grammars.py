@@ -49,6 +49,8 @@ _CATEGORIES = {
     _sre_constants.CATEGORY_SPACE: r"\s",
     _sre_constants.CATEGORY_NOT_SPACE: r"\S",
 }
+# A run id: a folder name under --results and a part of every site page's path.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _URL_TEXT = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%-]+")
 
 
@@ -132,6 +134,13 @@ def check_mirror(value: str) -> str | None:
     if ".." in parts.path.split("/"):
         return "it holds a `..` path segment"
     return None
+
+
+def check_run_id(value: str) -> str | None:
+    """A run id (``20260101-120000``): letters, digits, ``.``, ``_`` and ``-``, 64 at most."""
+    if RUN_ID.fullmatch(value):
+        return None
+    return "use letters, digits, `.`, `_` and `-` (64 at most, not starting with `.`, `_`, `-`)"
 
 
 def unsafe_regex(pattern: str) -> str | None:

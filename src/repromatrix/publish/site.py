@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import UsageError
+from repromatrix.files import inside
 from repromatrix.publish.history import (
     HISTORY_FILE,
     History,
@@ -151,7 +152,7 @@ class _Site:
             moves=list(Move),
             **values,
         )
-        atomic_write(self.out / page, html.encode("utf-8"))
+        atomic_write(inside(self.out, self.out / page), html.encode("utf-8"))
 
     def index(self, run: Run, findings: Findings) -> None:
         """The front page: the newest run's upgrade view, evidence and heat map."""

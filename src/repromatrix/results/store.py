@@ -25,13 +25,15 @@ import json
 import os
 import socket
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from repromatrix.errors import UsageError
+from repromatrix.files import LeadsOut, inside, replace_file
+from repromatrix.grammars import check_run_id
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.schema import (
     SCHEMA_VERSION,
@@ -67,6 +69,7 @@ __all__ = [
     "read_plan",
     "read_results",
     "read_run",
+    "run_folder",
     "unfinished_cells",
     "write_merge_record",
     "write_plan",
@@ -90,44 +93,27 @@ def cell_dir(run_dir: Path, cell_id: str) -> Path:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one.
+    """Write ``data`` to ``path`` with ``files.replace_file`` (whole or not at all, links replaced).
 
-    The bytes go to a new file (``mkstemp`` creates it exclusively) that is then
-    renamed over ``path``: a link already at ``path`` is replaced, not followed.
-    Every file of a run folder (results, logs, plan, reports) is written here, so
-    this is where the secret values of this process's environment are redacted
-    once more, whatever slipped past the stream.
+    Every file of a run folder (results, logs, plan, reports) and of a site is
+    written here, so this is where the secret values of this process's
+    environment are redacted once more, whatever slipped past the stream.
     """
-    data = redact(data, secrets_from(os.environ))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_file(path, redact(data, secrets_from(os.environ)))
 
 
-def _confined(run_dir: Path, path: Path) -> Path:
-    """``path``, once its folder exists inside ``run_dir`` after resolving links (else ValueError).
-
-    The check runs before any folder is made, so a planted link to elsewhere is
-    never written through, not even by ``mkdir``.
-    """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    root = run_dir.resolve()
-    existing = path.parent
-    while not existing.exists() and existing != run_dir:
-        existing = existing.parent
-    for folder in (existing, path.parent):
-        if not folder.resolve().is_relative_to(root):
-            raise ValueError(f"{path} leads out of {run_dir}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+def run_folder(results: Path, run_id: str) -> Path:
+    """The folder of run ``run_id`` under ``results`` (itself resolved first, as clusters
+    often reach it through a link); ``UsageError`` for an id outside the grammar or a
+    run folder that is a link, which would take the whole run elsewhere."""
+    if (why := check_run_id(run_id)) is not None:
+        raise UsageError(f"run id {run_id!r} is refused: {why}")
+    folder = results.resolve() / run_id
+    if folder.is_symlink():
+        raise LeadsOut(
+            f"{folder} is a symbolic link: a run folder is a folder of its own under {results}"
+        )
+    return folder
 
 
 def now_iso() -> str:
@@ -149,9 +135,9 @@ def write_result(run_dir: Path, result: CellResult, log: bytes) -> Path:
     )
     folder = cell_dir(run_dir, stamped.id)
     body = json.dumps(stamped.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-    atomic_write(_confined(run_dir, folder / LOG_FILE), log)
+    atomic_write(inside(run_dir, folder / LOG_FILE), log)
     try:
-        atomic_write(_confined(run_dir, folder / RESULT_FILE), body)
+        atomic_write(inside(run_dir, folder / RESULT_FILE), body)
     except BaseException:
         (folder / LOG_FILE).unlink(missing_ok=True)
         raise
@@ -168,16 +154,14 @@ def write_plan(run_dir: Path, cell_ids: Iterable[str], matrix: str | None = None
     body: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "cells": ids}
     if matrix is not None:
         body["matrix"] = matrix
-    atomic_write(
-        _confined(run_dir, run_dir / PLAN_FILE), json.dumps(body, indent=1).encode() + b"\n"
-    )
+    atomic_write(inside(run_dir, run_dir / PLAN_FILE), json.dumps(body, indent=1).encode() + b"\n")
 
 
 def write_merge_record(run_dir: Path, document: dict[str, Any]) -> None:
     """Write merge.json (``merge`` decides what goes in it)."""
     body = {"schema_version": SCHEMA_VERSION, **document}
     data = json.dumps(body, indent=1, ensure_ascii=False).encode() + b"\n"
-    atomic_write(_confined(run_dir, run_dir / MERGE_FILE), data)
+    atomic_write(inside(run_dir, run_dir / MERGE_FILE), data)
 
 
 class _Unreadable(Exception):
@@ -399,5 +383,5 @@ def copy_cell(source_run: Path, out: Path, cell_id: str) -> list[str]:
         except _Unreadable as exc:
             left_out.append(f"{name}: {exc}")
             continue
-        atomic_write(_confined(out, cell_dir(out, cell_id) / name), data)
+        atomic_write(inside(out, cell_dir(out, cell_id) / name), data)
     return left_out

@@ -14,7 +14,6 @@ nothing the run started is left behind.
 
 from __future__ import annotations
 
-import re
 import signal
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
@@ -28,6 +27,7 @@ from repromatrix.backends import registry
 from repromatrix.backends.base import Backend, BackendKind, Host, Setup
 from repromatrix.build.wheelhouse import CACHE_ROOT
 from repromatrix.errors import ConfigError, UsageError
+from repromatrix.grammars import RUN_ID
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
@@ -45,8 +45,6 @@ from repromatrix.run.host import detect_host
 from repromatrix.run.host_resources import HostResources
 from repromatrix.run.image_jobs import ImageJobs
 from repromatrix.run.progress import Progress
-
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
 @dataclass(frozen=True)
@@ -133,9 +131,7 @@ def resolve_run_dir(options: RunOptions) -> tuple[str, Path]:
             raise UsageError(f"--resume: no earlier run under {options.results}/ to continue")
         run_id = latest.name
     run_id = run_id or new_run_id()
-    if not RUN_ID.match(run_id):
-        raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (64 at most)")
-    return run_id, options.results / run_id
+    return run_id, store.run_folder(options.results, run_id)
 
 
 def pending(cells: tuple[Cell, ...], run_dir: Path, resume: bool) -> tuple[Cell, ...]:
@@ -295,7 +291,7 @@ def measured_s(
 def latest_run(results: Path, besides: Path | None = None) -> Path | None:
     """The run folder under ``results`` whose id sorts last (run ids are UTC times), other
     than ``besides``; None when there is none."""
-    runs = sorted(p.name for p in results.glob("*/") if RUN_ID.match(p.name) and p != besides)
+    runs = sorted(p.name for p in results.glob("*/") if RUN_ID.fullmatch(p.name) and p != besides)
     return results / runs[-1] if runs else None
 
 
