@@ -1,4 +1,4 @@
-"""The grammar of every value from a user file that reaches a Dockerfile or a command line.
+"""The grammar of every value from a user file that reaches a Dockerfile, a command line or a path.
 
 A package name, an image reference, a Debian suite, a mirror URL or a Debian
 package name goes into a rendered Dockerfile or into the argv of debootstrap
@@ -6,6 +6,10 @@ package name goes into a rendered Dockerfile or into the argv of debootstrap
 loads, so it can never carry a line break (a new Dockerfile instruction), start
 with ``-`` (an option) or hold a ``..`` path segment (a path outside the cache).
 The check functions return ``None`` for a good value and the reason otherwise.
+
+Identifiers read back from data (a run id in a result or a history, a page a
+history links to) are checked here too, at read time, by the grammar they were
+made with: a run id becomes part of a path, a page becomes a link on the site.
 
 ``unsafe_regex`` refuses a regular expression that can backtrack
 catastrophically (a repeat inside a repeat, as in ``(a+)+``), so a catalogue
@@ -51,6 +55,10 @@ _CATEGORIES = {
 }
 # A run id: a folder name under --results and a part of every site page's path.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# A page of a published site, relative to its root (``cells/<run>/<cell>.html``): no scheme,
+# no leading `/`, no `.` or `..` segment, nothing a browser reads as more than a path.
+_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._~@-]*"
+SITE_PAGE = re.compile(rf"(?:{_SEGMENT}/)*{_SEGMENT}\.html")
 _URL_TEXT = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%-]+")
 
 
@@ -141,6 +149,13 @@ def check_run_id(value: str) -> str | None:
     if RUN_ID.fullmatch(value):
         return None
     return "use letters, digits, `.`, `_` and `-` (64 at most, not starting with `.`, `_`, `-`)"
+
+
+def check_site_page(value: str) -> str | None:
+    """A page of a published site as a link to it: a relative path like ``cells/<run>/x.html``."""
+    if SITE_PAGE.fullmatch(value) and len(value) <= 4 * MAX_NAME:
+        return None
+    return "it is not a page of the site (a relative path like cells/<run>/<cell>.html)"
 
 
 def unsafe_regex(pattern: str) -> str | None:

@@ -2,8 +2,9 @@
 
 A ``result.json`` comes from another machine, another version, or a disk
 that filled up, so nothing in it is trusted: ``parse_result`` checks every
-field's type, the cell id by the same grammar the planner uses, and that the
-id agrees with the fields it is made of. A file that does not fit raises one
+field's type, every identifier by the same grammar as when it was made (the
+cell id by the planner's, the run id by the run's), and that the id agrees
+with the fields it is made of. A file that does not fit raises one
 ``ResultProblem`` whose message names every field that is wrong.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+from repromatrix.grammars import check_run_id
 from repromatrix.matrix.config import ID_PARTS
 from repromatrix.matrix.expand import cell_id
 from repromatrix.matrix.yamlsrc import NAME_PATTERN
@@ -245,6 +247,13 @@ def _time(value: object) -> str:
     return text
 
 
+def _run_id(value: object) -> str:
+    text = _text(value)
+    if text and (why := check_run_id(text)) is not None:
+        raise ValueError(f"{text[:80]!r} is not a run id ({why})")
+    return text
+
+
 def _member(enum: Callable[[str], Any]) -> Callable[[object], Any]:
     def check(value: object) -> Any:
         try:
@@ -319,7 +328,7 @@ _CHECKS: dict[str, Callable[[object], Any]] = {
     "exit_code": _exit_code,
     "oom_killed": _flag,
     "timings": _timings,
-    "run_id": _text,
+    "run_id": _run_id,
     "started_at": _time,
     "finished_at": _time,
     "host": _text,

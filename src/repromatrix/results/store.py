@@ -58,6 +58,7 @@ __all__ = [
     "RootCause",
     "RunFolder",
     "Timings",
+    "Unreadable",
     "atomic_write",
     "cell_dir",
     "copy_cell",
@@ -164,32 +165,32 @@ def write_merge_record(run_dir: Path, document: dict[str, Any]) -> None:
     atomic_write(inside(run_dir, run_dir / MERGE_FILE), data)
 
 
-class _Unreadable(Exception):
+class Unreadable(Exception):
     """A file of the run that is not read, and the sentence saying why."""
 
 
 def read_file(path: Path, limit: int = _MAX_JSON_BYTES) -> bytes:
-    """Read a regular file without following a link at ``path`` (raises ``_Unreadable``)."""
+    """Read a regular file without following a link at ``path`` (raises ``Unreadable``)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             message = "a symbolic link: files of a run are read only from the run itself"
-            raise _Unreadable(message) from exc
-        raise _Unreadable(f"unreadable: {exc.strerror or exc}") from exc
+            raise Unreadable(message) from exc
+        raise Unreadable(f"unreadable: {exc.strerror or exc}") from exc
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
         os.close(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise _Unreadable(f"not a regular file ({_file_kind(info.st_mode)})")
-        raise _Unreadable(f"{info.st_size} bytes, more than the {limit} it may have")
+            raise Unreadable(f"not a regular file ({_file_kind(info.st_mode)})")
+        raise Unreadable(f"{info.st_size} bytes, more than the {limit} it may have")
     with os.fdopen(fd, "rb") as handle:
         try:
             data = handle.read(min(info.st_size, limit) + 1)
         except OSError as exc:
-            raise _Unreadable(f"unreadable: {exc.strerror or exc}") from exc
+            raise Unreadable(f"unreadable: {exc.strerror or exc}") from exc
     if len(data) > limit:
-        raise _Unreadable(f"grew past the {limit} bytes a file of the run may have")
+        raise Unreadable(f"grew past the {limit} bytes a file of the run may have")
     return data
 
 
@@ -229,7 +230,7 @@ def read_results(run_dir: Path) -> tuple[list[CellResult], list[RunProblem]]:
         except ResultProblem as exc:
             problems.append(RunProblem(exc.kind, where, str(exc)))
             continue
-        except _Unreadable as exc:
+        except Unreadable as exc:
             problems.append(RunProblem(ProblemKind.CORRUPT, where, str(exc)))
             continue
         if cell_dir(run_dir, result.id) != path.parent:
@@ -349,7 +350,7 @@ def _read_json(run_dir: Path, name: str) -> tuple[dict[str, Any] | None, list[Ru
         return None, []
     try:
         document = whole_text(json.loads(read_file(path)))
-    except _Unreadable as exc:
+    except Unreadable as exc:
         return None, [RunProblem(ProblemKind.CORRUPT, name, str(exc))]
     except (ValueError, RecursionError) as exc:
         return None, [RunProblem(ProblemKind.CORRUPT, name, f"not valid JSON ({exc})")]
@@ -380,7 +381,7 @@ def copy_cell(source_run: Path, out: Path, cell_id: str) -> list[str]:
         source = cell_dir(source_run, cell_id) / name
         try:
             data = read_file(source, limit=_MAX_LOG_BYTES)
-        except _Unreadable as exc:
+        except Unreadable as exc:
             left_out.append(f"{name}: {exc}")
             continue
         atomic_write(inside(out, cell_dir(out, cell_id) / name), data)
