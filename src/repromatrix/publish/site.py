@@ -37,9 +37,10 @@ from repromatrix.reports.heatmap import heat_maps
 from repromatrix.reports.html import environment
 from repromatrix.reports.move import MOVE_TITLES, Move
 from repromatrix.reports.upgrade import SAFETY_LABELS, TRIGGER, Configuration
-from repromatrix.reports.write import EXCERPT_LIMITS, load_excerpts
+from repromatrix.reports.write import EXCERPT_LIMITS, load_excerpts, write_page
 from repromatrix.results.store import atomic_write, read_run
 from repromatrix.results.verdicts import Judged, judge_all
+from repromatrix.visible import escape_json
 
 EXCERPT_BUDGET = 64 * 1024 * 1024
 
@@ -167,7 +168,8 @@ def _write_site(runs: Sequence[Run], out: Path, options: ReportOptions) -> int:
 def _json(document: Mapping[str, Any]) -> bytes:
     import json  # noqa: PLC0415
 
-    return (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode()
+    text = json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False)
+    return (escape_json(text) + "\n").encode()
 
 
 def _href(prefix: str) -> Callable[[str, str], str]:
@@ -192,7 +194,7 @@ class _Site:
             moves=list(Move),
             **values,
         )
-        atomic_write(inside(self.out, self.out / page), html.encode("utf-8"))
+        write_page(inside(self.out, self.out / page), html)
 
     def index(self, run: Run, findings: Findings) -> None:
         """The front page: the newest run's upgrade view, evidence and heat map."""
