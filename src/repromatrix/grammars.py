@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from repromatrix.secret_env import SECRET_ENV
+
 # PEP 508 distribution name.
 PACKAGE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 # The OCI distribution reference grammar (github.com/distribution/reference).
@@ -53,6 +55,10 @@ _CATEGORIES = {
     _sre_constants.CATEGORY_SPACE: r"\s",
     _sre_constants.CATEGORY_NOT_SPACE: r"\S",
 }
+# A CI runner label: a GitHub Actions runner label, a Buildkite agent queue.
+RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# An environment variable name a scenario may set (the secrets come from the host only).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A run id: a folder name under --results and a part of every site page's path.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # A page of a published site, relative to its root (``cells/<run>/<cell>.html``): no scheme,
@@ -142,6 +148,45 @@ def check_mirror(value: str) -> str | None:
     if ".." in parts.path.split("/"):
         return "it holds a `..` path segment"
     return None
+
+
+def check_runner_label(value: str) -> str | None:
+    """A runner label (``gpu-h100``): letters, digits, ``.``, ``_``, ``-``; never a variable,
+    an expression or a list for the CI system that reads it."""
+    if RUNNER_LABEL.fullmatch(value):
+        return None
+    return "a runner label is letters, digits, `.`, `_` and `-` (100 at most), like gpu-h100"
+
+
+def check_env_name(value: str) -> str | None:
+    """A variable name a scenario may set: a shell name that is not one of the secrets."""
+    if not ENV_NAME.fullmatch(value):
+        return "it is not a variable name (letters, digits and `_`, not starting with a digit)"
+    if value.upper() in SECRET_ENV:
+        return "it is a secret: it comes from the host at run time, never from a file"
+    return None
+
+
+def check_host_path(value: str) -> str | None:
+    """A path on the runner (a cache to mount): no line break or control character."""
+    if any(not ch.isprintable() for ch in value):
+        return "it holds a line break, a tab or a control character"
+    return None
+
+
+def check_pipeline_text(value: str) -> str | None:
+    """A value written into a generated CI pipeline (a path, a package, a tag): one line, and
+    no ``\\$``, which Buildkite reads as an escaped ``$`` (so no doubling could keep it)."""
+    if any(not ch.isprintable() for ch in value):
+        return "it holds a line break or a control character"
+    if "\\$" in value:
+        return "it holds `\\$`, which Buildkite reads as an escape"
+    return None
+
+
+def buildkite_literal(text: str) -> str:
+    """``text`` as Buildkite's upload-time interpolation leaves it: every ``$`` doubled."""
+    return text.replace("$", "$$")
 
 
 def check_run_id(value: str) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 from repromatrix.backends.docker_calls import container_adapter_path, container_model_path
 from repromatrix.build.tinymodel import tiny_model_for
 from repromatrix.errors import ConfigError, Problem
+from repromatrix.grammars import ENV_NAME
 from repromatrix.harness import harness
 from repromatrix.model import Cell, FlagValue, Lane, LaunchMode, Level
 from repromatrix.secret_env import SECRET_ENV
@@ -30,7 +31,6 @@ PROMPT = "The capital of France is"
 MAX_TOKENS = 8
 REQUEST_TIMEOUT_S = 300.0
 FLAG_NAME = re.compile(r"[a-z0-9_]+\Z")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PROBE_PROGRAM = re.compile(r"[a-z0-9_]+\.py\Z")
 LORA_MODULES = "lora_modules"
 # Boolean options vLLM's server declares ``store_true`` (no ``--no-`` form; false is their
@@ -133,7 +133,7 @@ def spec_env(cell: Cell) -> dict[str, str]:
             problems.append(
                 f"env {name} is a secret: it is passed from the host at run time, never in a spec"
             )
-        elif not ENV_NAME.match(name):
+        elif not ENV_NAME.fullmatch(name):
             problems.append(f"env name {name!r} is not a valid variable name")
     _raise(cell, problems)
     return {name: str(env[name]) for name in sorted(env)}
