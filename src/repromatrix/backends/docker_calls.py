@@ -238,10 +238,16 @@ def model_mounts(cell: Cell) -> tuple[Mount, ...]:
     if cell.model.path is not None:
         mounts.append(Mount(cell.model.path, f"{MODELS_TARGET}/{cell.model.name}"))
     adapter = cell.adapter
-    if adapter is not None and adapter.path is not None:
-        target = f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
-        mounts.append(Mount(adapter.path, target))
+    if adapter is not None and adapter.path is not None and not _in_model_folder(cell):
+        mounts.append(Mount(adapter.path, str(container_adapter_path(cell))))
     return tuple(mounts)
+
+
+def _in_model_folder(cell: Cell) -> bool:
+    """Whether the adapter is the model's own folder: one source is one mount (the engine's
+    binds are keyed by source), so the adapter is read where the model is mounted."""
+    adapter = cell.adapter
+    return adapter is not None and adapter.path is not None and adapter.path == cell.model.path
 
 
 def container_model_path(cell: Cell) -> str:
@@ -256,6 +262,8 @@ def container_adapter_path(cell: Cell) -> str | None:
     adapter = cell.adapter
     if adapter is None:
         return None
+    if _in_model_folder(cell):
+        return container_model_path(cell)
     if adapter.path is not None:
         return f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
     return adapter.source

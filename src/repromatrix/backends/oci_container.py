@@ -45,6 +45,7 @@ from repromatrix.build import wheelhouse as images
 from repromatrix.build.render import CONTAINER_ROOT
 from repromatrix.build.tinymodel import TinyModel
 from repromatrix.errors import InfraError, RepromatrixError
+from repromatrix.files import replace_file
 from repromatrix.heartbeat import heartbeat
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane, Model
@@ -287,9 +288,8 @@ class DockerBackend:
             yield
         finally:
             if self.build_logs is not None:
-                self.build_logs.mkdir(parents=True, exist_ok=True)
                 log = self.build_logs / f"{key}.log"
-                log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+                replace_file(log, ("\n".join(lines) + "\n").encode("utf-8"))
 
     def _base(self, base: BaseImage) -> str | None:
         """The base image made once per run (image jobs of one base wait for the first)."""

@@ -238,3 +238,39 @@ def test_a_held_folder_is_refused_to_a_second_writer(tmp_path: Path) -> None:
         pass
     with hold(tmp_path, "publish"):  # released when the first block ended
         pass
+
+
+# --- outputs in the way of inputs, and files in the way of outputs --------------------------
+
+
+@pytest.mark.parametrize("where", ["merged", "cells/merged", "cells/cpu/merged"])
+def test_merge_refuses_an_out_inside_a_shard(
+    tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shard = tmp_path / "shard"
+    write_run(shard, cpu_lane())
+    before = sorted(p.relative_to(shard) for p in shard.rglob("*"))
+    assert main(["merge", str(shard), "--out", str(shard / where)]) == EXIT_USAGE
+    assert "inside the shard" in capsys.readouterr().err
+    assert sorted(p.relative_to(shard) for p in shard.rglob("*")) == before
+
+
+@pytest.mark.parametrize("command", ["schema", "render", "publish", "merge"])
+def test_a_file_given_as_out_is_one_line_exit_2(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shard = tmp_path / "results" / "20260101-000000"
+    write_run(shard, cpu_lane())
+    out = tmp_path / "out"
+    out.write_text("a file")
+    argv = {
+        "schema": ["schema", "--out", str(out)],
+        "render": ["render", "--out", str(out), "--scenarios", SCENARIOS],
+        "publish": ["publish", str(shard), "--out", str(out), "--scenarios", SCENARIOS],
+        "merge": ["merge", str(shard), "--out", str(out)],
+    }[command]
+    capsys.readouterr()
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "a file" in err and len(err.strip().splitlines()) == 1
+    assert out.read_text() == "a file"
