@@ -168,6 +168,8 @@ def stage_plan(state: RunState, progress: Progress) -> RunState:
         progress.note(f"run {run_id}: {left} cells to run, results in {run_dir}/")
     planned = replace(state, matrix=matrix, run_id=run_id, run_dir=run_dir, todo=todo)
     runs_cells = not (options.dry_run or options.prepare_only)
+    if not runs_cells:
+        durations_folder(options, run_dir)  # not read, but a wrong folder is refused all the same
     measured = measured_s(options, run_dir, progress.note) if runs_cells else None
     return replace(planned, done=not todo, planned=cells, measured=measured)
 
@@ -275,17 +277,24 @@ def measured_s(
 ) -> dict[str, float] | None:
     """Each cell's duration in the earlier run ``--durations-from`` names (None: not given,
     or ``latest`` and there is no earlier run)."""
-    folder = options.durations_from
-    if folder == LATEST:
-        folder = latest_run(options.results, besides=run_dir)
+    folder = durations_folder(options, run_dir)
     if folder is None:
         return None
-    if not (folder / store.CELLS_DIR).is_dir():
-        raise UsageError(f"--durations-from {folder}: not a run folder (no {store.CELLS_DIR}/)")
     results, _problems = store.read_results(folder)  # an unreadable cell is only not measured
     measured = measured_durations(results)
     note(f"cells ordered by the durations measured in {folder}/ ({len(measured)} cells)")
     return measured
+
+
+def durations_folder(options: RunOptions, run_dir: Path) -> Path | None:
+    """The earlier run ``--durations-from`` names (None: not given, or ``latest`` and there is
+    no earlier run); ``UsageError`` for a folder that is not a run folder."""
+    folder = options.durations_from
+    if folder == LATEST:
+        folder = latest_run(options.results, besides=run_dir)
+    if folder is not None and not (folder / store.CELLS_DIR).is_dir():
+        raise UsageError(f"--durations-from {folder}: not a run folder (no {store.CELLS_DIR}/)")
+    return folder
 
 
 def latest_run(results: Path, besides: Path | None = None) -> Path | None:

@@ -150,3 +150,15 @@ def test_a_gpu_shard_on_a_host_that_cannot_run_it_fails_instead_of_going_green(t
     assert all(r.outcome is Outcome.SKIPPED for r in found)
     planned, _ = results.read_plan(tmp_path / "gpu-shard")
     assert planned == {r.id for r in found}
+
+
+@pytest.mark.parametrize("folder", ["missing", "not-a-run"])
+def test_a_dry_run_checks_durations_from_too(tmp_path: Path, folder: str) -> None:
+    # A dry run reads no durations, but a wrong folder is the same mistake it will be in the run.
+    (tmp_path / "not-a-run").mkdir()
+    done = repromatrix(
+        "run", "--dry-run", "--lane", "cpu", "--only", "cpu/0.32.0/cpu/tiny-llama/*",
+        "--results", str(tmp_path / "r"), "--durations-from", str(tmp_path / folder),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--durations-from" in done.stderr and "not a run folder" in done.stderr
