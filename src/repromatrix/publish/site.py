@@ -10,6 +10,12 @@ from GitHub Pages alike:
 - ``cells/<run>/<cell>.html``: one cell run's root cause, process, excerpt,
   digest and timings, and since when the cell behaves like this;
 - ``history.json``: every cell's outcome in every run, for machines.
+
+A site and its history may have been tampered with: the history is checked
+field by field when it is read (``history.parse_history``), a previous site
+is copied without its links or special files (each left out is said), every
+page is written inside the site through ``files``, and one publish writes a
+site at a time.
 """
 
 from __future__ import annotations
