@@ -10,6 +10,8 @@ from typing import Any
 from repromatrix.commands.plan import check_output_folder
 from repromatrix.commands.report import require_run_dir
 from repromatrix.errors import EXIT_OK, UsageError
+from repromatrix.secret_env import redact_text
+from repromatrix.visible import visible
 
 
 def add_parser(subparsers: Any) -> None:
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         candidate=args.candidate,
     )
     summary = publish(folders, args.out, options, args.previous)
-    first, *rest = summary.lines()
+    first, *rest = (visible(redact_text(line)) for line in summary.lines())
     print(first)
     for line in rest:
         print(line, file=sys.stderr)

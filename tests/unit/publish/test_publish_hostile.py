@@ -307,3 +307,13 @@ def test_unreadable_results_are_named_not_dropped(
     assert publish(str(run_dir), "--out", str(tmp_path / "site")) == EXIT_OK
     err = capsys.readouterr().err
     assert f"problem: {run_dir}/cells/{VICTIM}/result.json: not valid JSON" in err
+
+
+def test_problems_are_said_with_their_escapes_made_visible(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = {"problems": [{"kind": "conflict", "where": "x", "message": "\x1b]0;owned\x07"}]}
+    (run_dir / "merge.json").write_text(json.dumps(record))
+    assert publish(str(run_dir), "--out", str(tmp_path / "site")) == EXIT_OK
+    err = capsys.readouterr().err
+    assert "\\x1b]0;owned\\x07" in err and "\x1b" not in err
