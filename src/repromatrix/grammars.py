@@ -1,4 +1,4 @@
-"""The grammar of every value from a user file that reaches a Dockerfile or a command line.
+"""The grammar of every value from a user file that reaches a Dockerfile, a command line or a path.
 
 A package name, an image reference, a Debian suite, a mirror URL or a Debian
 package name goes into a rendered Dockerfile or into the argv of debootstrap
@@ -6,6 +6,10 @@ package name goes into a rendered Dockerfile or into the argv of debootstrap
 loads, so it can never carry a line break (a new Dockerfile instruction), start
 with ``-`` (an option) or hold a ``..`` path segment (a path outside the cache).
 The check functions return ``None`` for a good value and the reason otherwise.
+
+Identifiers read back from data (a run id in a result or a history, a page a
+history links to) are checked here too, at read time, by the grammar they were
+made with: a run id becomes part of a path, a page becomes a link on the site.
 
 ``unsafe_regex`` refuses a regular expression that can backtrack
 catastrophically (a repeat inside a repeat, as in ``(a+)+``), so a catalogue
@@ -21,6 +25,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
+
+from repromatrix.secret_env import SECRET_ENV
 
 # PEP 508 distribution name.
 PACKAGE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
@@ -38,8 +44,6 @@ MAX_NAME = 255
 SUITE = re.compile(r"[a-z][a-z0-9-]{0,63}")
 # A Debian package name (Debian policy 5.6.1).
 APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
-# A run's id names its folder under --results: no separator, no dot first (``..``), 64 at most.
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 MIRROR_SCHEMES = ("http", "https", "file")
 _REPEATS = (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT)
 _NO_BACKTRACK = (_sre_constants.POSSESSIVE_REPEAT, _sre_constants.ATOMIC_GROUP)
@@ -51,6 +55,16 @@ _CATEGORIES = {
     _sre_constants.CATEGORY_SPACE: r"\s",
     _sre_constants.CATEGORY_NOT_SPACE: r"\S",
 }
+# A CI runner label: a GitHub Actions runner label, a Buildkite agent queue.
+RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# An environment variable name a scenario may set (the secrets come from the host only).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A run id: a folder name under --results and a part of every site page's path.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# A page of a published site, relative to its root (``cells/<run>/<cell>.html``): no scheme,
+# no leading `/`, no `.` or `..` segment, nothing a browser reads as more than a path.
+_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._~@-]*"
+SITE_PAGE = re.compile(rf"(?:{_SEGMENT}/)*{_SEGMENT}\.html")
 _URL_TEXT = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%-]+")
 
 
@@ -134,6 +148,59 @@ def check_mirror(value: str) -> str | None:
     if ".." in parts.path.split("/"):
         return "it holds a `..` path segment"
     return None
+
+
+def check_runner_label(value: str) -> str | None:
+    """A runner label (``gpu-h100``): letters, digits, ``.``, ``_``, ``-``; never a variable,
+    an expression or a list for the CI system that reads it."""
+    if RUNNER_LABEL.fullmatch(value):
+        return None
+    return "a runner label is letters, digits, `.`, `_` and `-` (100 at most), like gpu-h100"
+
+
+def check_env_name(value: str) -> str | None:
+    """A variable name a scenario may set: a shell name that is not one of the secrets."""
+    if not ENV_NAME.fullmatch(value):
+        return "it is not a variable name (letters, digits and `_`, not starting with a digit)"
+    if value.upper() in SECRET_ENV:
+        return "it is a secret: it comes from the host at run time, never from a file"
+    return None
+
+
+def check_host_path(value: str) -> str | None:
+    """A path on the runner (a cache to mount): no line break or control character."""
+    if any(not ch.isprintable() for ch in value):
+        return "it holds a line break, a tab or a control character"
+    return None
+
+
+def check_pipeline_text(value: str) -> str | None:
+    """A value written into a generated CI pipeline (a path, a package, a tag): one line, and
+    no ``\\$``, which Buildkite reads as an escaped ``$`` (so no doubling could keep it)."""
+    if any(not ch.isprintable() for ch in value):
+        return "it holds a line break or a control character"
+    if "\\$" in value:
+        return "it holds `\\$`, which Buildkite reads as an escape"
+    return None
+
+
+def buildkite_literal(text: str) -> str:
+    """``text`` as Buildkite's upload-time interpolation leaves it: every ``$`` doubled."""
+    return text.replace("$", "$$")
+
+
+def check_run_id(value: str) -> str | None:
+    """A run id (``20260101-120000``): letters, digits, ``.``, ``_`` and ``-``, 64 at most."""
+    if RUN_ID.fullmatch(value):
+        return None
+    return "use letters, digits, `.`, `_` and `-` (64 at most, not starting with `.`, `_`, `-`)"
+
+
+def check_site_page(value: str) -> str | None:
+    """A page of a published site as a link to it: a relative path like ``cells/<run>/x.html``."""
+    if SITE_PAGE.fullmatch(value) and len(value) <= 4 * MAX_NAME:
+        return None
+    return "it is not a page of the site (a relative path like cells/<run>/<cell>.html)"
 
 
 def unsafe_regex(pattern: str) -> str | None:

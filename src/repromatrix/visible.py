@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import re
 
-# C0 controls but tab and newline, DEL, C1 controls, bidi embeddings, overrides and isolates,
-# line and paragraph separators, and the byte-order mark.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]")
+# C0 controls but tab and newline, DEL, C1 controls, bidi marks, embeddings, overrides and
+# isolates, line and paragraph separators, and the byte-order mark.
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]"
+)
 _UNSAFE_IN_LINE = re.compile(f"{_UNSAFE.pattern}|\n")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 

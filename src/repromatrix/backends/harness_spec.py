@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import ConfigError, Problem
+from repromatrix.grammars import ENV_NAME
 from repromatrix.harness import harness
 from repromatrix.model import Cell, FlagValue, Lane, LaunchMode, Level
 from repromatrix.models.tinymodel import tiny_model_for
@@ -29,7 +30,6 @@ PROMPT = "The capital of France is"
 MAX_TOKENS = 8
 REQUEST_TIMEOUT_S = 300.0
 FLAG_NAME = re.compile(r"[a-z0-9_]+\Z")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PROBE_PROGRAM = re.compile(r"[a-z0-9_]+\.py\Z")
 LORA_MODULES = "lora_modules"
 # Boolean options vLLM's server declares ``store_true`` (no ``--no-`` form; false is their
@@ -147,7 +147,7 @@ def spec_env(cell: Cell) -> dict[str, str]:
             problems.append(
                 f"env {name} is a secret: it is passed from the host at run time, never in a spec"
             )
-        elif not ENV_NAME.match(name):
+        elif not ENV_NAME.fullmatch(name):
             problems.append(f"env name {name!r} is not a valid variable name")
     _raise(cell, problems)
     return {name: str(env[name]) for name in sorted(env)}
@@ -227,11 +227,20 @@ def container_model_path(cell: Cell) -> str:
     return cell.model.source
 
 
+def in_model_folder(cell: Cell) -> bool:
+    """Whether the adapter is the model's own folder: one source is one mount (the engine's
+    binds are keyed by source), so the adapter is read where the model is mounted."""
+    adapter = cell.adapter
+    return adapter is not None and adapter.path is not None and adapter.path == cell.model.path
+
+
 def container_adapter_path(cell: Cell) -> str | None:
     """Where a GPU cell's harness finds the adapter: its mounted folder, or the repo id."""
     adapter = cell.adapter
     if adapter is None:
         return None
+    if in_model_folder(cell):
+        return container_model_path(cell)
     if adapter.path is not None:
         return f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
     return adapter.source

@@ -108,10 +108,13 @@ def run_folders(paths: Iterable[Path]) -> list[Path]:
     for path in paths:
         if (path / "cells").is_dir():
             found.append(path)
-        elif path.is_dir():
-            found += sorted(child for child in path.iterdir() if (child / "cells").is_dir())
-        else:
+            continue
+        if not path.is_dir():
             raise UsageError(f"--results {path}: no such folder")
+        runs = sorted(child for child in path.iterdir() if (child / "cells").is_dir())
+        if not runs:
+            raise UsageError(f"--results {path} holds no run folder (no cells/ in it or below)")
+        found += runs
     return found
 
 

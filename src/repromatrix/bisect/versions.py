@@ -27,6 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from repromatrix.errors import InfraError, UsageError
+from repromatrix.files import replace_file
 
 TORCH = "torch"
 AVAILABLE = re.compile(r"^Available versions:\s*(.*)$", re.MULTILINE)
@@ -164,8 +165,7 @@ class PipIndex:
             return answer
         answer = _resolve_metadata(package, version)
         if not isinstance(answer, str) or NO_MATCH in answer:  # not a passing network failure
-            self.cache.mkdir(parents=True, exist_ok=True)
-            cached.write_text(json.dumps(answer), encoding="utf-8")
+            replace_file(cached, json.dumps(answer).encode("utf-8"))
         return answer
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from repromatrix.errors import UsageError
 from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
+from repromatrix.grammars import check_pipeline_text
 from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.memory import memory_problems
@@ -160,6 +161,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_pipeline_values(args: argparse.Namespace) -> None:
+    """Every value the pipeline carries to its steps must reach them exactly (exit 2 if not)."""
+    values = [("--matrix", str(args.matrix)), ("--package", args.package)]
+    values += [("--scenarios", str(folder)) for folder in args.scenarios or ()]
+    values += [
+        (o, v) for o, v in (("--baseline", args.baseline), ("--candidate", args.candidate)) if v
+    ]
+    for option, value in values:
+        if (why := check_pipeline_text(value)) is not None:
+            raise UsageError(f"{option} {value!r} is refused for --format buildkite: {why}")
+
+
 def _ci_form(args: argparse.Namespace, cells: Sequence[Cell], everything: set[str]) -> str:
     if args.job_minutes < 1:
         raise UsageError("--job-minutes must be at least 1")
@@ -171,6 +184,7 @@ def _ci_form(args: argparse.Namespace, cells: Sequence[Cell], everything: set[st
     if args.format == "github":
         matrix = {"include": [job.to_json() for job in planned]}
         return json.dumps(matrix, separators=(",", ":")) + "\n"
+    _check_pipeline_values(args)
     inputs = PipelineInputs(
         matrix=str(args.matrix),
         scenarios=tuple(str(folder) for folder in args.scenarios or ()),

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
+from repromatrix.commands.plan import check_output_folder
 from repromatrix.commands.report import require_run_dir
 from repromatrix.errors import EXIT_OK, UsageError
+from repromatrix.secret_env import redact_text
+from repromatrix.visible import visible
 
 
 def add_parser(subparsers: Any) -> None:
@@ -45,12 +49,16 @@ def run(args: argparse.Namespace) -> int:
     if (args.baseline is None) != (args.candidate is None):
         raise UsageError("--baseline and --candidate go together: give both or neither")
     folders = [require_run_dir(path) for path in args.results]
+    check_output_folder(args.out, "--out")
     options = ReportOptions(
         documents=load_documents(args.scenarios),
         baseline=args.baseline,
         candidate=args.candidate,
     )
     summary = publish(folders, args.out, options, args.previous)
-    print(f"published runs {', '.join(summary.runs)}: {summary.pages} pages in {summary.out}")
+    first, *rest = (visible(redact_text(line)) for line in summary.lines())
+    print(first)
+    for line in rest:
+        print(line, file=sys.stderr)
     print(f"open {(summary.out / 'index.html').resolve().as_uri()}")
     return EXIT_OK

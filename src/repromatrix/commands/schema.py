@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repromatrix.commands.plan import check_output_folder
+from repromatrix.files import replace_file
 from repromatrix.matrix.schema import SCHEMA_FILES, schema_text
 
 
@@ -31,10 +33,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(schema_text(args.kind or "matrix"))
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
+    check_output_folder(args.out, "--out")
     kinds = [args.kind] if args.kind else list(SCHEMA_FILES)
     for kind in kinds:
         path = args.out / SCHEMA_FILES[kind]
-        path.write_text(schema_text(kind), encoding="utf-8")
+        replace_file(path, schema_text(kind).encode("utf-8"))
         print(path)
     return 0

@@ -1,6 +1,6 @@
 """``plan --format buildkite``: the plan as a dynamic Buildkite pipeline.
 
-One command step per job (see ``ci_jobs``) on the agent queue named by its
+One command step per job (see ``fleet.jobs``) on the agent queue named by its
 GPU's runner label, each uploading its results as artifacts; a ``wait`` that
 continues past failures; then one step that downloads every shard, merges
 them, annotates the build with the compatibility table and, given a baseline
@@ -8,8 +8,10 @@ and a candidate, runs the upgrade gate and annotates its answer, failing the
 build only after the answer is on the page.
 
 Buildkite interpolates ``$NAME`` when the pipeline is uploaded, so variables
-meant for the step's own shell are written ``$$NAME``; the build number is
-left to the upload, which knows it.
+meant for the step's own shell are written ``$$NAME``, and every value from
+the matrix or the command line has each ``$`` doubled (``buildkite_literal``):
+the step reads the very path, package and tags the plan read. The build
+number is left to the upload, which knows it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import yaml
 
 from repromatrix.fleet.jobs import FleetJob, run_arguments
+from repromatrix.grammars import buildkite_literal
 
 VENV = ".repromatrix-venv"
 RUN_PREFIX = "bk-${BUILDKITE_BUILD_NUMBER}"
@@ -43,12 +46,12 @@ class PipelineInputs:
 
 def install_commands(package: str) -> list[str]:
     """Return the commands that install repromatrix into a virtualenv (PEP 668 safe)."""
-    return [f"python3 -m venv {VENV}", f"{VENV}/bin/pip install -q {shlex.quote(package)}"]
+    return [f"python3 -m venv {VENV}", f"{VENV}/bin/pip install -q {_quoted(package)}"]
 
 
 def scenario_arguments(folders: tuple[str, ...]) -> str:
     """``--scenarios DIR`` for each folder (none: the default), each followed by a space."""
-    return "".join(f"--scenarios {shlex.quote(folder)} " for folder in folders)
+    return "".join(f"--scenarios {_quoted(folder)} " for folder in folders)
 
 
 def job_step(index: int, job: FleetJob, inputs: PipelineInputs) -> dict[str, Any]:
@@ -56,13 +59,13 @@ def job_step(index: int, job: FleetJob, inputs: PipelineInputs) -> dict[str, Any
     run_id = f"{RUN_PREFIX}-{index}"
     run = (
         f"{VENV}/bin/repromatrix run --lane {job.lane} --run-id {run_id} "
-        f"--matrix {shlex.quote(inputs.matrix)} {scenario_arguments(inputs.scenarios)}"
-        f"{run_arguments(job.only)}"
+        f"--matrix {_quoted(inputs.matrix)} {scenario_arguments(inputs.scenarios)}"
+        f"{buildkite_literal(run_arguments(job.only))}"
     )
     return {
-        "label": f":test_tube: {job.name}",
+        "label": f":test_tube: {buildkite_literal(job.name)}",
         "key": f"cells-{index}",
-        "agents": {"queue": job.runner},
+        "agents": {"queue": buildkite_literal(job.runner)},
         "timeout_in_minutes": inputs.job_minutes,
         "commands": [*install_commands(inputs.package), run],
         "artifact_paths": [f"results/{run_id}/**/*"],
@@ -88,8 +91,8 @@ def report_command(inputs: PipelineInputs) -> str:
 
 def gate_lines(baseline: str, candidate: str) -> list[str]:
     """The upgrade gate: its answer annotated (error style when worse) before the step fails."""
-    tags = f"--baseline {shlex.quote(baseline)} --candidate {shlex.quote(candidate)}"
-    title = shlex.quote(f"### Upgrade {baseline} -> {candidate}")
+    tags = f"--baseline {_quoted(baseline)} --candidate {_quoted(candidate)}"
+    title = _quoted(f"### Upgrade {baseline} -> {candidate}")
     return [
         "gate=0",
         f"{VENV}/bin/repromatrix diff merged {tags} > upgrade.txt 2>&1 || gate=$$?",
@@ -108,12 +111,17 @@ def pipeline(jobs: Sequence[FleetJob], inputs: PipelineInputs) -> dict[str, Any]
         {
             "label": ":bar_chart: Merge and report",
             "key": "report",
-            "agents": {"queue": inputs.report_queue},
+            "agents": {"queue": buildkite_literal(inputs.report_queue)},
             "command": report_command(inputs),
             "artifact_paths": ["merged/**/*"],
         }
     )
     return {"steps": steps}
+
+
+def _quoted(value: str) -> str:
+    """``value`` quoted for the step's shell, then for Buildkite's interpolation at upload."""
+    return buildkite_literal(shlex.quote(value))
 
 
 class _Dumper(yaml.SafeDumper):

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -27,6 +28,7 @@ from typing import Protocol
 import jinja2
 
 from repromatrix.errors import ConfigError, Problem
+from repromatrix.files import inside, replace_file
 from repromatrix.grammars import check_apt_package, check_image_reference
 from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.images.wheelhouse import (
@@ -172,14 +174,21 @@ def write_context(files: Mapping[str, bytes], folder: Path) -> None:
     for path in sorted(_existing(folder) - set(files), reverse=True):
         (folder / path).unlink()
     for path, data in files.items():
-        target = folder / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.is_file() or target.read_bytes() != data:
-            target.write_bytes(data)
-        os.chmod(target, FILE_MODE)
+        target = inside(folder, folder / path)
+        if not _holds(target, data, FILE_MODE):
+            replace_file(target, data, FILE_MODE)
     for sub in sorted(folder.rglob("*"), reverse=True):
-        if sub.is_dir() and not any(sub.iterdir()) and sub.name != WHEELHOUSE_DIR:
+        folder_only = sub.is_dir() and not sub.is_symlink()
+        if folder_only and not any(sub.iterdir()) and sub.name != WHEELHOUSE_DIR:
             shutil.rmtree(sub)
+
+
+def _holds(path: Path, data: bytes, mode: int) -> bool:
+    """Whether ``path`` is a regular file (not a link) holding ``data`` with ``mode``."""
+    info = path.lstat() if os.path.lexists(path) else None
+    if info is None or not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != mode:
+        return False
+    return path.read_bytes() == data
 
 
 def _existing(folder: Path) -> set[str]:

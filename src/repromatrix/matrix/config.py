@@ -15,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from repromatrix.errors import suggest
+from repromatrix.matrix.images import image_version
 from repromatrix.matrix.keys import AXES, ID_PARTS, section
 from repromatrix.matrix.lanes import DEFAULT_BASE, BaseImage, LaneConfig, Runtime, read_lane
 from repromatrix.matrix.yamlsrc import Location, Reader, YMap, YNode, YScalar, load_yaml
@@ -177,6 +178,8 @@ def _check_rule_names(
     for lane_name in sorted(lane_names - {lane.value for lane in lanes}):
         hint = suggest(lane_name, [lane.value for lane in lanes])
         reader.error(_value_where(body, "lane"), f"unknown lane `{lane_name}`.{hint}")
+    if kind == "include":
+        _check_added_images(rule, body, chosen, reader)
     for axis in ("image", "gpu", "model", "flagset"):
         if axis == "image" and kind == "include":
             continue
@@ -185,6 +188,27 @@ def _check_rule_names(
             reader.error(
                 _value_where(body, axis), f"unknown {axis} `{name}`.{suggest(name, known)}"
             )
+
+
+def _check_added_images(
+    rule: Rule, body: YMap, lanes: Sequence[LaneConfig], reader: Reader
+) -> None:
+    """An image tag an include adds to the CPU lane must name a version, as one the lane
+    lists must (pip installs it): checked now, not when the image is rendered."""
+    for config in lanes:
+        if config.lane is not Lane.CPU or not _may_apply(rule, config):
+            continue
+        for tag in sorted(rule.match.get("image", frozenset()) - set(config.names("image"))):
+            if image_version(tag) is None:
+                package = config.runtime.package
+                message = f"CPU image `{tag}` must be a {package} version (pip installs it)"
+                reader.error(_value_where(body, "image"), message)
+
+
+def _may_apply(rule: Rule, config: LaneConfig) -> bool:
+    """Whether every axis the rule names has a value the lane defines."""
+    axes = ("gpu", "model", "flagset")
+    return all(not rule.match.get(a) or rule.match[a] & set(config.names(a)) for a in axes)
 
 
 def _value_where(body: YMap, key: str) -> Location:

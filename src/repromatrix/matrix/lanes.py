@@ -14,10 +14,12 @@ from typing import TypeVar
 
 from repromatrix.grammars import (
     check_apt_package,
+    check_host_path,
     check_image_reference,
     check_mirror,
     check_package_name,
     check_repository,
+    check_runner_label,
     check_suite,
 )
 from repromatrix.matrix.images import image_version, make_image, read_image
@@ -128,7 +130,7 @@ def _read_runtime(lane: Lane, body: YMap, reader: Reader) -> Runtime:
         if (value := found.get("shm_size")) is not None:
             shm = _shm(value, reader) or shm
         if (value := found.get("hf_cache")) is not None:
-            hf_cache = reader.text(value, "`hf_cache`")
+            hf_cache = reader.grammar(value, "`hf_cache`", check_host_path)
     if lane is Lane.GPU:
         registry = _text_or(
             body.get("registry"), "`registry`", "vllm/vllm-openai", reader, check_repository
@@ -235,7 +237,7 @@ def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:
         return None
     keys = section(f"gpu_{lane.value}")
     reader.keys(body, keys.names, f"GPU `{entry.key}`", required=keys.required)
-    runner = _text_or(body.get("runner"), "`runner`", "", reader)
+    runner = _text_or(body.get("runner"), "`runner`", "", reader, check_runner_label)
     minimum = 1 if lane is Lane.GPU else 0
     count = minimum
     if (node := body.get("count")) is not None:

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from repromatrix.errors import ConfigError, Problem, suggest
+from repromatrix.grammars import check_env_name
 from repromatrix.matrix.conditions import subject_problem
 from repromatrix.matrix.keys import BASELINE_FORBIDDEN, CRASH_REQUIRED, VARIANT_KINDS, section
 from repromatrix.matrix.scenario_parts import (
@@ -165,6 +166,12 @@ def _text(body: YMap, key: str, reader: Reader) -> str | None:
     return reader.text(node, f"`{key}`") if node is not None else None
 
 
+def _name(body: YMap, key: str, reader: Reader) -> str | None:
+    """A name by the grammar of the matrix's own (an adapter's): it goes into the server's argv."""
+    node = body.get(key)
+    return reader.name(node, f"`{key}`") if node is not None else None
+
+
 def _flag(body: YMap, key: str, reader: Reader) -> bool:
     node = body.get(key)
     return bool(reader.boolean(node, f"`{key}`")) if node is not None else False
@@ -266,12 +273,12 @@ def _launch(node: YNode | None, reader: Reader) -> Launch:
             )
     flags_node, env_node = body.get("flags"), body.get("env")
     flags = reader.flags(flags_node, "`flags`") if flags_node is not None else None
-    env = reader.strings(env_node, "`env`") if env_node is not None else None
+    env = _env(env_node, reader) if env_node is not None else None
     return Launch(
         mode=mode,
         flags=frozen_flags(flags),
         env=MappingProxyType(dict(env or {})),
-        lora_adapter=_text(body, "lora_adapter", reader),
+        lora_adapter=_name(body, "lora_adapter", reader),
         lora_adapter_line=_line(body.get("lora_adapter")),
         interrupt_after_s=_number(body, "interrupt_after_s", reader),
         startup_timeout_s=_number(body, "startup_timeout_s", reader) or Launch.startup_timeout_s,
@@ -279,6 +286,16 @@ def _launch(node: YNode | None, reader: Reader) -> Launch:
         model_files=_model_files(body, reader),
         container=read_container(body.get("container"), reader),
     )
+
+
+def _env(node: YNode, reader: Reader) -> dict[str, str]:
+    """``launch.env``: each name a variable name and no secret, checked where it is written."""
+    env = reader.strings(node, "`env`") or {}
+    for entry in node if isinstance(node, YMap) else ():
+        if (why := check_env_name(entry.key)) is not None:
+            reader.error(entry.where, f"`env` name {entry.key!r} is refused: {why}")
+            env.pop(entry.key, None)
+    return env
 
 
 def _line(node: YNode | None) -> int:

@@ -4,8 +4,11 @@ PyYAML's composer already knows where each node starts; this module keeps
 that position on every value it hands back, so a loader can point at the
 exact key or value that is wrong. Mapping keys are kept as the text written
 in the file (``on:`` stays the key ``"on"``, not ``True``), duplicate keys
-are reported, and anything that is not plain data (custom tags, binary,
-recursive aliases, alias bombs) becomes a problem instead of a value.
+are reported, and anything that is not plain data (custom tags, on scalars,
+mappings and lists alike, binary, recursive aliases, alias bombs) becomes a
+problem instead of a value, as does a control character anywhere (even in a
+comment): each problem is one line with its line and column, never PyYAML's
+own multi-line message.
 
 The limits hold while the file is read and composed, not after: at most
 ``MAX_BYTES`` are read, only from a regular file (a FIFO or a device is
@@ -37,7 +40,12 @@ MAX_DEPTH = 64
 MAX_BYTES = 4 << 20  # a matrix or scenario file is a few kilobytes
 
 _TAG = "tag:yaml.org,2002:"
-_PLAIN_TAGS = {f"{_TAG}{name}" for name in ("str", "int", "float", "bool", "null")}
+_SCALAR_TAGS = {f"{_TAG}{name}" for name in ("str", "int", "float", "bool", "null")}
+# A mapping or a list as plain data: the one tag each may have.
+_COLLECTION_TAGS: dict[type[yaml.Node], str] = {
+    yaml.MappingNode: f"{_TAG}map",
+    yaml.SequenceNode: f"{_TAG}seq",
+}
 _TEXT_TAGS = {f"{_TAG}timestamp"}  # kept as written: a date is just text to us
 
 
@@ -170,7 +178,10 @@ def parse_yaml(text: str, file: str) -> YNode:
     """Parse YAML text into located nodes; raise ``ConfigError`` listing every problem found."""
     if len(text) > MAX_BYTES:
         raise ConfigError([Problem(file, 0, 0, f"is larger than {MAX_BYTES >> 20} MiB")])
-    loader = _BoundedLoader(text)
+    try:
+        loader = _BoundedLoader(text)  # the reader refuses control characters here
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError([_character_problem(exc, text, file)]) from None
     try:
         root = loader.get_single_node()
     except _TooBig as exc:
@@ -179,8 +190,8 @@ def parse_yaml(text: str, file: str) -> YNode:
         raise ConfigError([Problem(file, line, column, str(exc.problem))]) from None
     except yaml.MarkedYAMLError as exc:
         raise ConfigError([_yaml_problem(exc, file)]) from None
-    except yaml.YAMLError as exc:  # errors without a position (e.g. a bad character stream)
-        raise ConfigError([Problem(file, 0, 0, f"YAML error: {exc}")]) from None
+    except yaml.YAMLError as exc:  # errors without a position
+        raise ConfigError([Problem(file, 0, 0, f"YAML error: {_one_line(exc)}")]) from None
     finally:
         loader.dispose()
     if root is None:
@@ -192,9 +203,24 @@ def parse_yaml(text: str, file: str) -> YNode:
     return node
 
 
+def _character_problem(exc: yaml.reader.ReaderError, text: str, file: str) -> Problem:
+    """A character YAML forbids anywhere, even in a comment, at its line and column."""
+    before = text[: exc.position]
+    line = before.count("\n") + 1
+    column = exc.position - (before.rfind("\n") + 1) + 1
+    code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+    message = f"a control character ({code:#04x}) YAML does not allow, even in a comment"
+    return Problem(file, line, column, message)
+
+
+def _one_line(exc: BaseException | str) -> str:
+    """PyYAML's message for one line: its own are several, with marks into its internals."""
+    return " ".join(str(exc).split())
+
+
 def _yaml_problem(exc: yaml.MarkedYAMLError, file: str) -> Problem:
     mark = exc.problem_mark or exc.context_mark
-    parts = [p for p in (exc.context, exc.problem) if p]
+    parts = [_one_line(p) for p in (exc.context, exc.problem) if p]
     message = "YAML syntax error: " + ", ".join(parts) if parts else "YAML syntax error"
     if mark is None:
         return Problem(file, 0, 0, message)
@@ -254,6 +280,8 @@ class _Converter:
             return self._fail(here, "the document nests too deeply or refers to itself")
         self.active.add(id(node))
         try:
+            if _COLLECTION_TAGS.get(type(node), node.tag) != node.tag:
+                return self._fail(here, f"unsupported YAML tag `{node.tag}`: use plain values")
             if isinstance(node, yaml.MappingNode):
                 return self._mapping(node, here, depth)
             if isinstance(node, yaml.SequenceNode):
@@ -298,12 +326,12 @@ class _Converter:
     def _scalar(self, node: yaml.Node, here: Location) -> YScalar:
         if node.tag in _TEXT_TAGS:
             return YScalar(here, str(node.value))
-        if node.tag not in _PLAIN_TAGS:
+        if node.tag not in _SCALAR_TAGS:
             return self._fail(here, f"unsupported YAML tag `{node.tag}`: use plain values")
         try:
             value = self.constructor.construct_object(node, deep=True)
-        except (yaml.YAMLError, ValueError, OverflowError) as exc:
-            return self._fail(here, f"cannot read this value: {exc}")
+        except Exception as exc:
+            return self._fail(here, f"cannot read this value: {_one_line(exc)}")
         if not isinstance(value, str | int | float | bool | None):
             return self._fail(here, f"unsupported value {node.value!r}")
         return YScalar(here, value)

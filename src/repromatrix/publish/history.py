@@ -11,16 +11,23 @@ with its image digest and date.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import UsageError
-from repromatrix.results.verdicts import Judged
+from repromatrix.grammars import check_run_id, check_site_page
+from repromatrix.model import Outcome
+from repromatrix.results.schema import is_cell_id
+from repromatrix.results.store import Unreadable, read_file
+from repromatrix.results.verdicts import Judged, Verdict
 
 HISTORY_FILE = "history.json"
 HISTORY_SCHEMA_VERSION = 1
+MAX_HISTORY_BYTES = 1 << 30  # years of nightly runs of a large matrix
 
 
 @dataclass(frozen=True)
@@ -90,22 +97,122 @@ EMPTY = History((), {})
 
 
 def read_history(site: Path) -> History:
-    """The history of a published site, or an empty one when there is none yet."""
+    """The history of a published site, or an empty one when there is none yet.
+
+    A site may have been tampered with, so the file is read as a run folder's
+    files are (no link followed, no FIFO waited on, bounded) and every field is
+    checked (``parse_history``); anything wrong is one ``UsageError`` line.
+    """
     path = site / HISTORY_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return EMPTY
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("schema_version") != HISTORY_SCHEMA_VERSION:
-            raise ValueError(f"schema_version {data.get('schema_version')!r}")
-        runs = tuple(RunInfo(**r) for r in data["runs"])
-        cells = {c: tuple(Point(**p) for p in pts) for c, pts in data["cells"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return parse_history(json.loads(read_file(path, MAX_HISTORY_BYTES)))
+    except (Unreadable, ValueError, RecursionError) as exc:
         raise UsageError(
             f"{path}: not a history this repromatrix can extend ({exc}); publish into an "
             "empty folder, or give the previous site"
         ) from exc
-    return History(runs, cells)
+
+
+def parse_history(data: object) -> History:
+    """A decoded ``history.json``, each field checked: its type, run and cell ids by their
+    grammars, outcomes and verdicts by name, and every page a relative page of the site
+    (a link on the site's pages, so never a script or an outside URL). ``ValueError`` says
+    what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    version = data.get("schema_version")
+    if type(version) is not int or version != HISTORY_SCHEMA_VERSION:
+        raise ValueError(f"schema_version {_shown(version)}")
+    runs, cells = data.get("runs"), data.get("cells")
+    if not isinstance(runs, list) or not isinstance(cells, dict):
+        raise ValueError("`runs` must be a list and `cells` an object")
+    return History(
+        tuple(_run(raw) for raw in runs),
+        {_cell_id(cell): _points(cell, points) for cell, points in cells.items()},
+    )
+
+
+_RUN_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "date": (str,),
+    "title": (str,),
+    "cells": (int,),
+}
+_POINT_FIELDS: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("run", "date", "outcome", "verdict"), (str,)),
+    **dict.fromkeys(("version", "digest"), (str, type(None))),
+    **dict.fromkeys(("cause", "page"), (str,)),
+}
+_OUTCOMES = frozenset(o.value for o in Outcome)
+_VERDICTS = frozenset(v.value for v in Verdict)
+
+
+def _run(raw: object) -> RunInfo:
+    values = _record(raw, _RUN_FIELDS, "a run")
+    _check(values["id"], check_run_id, "a run's `id`")
+    _check(values["date"], _date_problem, "a run's `date`")
+    return RunInfo(**values)
+
+
+def _cell_id(cell: str) -> str:
+    if not is_cell_id(cell):
+        raise ValueError(f"{_shown(cell)} is not a cell id")
+    return cell
+
+
+def _points(cell: str, raw: object) -> tuple[Point, ...]:
+    if not isinstance(raw, list):
+        raise ValueError(f"the points of {cell} are not a list")
+    return tuple(_point(cell, item) for item in raw)
+
+
+def _point(cell: str, raw: object) -> Point:
+    values = _record(raw, _POINT_FIELDS, f"a point of {cell}")
+    _check(values["run"], check_run_id, f"`run` of a point of {cell}")
+    _check(values["date"], _date_problem, f"`date` of a point of {cell}")
+    _check(values["outcome"], _known(_OUTCOMES), f"`outcome` of a point of {cell}")
+    _check(values["verdict"], _known(_VERDICTS), f"`verdict` of a point of {cell}")
+    if values["page"]:
+        _check(values["page"], check_site_page, f"`page` of a point of {cell}")
+    return Point(**values)
+
+
+def _record(raw: object, kinds: Mapping[str, tuple[type, ...]], what: str) -> dict[str, Any]:
+    """``raw`` when it is an object of exactly these fields, each of its types (no booleans)."""
+    if not isinstance(raw, dict) or set(raw) != set(kinds):
+        raise ValueError(f"{what} is not an object of {', '.join(kinds)}")
+    for name, types in kinds.items():
+        value = raw[name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ValueError(f"`{name}` of {what} is {_shown(value)}, not of its type")
+    return dict(raw)
+
+
+def _check(value: str, problem: Callable[[str], str | None], what: str) -> None:
+    if (why := problem(value)) is not None:
+        raise ValueError(f"{what} {_shown(value)} is refused: {why}")
+
+
+def _date_problem(value: str) -> str | None:
+    if not value:
+        return None
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return "it is not an ISO 8601 time"
+    return None
+
+
+def _known(names: frozenset[str]) -> Callable[[str], str | None]:
+    return lambda value: None if value in names else "it is not a known name"
+
+
+def _shown(value: object) -> str:
+    """A value for a one-line message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def run_date(judged: Sequence[Judged]) -> str:

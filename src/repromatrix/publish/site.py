@@ -10,11 +10,16 @@ from GitHub Pages alike:
 - ``cells/<run>/<cell>.html``: one cell run's root cause, process, excerpt,
   digest and timings, and since when the cell behaves like this;
 - ``history.json``: every cell's outcome in every run, for machines.
+
+A site and its history may have been tampered with: the history is checked
+field by field when it is read (``history.parse_history``), a previous site
+is copied without its links or special files (each left out is said), every
+page is written inside the site through ``files``, and one publish writes a
+site at a time.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import UsageError
+from repromatrix.files import copy_tree, hold, inside
+from repromatrix.grammars import check_run_id
 from repromatrix.publish.history import (
     HISTORY_FILE,
     History,
@@ -37,9 +44,10 @@ from repromatrix.reports.heatmap import heat_maps
 from repromatrix.reports.html import environment
 from repromatrix.reports.move import LISTED
 from repromatrix.reports.upgrade import SAFETY_LABELS, TRIGGER, Configuration
-from repromatrix.reports.write import EXCERPT_LIMITS, load_excerpts
+from repromatrix.reports.write import EXCERPT_LIMITS, load_excerpts, write_page
 from repromatrix.results.store import atomic_write, read_run
 from repromatrix.results.verdicts import Judged, judge_all
+from repromatrix.visible import escape_json
 
 EXCERPT_BUDGET = 64 * 1024 * 1024
 
@@ -66,11 +74,20 @@ class Strip:
 
 @dataclass(frozen=True)
 class PublishSummary:
-    """What ``publish`` wrote."""
+    """What ``publish`` wrote, and what it left out (each a line for a person)."""
 
     out: Path
     runs: tuple[str, ...]
     pages: int
+    problems: tuple[str, ...] = ()  # results that could not be read, each with its folder
+    left_out: tuple[str, ...] = ()  # what of the previous site was not copied, and why
+
+    def lines(self) -> list[str]:
+        """The lines for a terminal: what was published, then every problem."""
+        out = [f"published runs {', '.join(self.runs)}: {self.pages} pages in {self.out}"]
+        out += [f"problem: {line}" for line in self.problems]
+        out += [f"previous site: {line}" for line in self.left_out]
+        return out
 
 
 def cell_page(run: str, cell_id: str) -> str:
@@ -78,30 +95,61 @@ def cell_page(run: str, cell_id: str) -> str:
     return f"cells/{run}/{cell_id.replace('/', '~')}.html"
 
 
-def read_runs(folders: Sequence[Path]) -> tuple[Run, ...]:
-    """Read every run folder as one run (a merge of shards too), named by ``run_name``."""
+def read_runs(folders: Sequence[Path]) -> tuple[tuple[Run, ...], tuple[str, ...]]:
+    """Read every run folder as one run (a merge of shards too), named by ``run_name``, and
+    say every problem of each folder (a result that could not be read is named, not dropped).
+
+    A run's name is part of its pages' paths, so one that is no run id (a folder's
+    name, when its results name no run) is refused.
+    """
     cells: dict[str, list[Judged]] = defaultdict(list)
     excerpts: dict[str, dict[str, str]] = defaultdict(dict)
+    problems: list[str] = []
     for folder in folders:
-        judged = judge_all(read_run(folder).results)
+        loaded = read_run(folder)
+        problems += [f"{folder}/{problem}" for problem in loaded.problems]
+        judged = judge_all(loaded.results)
         ids = sorted({j.result.run_id for j in judged if j.result.run_id})
         run = run_name(ids, folder.resolve().name)
+        if judged and (why := check_run_id(run)) is not None:
+            raise UsageError(
+                f"{folder}: its results name no run, and the folder's name {run!r} is not a "
+                f"run id ({why}): rename the folder"
+            )
         cells[run] += judged
         excerpts[run].update(load_excerpts(folder, judged, EXCERPT_LIMITS, EXCERPT_BUDGET))
-    return tuple(Run(r, tuple(cells[r]), excerpts[r]) for r in sorted(cells))
+    runs = tuple(Run(r, tuple(cells[r]), excerpts[r]) for r in sorted(cells) if cells[r])
+    return runs, tuple(problems)
 
 
 def publish(
     folders: Sequence[Path], out: Path, options: ReportOptions, previous: Path | None = None
 ) -> PublishSummary:
-    """Build or extend the site in ``out`` from run folders (and a previous site, if given)."""
-    runs = read_runs(folders)
+    """Build or extend the site in ``out`` from run folders (and a previous site, if given).
+
+    One publish writes a site at a time: a second one is refused while the first holds it.
+    """
+    runs, problems = read_runs(folders)
     if not runs:
         raise UsageError("no cell results in " + ", ".join(str(f) for f in folders))
-    if previous is not None and previous.resolve() != out.resolve():
-        if not (previous / HISTORY_FILE).is_file():
-            raise UsageError(f"{previous}: not a published site (no {HISTORY_FILE})")
-        shutil.copytree(previous, out, dirs_exist_ok=True)
+    with hold(out, "publish"):
+        left_out = _copy_previous(previous, out) if previous is not None else []
+        pages = _write_site(runs, out, options)
+    return PublishSummary(out, tuple(r.id for r in runs), pages, problems, tuple(left_out))
+
+
+def _copy_previous(previous: Path, out: Path) -> list[str]:
+    """Copy a previous site into ``out`` (its links and special files left out, and said)."""
+    if previous.resolve() == out.resolve():
+        return []
+    history = previous / HISTORY_FILE
+    if history.is_symlink() or not history.is_file():
+        raise UsageError(f"{previous}: not a published site (no {HISTORY_FILE})")
+    return copy_tree(previous, out)
+
+
+def _write_site(runs: Sequence[Run], out: Path, options: ReportOptions) -> int:
+    """Extend the history of ``out`` with ``runs`` and write every page; the number of pages."""
     history = read_history(out)
     findings: dict[str, Findings] = {}
     pages = 0
@@ -120,14 +168,15 @@ def publish(
         pages += site.cell_pages(run)
     pages += site.scenario_pages(newest, findings[newest.id])
     site.index(newest, findings[newest.id])
-    atomic_write(out / HISTORY_FILE, _json(history.to_json()))
-    return PublishSummary(out, tuple(r.id for r in runs), pages + 1)
+    atomic_write(inside(out, out / HISTORY_FILE), _json(history.to_json()))
+    return pages + 1
 
 
 def _json(document: Mapping[str, Any]) -> bytes:
     import json  # noqa: PLC0415
 
-    return (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode()
+    text = json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False)
+    return (escape_json(text) + "\n").encode()
 
 
 def _href(prefix: str) -> Callable[[str, str], str]:
@@ -152,7 +201,7 @@ class _Site:
             changes=LISTED,
             **values,
         )
-        atomic_write(self.out / page, html.encode("utf-8"))
+        write_page(inside(self.out, self.out / page), html)
 
     def index(self, run: Run, findings: Findings) -> None:
         """The front page: the newest run's upgrade view, evidence and heat map."""

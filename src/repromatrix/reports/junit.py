@@ -40,6 +40,7 @@ from repromatrix.reports.table import log_path
 from repromatrix.results.problems import NOTICES
 from repromatrix.results.store import CellResult, atomic_write
 from repromatrix.results.verdicts import FAILING, Judged, RunProblem, Verdict, one_line
+from repromatrix.visible import visible
 
 PROBLEM_SUITE = "repromatrix"
 MESSAGE_CHARS = 500
@@ -50,8 +51,9 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 
 
 def xml_text(text: str) -> str:
-    """Drop the characters XML 1.0 forbids, so any log text can go into the report."""
-    return _NOT_XML.sub("", text)
+    """Any text as a report may carry it: escapes and bidi controls made ``visible``, then the
+    characters XML 1.0 forbids dropped, so any log text can go into the report."""
+    return _NOT_XML.sub("", visible(text, multiline=True))
 
 
 def case_classname(result: CellResult) -> str:
@@ -217,11 +219,13 @@ def _timestamp(results: Iterable[CellResult]) -> str:
     for r in results:
         try:
             moment = datetime.fromisoformat(r.started_at or r.finished_at)
-        except ValueError:
+            moments.append(
+                (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
+            )
+        except (ValueError, OverflowError):  # one bad time costs its own cell's, no more
             continue
-        moments.append(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
     first = min(moments) if moments else datetime.now(UTC)
-    return first.astimezone(UTC).replace(microsecond=0).isoformat()
+    return first.replace(microsecond=0).isoformat()
 
 
 def _hostname(results: Iterable[CellResult]) -> str:

@@ -29,6 +29,7 @@ from repromatrix.reports.markdown import format_markdown
 from repromatrix.reports.table import build_table, compat_json
 from repromatrix.results.store import atomic_write, log_file, read_run
 from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict, judge_all
+from repromatrix.visible import escape_json, visible
 
 JUNIT_FILE = "junit.xml"
 MARKDOWN_FILE = "compat.md"
@@ -68,12 +69,19 @@ def write_reports(run_dir: Path, options: ReportOptions | None = None) -> Report
     findings = build_findings(judged, run, options or default_options(run_dir))
     write_junit(build_junit(judged, problems, excerpts), run_dir / JUNIT_FILE)
     markdown = format_markdown(table, judged, problems, run, findings=findings)
-    _write_text(run_dir / MARKDOWN_FILE, markdown)
-    _write_text(run_dir / HTML_FILE, format_html(table, problems, run, excerpts, findings))
+    write_page(run_dir / MARKDOWN_FILE, markdown)
+    write_page(run_dir / HTML_FILE, format_html(table, problems, run, excerpts, findings))
     document = compat_json(table, judged, problems, run, findings_json(findings))
-    _write_text(run_dir / JSON_FILE, json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    text = json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False)
+    _write_text(run_dir / JSON_FILE, escape_json(text) + "\n")
     files = tuple(run_dir / name for name in (JUNIT_FILE, MARKDOWN_FILE, HTML_FILE, JSON_FILE))
     return ReportSummary(run_dir, files, table.cells, table.counts, problems)
+
+
+def write_page(path: Path, text: str) -> None:
+    """Write a page people read (Markdown, HTML): text from logs and results may hold escapes
+    and bidi controls that would rewrite what a reader sees; they are written ``visible``."""
+    _write_text(path, visible(text, multiline=True))
 
 
 def _write_text(path: Path, text: str) -> None:

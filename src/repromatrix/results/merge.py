@@ -174,8 +174,12 @@ def check_folders(shards: Sequence[Path], out: Path) -> None:
             raise UsageError(f"merge: {shard} is not a results folder (it has no cells/ folder)")
         if shard.resolve() == out.resolve():
             raise UsageError(f"merge: --out {out} is also one of the shards")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"merge: --out {out} is not empty (or not a folder); choose a new one")
+        if out.resolve().is_relative_to(shard.resolve()):  # its cells would be read as the shard's
+            raise UsageError(f"merge: --out {out} is inside the shard {shard}; choose a new folder")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"merge: --out {out} is a file, not a folder")
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"merge: --out {out} is not empty; choose a new one")
 
 
 def merge(shards: Sequence[Path], out: Path) -> MergeResult:

@@ -2,8 +2,9 @@
 
 A ``result.json`` comes from another machine, another version, or a disk
 that filled up, so nothing in it is trusted: ``parse_result`` checks every
-field's type, the cell id by the same grammar the planner uses, and that the
-id agrees with the fields it is made of. A file that does not fit raises one
+field's type, every identifier by the same grammar as when it was made (the
+cell id by the planner's, the run id by the run's), and that the id agrees
+with the fields it is made of. A file that does not fit raises one
 ``ResultProblem`` whose message names every field that is wrong.
 """
 
@@ -13,9 +14,10 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from repromatrix.grammars import check_run_id
 from repromatrix.matrix.config import ID_PARTS
 from repromatrix.matrix.expand import cell_id
 from repromatrix.matrix.yamlsrc import NAME_PATTERN
@@ -124,7 +126,7 @@ def parse_result(data: bytes) -> CellResult:
     if not data.strip():
         raise ResultProblem(ProblemKind.CORRUPT, "empty file (the run was cut off while writing)")
     try:
-        raw = json.loads(data)
+        raw = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ResultProblem(
             ProblemKind.CORRUPT, f"not valid JSON, truncated or corrupt ({exc})"
@@ -132,6 +134,19 @@ def parse_result(data: bytes) -> CellResult:
     if not isinstance(raw, dict):
         raise ResultProblem(ProblemKind.CORRUPT, f"a JSON {type(raw).__name__}, not an object")
     return from_document(whole_text(raw))
+
+
+def _no_constant(name: str) -> float:
+    """``NaN`` and ``Infinity`` are no JSON (RFC 8259): Python reads them, browsers do not."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float, refused when it overflows to infinity (``1e400``)."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text[:40]} is too large a number")
+    return number
 
 
 def whole_text(value: Any) -> Any:
@@ -239,9 +254,20 @@ def _time(value: object) -> str:
     text = _text(value)
     if text:
         try:
-            datetime.fromisoformat(text)
+            moment = datetime.fromisoformat(text)
         except ValueError as exc:
             raise ValueError(f"{text[:40]!r} is not an ISO 8601 time") from exc
+        try:  # every reader compares times in UTC: one that does not fit there is no time
+            (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC)
+        except OverflowError as exc:
+            raise ValueError(f"{text[:40]!r} lies outside the years 1 to 9999 in UTC") from exc
+    return text
+
+
+def _run_id(value: object) -> str:
+    text = _text(value)
+    if text and (why := check_run_id(text)) is not None:
+        raise ValueError(f"{text[:80]!r} is not a run id ({why})")
     return text
 
 
@@ -319,7 +345,7 @@ _CHECKS: dict[str, Callable[[object], Any]] = {
     "exit_code": _exit_code,
     "oom_killed": _flag,
     "timings": _timings,
-    "run_id": _text,
+    "run_id": _run_id,
     "started_at": _time,
     "finished_at": _time,
     "host": _text,

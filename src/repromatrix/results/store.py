@@ -25,13 +25,15 @@ import json
 import os
 import socket
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from repromatrix.errors import UsageError
+from repromatrix.files import LeadsOut, inside, replace_file
+from repromatrix.grammars import check_run_id
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.schema import (
     SCHEMA_VERSION,
@@ -56,6 +58,7 @@ __all__ = [
     "RootCause",
     "RunFolder",
     "Timings",
+    "Unreadable",
     "atomic_write",
     "cell_dir",
     "copy_cell",
@@ -67,6 +70,7 @@ __all__ = [
     "read_plan",
     "read_results",
     "read_run",
+    "run_folder",
     "unfinished_cells",
     "write_merge_record",
     "write_plan",
@@ -90,44 +94,27 @@ def cell_dir(run_dir: Path, cell_id: str) -> Path:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one.
+    """Write ``data`` to ``path`` with ``files.replace_file`` (whole or not at all, links replaced).
 
-    The bytes go to a new file (``mkstemp`` creates it exclusively) that is then
-    renamed over ``path``: a link already at ``path`` is replaced, not followed.
-    Every file of a run folder (results, logs, plan, reports) is written here, so
-    this is where the secret values of this process's environment are redacted
-    once more, whatever slipped past the stream.
+    Every file of a run folder (results, logs, plan, reports) and of a site is
+    written here, so this is where the secret values of this process's
+    environment are redacted once more, whatever slipped past the stream.
     """
-    data = redact(data, secrets_from(os.environ))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_file(path, redact(data, secrets_from(os.environ)))
 
 
-def _confined(run_dir: Path, path: Path) -> Path:
-    """``path``, once its folder exists inside ``run_dir`` after resolving links (else ValueError).
-
-    The check runs before any folder is made, so a planted link to elsewhere is
-    never written through, not even by ``mkdir``.
-    """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    root = run_dir.resolve()
-    existing = path.parent
-    while not existing.exists() and existing != run_dir:
-        existing = existing.parent
-    for folder in (existing, path.parent):
-        if not folder.resolve().is_relative_to(root):
-            raise ValueError(f"{path} leads out of {run_dir}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+def run_folder(results: Path, run_id: str) -> Path:
+    """The folder of run ``run_id`` under ``results`` (itself resolved first, as clusters
+    often reach it through a link); ``UsageError`` for an id outside the grammar or a
+    run folder that is a link, which would take the whole run elsewhere."""
+    if (why := check_run_id(run_id)) is not None:
+        raise UsageError(f"run id {run_id!r} is refused: {why}")
+    folder = results.resolve() / run_id
+    if folder.is_symlink():
+        raise LeadsOut(
+            f"{folder} is a symbolic link: a run folder is a folder of its own under {results}"
+        )
+    return folder
 
 
 def now_iso() -> str:
@@ -149,9 +136,9 @@ def write_result(run_dir: Path, result: CellResult, log: bytes) -> Path:
     )
     folder = cell_dir(run_dir, stamped.id)
     body = json.dumps(stamped.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-    atomic_write(_confined(run_dir, folder / LOG_FILE), log)
+    atomic_write(inside(run_dir, folder / LOG_FILE), log)
     try:
-        atomic_write(_confined(run_dir, folder / RESULT_FILE), body)
+        atomic_write(inside(run_dir, folder / RESULT_FILE), body)
     except BaseException:
         (folder / LOG_FILE).unlink(missing_ok=True)
         raise
@@ -168,44 +155,42 @@ def write_plan(run_dir: Path, cell_ids: Iterable[str], matrix: str | None = None
     body: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "cells": ids}
     if matrix is not None:
         body["matrix"] = matrix
-    atomic_write(
-        _confined(run_dir, run_dir / PLAN_FILE), json.dumps(body, indent=1).encode() + b"\n"
-    )
+    atomic_write(inside(run_dir, run_dir / PLAN_FILE), json.dumps(body, indent=1).encode() + b"\n")
 
 
 def write_merge_record(run_dir: Path, document: dict[str, Any]) -> None:
     """Write merge.json (``merge`` decides what goes in it)."""
     body = {"schema_version": SCHEMA_VERSION, **document}
     data = json.dumps(body, indent=1, ensure_ascii=False).encode() + b"\n"
-    atomic_write(_confined(run_dir, run_dir / MERGE_FILE), data)
+    atomic_write(inside(run_dir, run_dir / MERGE_FILE), data)
 
 
-class _Unreadable(Exception):
+class Unreadable(Exception):
     """A file of the run that is not read, and the sentence saying why."""
 
 
 def read_file(path: Path, limit: int = _MAX_JSON_BYTES) -> bytes:
-    """Read a regular file without following a link at ``path`` (raises ``_Unreadable``)."""
+    """Read a regular file without following a link at ``path`` (raises ``Unreadable``)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             message = "a symbolic link: files of a run are read only from the run itself"
-            raise _Unreadable(message) from exc
-        raise _Unreadable(f"unreadable: {exc.strerror or exc}") from exc
+            raise Unreadable(message) from exc
+        raise Unreadable(f"unreadable: {exc.strerror or exc}") from exc
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
         os.close(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise _Unreadable(f"not a regular file ({_file_kind(info.st_mode)})")
-        raise _Unreadable(f"{info.st_size} bytes, more than the {limit} it may have")
+            raise Unreadable(f"not a regular file ({_file_kind(info.st_mode)})")
+        raise Unreadable(f"{info.st_size} bytes, more than the {limit} it may have")
     with os.fdopen(fd, "rb") as handle:
         try:
             data = handle.read(min(info.st_size, limit) + 1)
         except OSError as exc:
-            raise _Unreadable(f"unreadable: {exc.strerror or exc}") from exc
+            raise Unreadable(f"unreadable: {exc.strerror or exc}") from exc
     if len(data) > limit:
-        raise _Unreadable(f"grew past the {limit} bytes a file of the run may have")
+        raise Unreadable(f"grew past the {limit} bytes a file of the run may have")
     return data
 
 
@@ -245,7 +230,7 @@ def read_results(run_dir: Path) -> tuple[list[CellResult], list[RunProblem]]:
         except ResultProblem as exc:
             problems.append(RunProblem(exc.kind, where, str(exc)))
             continue
-        except _Unreadable as exc:
+        except Unreadable as exc:
             problems.append(RunProblem(ProblemKind.CORRUPT, where, str(exc)))
             continue
         if cell_dir(run_dir, result.id) != path.parent:
@@ -365,7 +350,7 @@ def _read_json(run_dir: Path, name: str) -> tuple[dict[str, Any] | None, list[Ru
         return None, []
     try:
         document = whole_text(json.loads(read_file(path)))
-    except _Unreadable as exc:
+    except Unreadable as exc:
         return None, [RunProblem(ProblemKind.CORRUPT, name, str(exc))]
     except (ValueError, RecursionError) as exc:
         return None, [RunProblem(ProblemKind.CORRUPT, name, f"not valid JSON ({exc})")]
@@ -396,8 +381,8 @@ def copy_cell(source_run: Path, out: Path, cell_id: str) -> list[str]:
         source = cell_dir(source_run, cell_id) / name
         try:
             data = read_file(source, limit=_MAX_LOG_BYTES)
-        except _Unreadable as exc:
+        except Unreadable as exc:
             left_out.append(f"{name}: {exc}")
             continue
-        atomic_write(_confined(out, cell_dir(out, cell_id) / name), data)
+        atomic_write(inside(out, cell_dir(out, cell_id) / name), data)
     return left_out

@@ -47,15 +47,13 @@ def resolve_folder(results: Path, run_id: str | None, resume: bool) -> RunFolder
             raise UsageError(f"--resume: no earlier run under {results}/ to continue")
         run_id = latest.name
     run_id = run_id or new_run_id()
-    if not RUN_ID.match(run_id):
-        raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (64 at most)")
-    return RunFolder(run_id, results / run_id)
+    return RunFolder(run_id, store.run_folder(results, run_id))
 
 
 def latest_run(results: Path, besides: Path | None = None) -> Path | None:
     """The run folder under ``results`` whose id sorts last (run ids are UTC times), other
     than ``besides``; None when there is none."""
-    runs = sorted(p.name for p in results.glob("*/") if RUN_ID.match(p.name) and p != besides)
+    runs = sorted(p.name for p in results.glob("*/") if RUN_ID.fullmatch(p.name) and p != besides)
     return results / runs[-1] if runs else None
 
 

@@ -126,6 +126,7 @@ def execute_run(
     progress = progress or Progress(0)
     with interrupts_as_keyboard_interrupt():
         run = plan_run(options, progress, planned)
+        earlier = durations_folder(options, run.folder)  # refused in a dry run too
         if not run.todo:
             return finish_empty(run, options.mode, progress)
         runner = detect_runner(options.gpus, rehearse=options.rehearse)
@@ -150,9 +151,7 @@ def execute_run(
                     image_jobs=options.image_jobs,
                 )
             return RunSummary(run.folder, run.todo, images=made)
-        pacing = Pacing(
-            options.jobs, options.image_jobs, measured_s(options, run.folder, progress.note)
-        )
+        pacing = Pacing(options.jobs, options.image_jobs, measured_s(earlier, progress.note))
         with claimed(run.folder.path):
             record_plan(run.folder.path, run.cells, options.matrix)
             with opened(kind, setup, distinct_images(runnable)) as backend:
@@ -259,18 +258,21 @@ def print_calls(
 LATEST = Path("latest")  # ``--durations-from latest``: the latest earlier run under --results
 
 
-def measured_s(
-    options: RunOptions, folder: RunFolder, note: Callable[[str], None]
-) -> dict[str, float] | None:
-    """Each cell's duration in the earlier run ``--durations-from`` names (None: not given,
-    or ``latest`` and there is no earlier run)."""
+def durations_folder(options: RunOptions, folder: RunFolder) -> Path | None:
+    """The earlier run ``--durations-from`` names (None: not given, or ``latest`` and there is
+    no earlier run); ``UsageError`` for a folder that is not a run folder."""
     earlier = options.durations_from
     if earlier == LATEST:
         earlier = latest_run(options.results, besides=folder.path)
+    if earlier is not None and not (earlier / store.CELLS_DIR).is_dir():
+        raise UsageError(f"--durations-from {earlier}: not a run folder (no {store.CELLS_DIR}/)")
+    return earlier
+
+
+def measured_s(earlier: Path | None, note: Callable[[str], None]) -> dict[str, float] | None:
+    """Each cell's duration in the run folder ``earlier`` (None: no earlier run)."""
     if earlier is None:
         return None
-    if not (earlier / store.CELLS_DIR).is_dir():
-        raise UsageError(f"--durations-from {earlier}: not a run folder (no {store.CELLS_DIR}/)")
     results, _problems = store.read_results(earlier)  # an unreadable cell is only not measured
     measured = measured_durations(results)
     note(f"cells ordered by the durations measured in {earlier}/ ({len(measured)} cells)")

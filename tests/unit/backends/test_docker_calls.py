@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import docker
@@ -20,12 +21,15 @@ from repromatrix.backends.docker.calls import (
 )
 from repromatrix.backends.docker.engine import docker_kwargs
 from repromatrix.backends.docker.kind import container_settings
+from repromatrix.backends.harness_spec import container_adapter_path, container_model_path
 from repromatrix.errors import InfraError
 from repromatrix.matrix.config import load_matrix
-from repromatrix.model import Lane
+from repromatrix.model import Adapter, Lane, Launch
 from repromatrix.runner import Runner
 from repromatrix.secret_env import REDACTED, redact
 from support import paths
+from support.factories import cell as factories_cell
+from support.factories import default_model, scenario
 from support.runner import cell
 
 SPEC = {"mode": "server", "argv": ["--max-model-len", "2048", "--served-model-name", "$(rm -rf /)"]}
@@ -149,3 +153,31 @@ def test_image_references_split_into_repository_and_tag():
     )
     assert split_ref("127.0.0.1:5000/vllm") == ("127.0.0.1:5000/vllm", "latest")
     assert split_ref("python") == ("python", "latest")
+
+
+@pytest.mark.parametrize(
+    ("model_path", "adapter_path"),
+    [("/models/m", "/models/m"), ("/models/m", "/models/m/lora"), ("/models/m", "/adapters/a")],
+)
+def test_a_model_and_its_adapter_are_both_in_the_container_wherever_they_are(
+    model_path: str, adapter_path: str
+) -> None:
+    # One folder for both used to become one mount (the volumes are keyed by source):
+    # the model was then missing in the cell.
+    adapter = Adapter("tiny-lora", path=adapter_path)
+    model = replace(
+        default_model(Lane.GPU), source=model_path, path=model_path, adapters=(adapter,)
+    )
+    of = scenario("cpu-kv-cache-too-small", launch=Launch(lora_adapter="tiny-lora"))
+    gpu_cell = factories_cell(Lane.GPU, of=of, model=model, flags={"enable_lora": True})
+    settings = ContainerSettings(gpu_ids=("0", "1", "2", "3"))
+    plan = container_call(gpu_cell, SPEC, "repromatrix/cell-v0.32.0:abc", settings, "r1")
+    binds = engine_body(docker_kwargs(plan, {}))["HostConfig"]["Binds"]  # type: ignore[index]
+    inside = {bind.split(":")[1]: bind.split(":")[0] for bind in binds}
+
+    def host_of(path: str) -> str:
+        target = max((t for t in inside if path == t or path.startswith(t + "/")), key=len)
+        return inside[target] + path.removeprefix(target)
+
+    assert host_of(container_model_path(gpu_cell)) == model_path
+    assert host_of(str(container_adapter_path(gpu_cell))) == adapter_path

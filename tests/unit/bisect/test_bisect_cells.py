@@ -175,3 +175,11 @@ def test_plan_prints_the_cells_and_the_first_round(capsys: pytest.CaptureFixture
     assert lines[0] == "lora-int32-offset-overflow / trigger: 3 versions"
     assert lines[1].split() == ["0.27.1", ID.format("0.27.1"), "first", "round"]
     assert lines[2].split() == ["0.30.0", ID.format("0.30.0")]
+
+
+def test_results_that_hold_no_run_folder_are_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other" / "sub").mkdir(parents=True)
+    for wrong in ("empty", "other"):
+        with pytest.raises(UsageError, match="holds no run folder"):
+            known_outcomes([tmp_path / wrong], {})

@@ -180,7 +180,7 @@ def test_control_characters_in_logs_still_give_valid_xml(tmp_path: Path) -> None
     xml = JUnitXml.fromfile(str(tmp_path / "junit.xml"))
     [case] = [c for s in xml for c in s]
     [failure] = case.result
-    assert failure.message == "ValueError: bad <tag>"
+    assert failure.message == "ValueError: bad \\x07 <tag>"  # made visible, not dropped
     assert "end <x> & y" in case.system_out
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from junitparser.xunit2 import JUnitXml
 
 from repromatrix.cli import main
+from repromatrix.reports.junit import build_junit, write_junit
 from repromatrix.reports.write import write_reports
 from repromatrix.results.merge import merge
 from repromatrix.results.store import (
@@ -29,7 +32,7 @@ from repromatrix.results.store import (
     write_plan,
     write_result,
 )
-from repromatrix.results.verdicts import ProblemKind
+from repromatrix.results.verdicts import ProblemKind, judge_all
 from support.reports import cpu_lane, result, write_run
 
 VICTIM = "cpu/0.32.0/cpu/tiny-llama/default/healthy-cpu/baseline"
@@ -124,6 +127,28 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "a JSON string": raw('"result"'),
     "not UTF-8": lambda path: path.write_bytes(b"\xff\xfe{"),
     "a 9 MiB file": lambda path: os.truncate(path, 9 * 1024 * 1024),
+    # Values that pass a type check but no consumer can use: one costs its own cell, no more.
+    "started_at before year 1 in UTC": edit(started_at="0001-01-01T00:00:00+23:59"),
+    "started_at after year 9999 in UTC": edit(started_at="9999-12-31T23:59:59-23:59"),
+    "finished_at before year 1 in UTC": edit(finished_at="0001-01-01T00:00:00+23:59"),
+    "a flag Infinity": lambda path: path.write_text(
+        path.read_text().replace('"flags": {', '"flags": {"x": Infinity, ')
+    ),
+    "a flag -Infinity": lambda path: path.write_text(
+        path.read_text().replace('"flags": {', '"flags": {"x": -Infinity, ')
+    ),
+    "a flag NaN in a valid result": lambda path: path.write_text(
+        path.read_text().replace('"flags": {', '"flags": {"x": NaN, ')
+    ),
+    "a flag 1e400": lambda path: path.write_text(
+        path.read_text().replace('"flags": {', '"flags": {"x": 1e400, ')
+    ),
+    "a nested flag -1e999": lambda path: path.write_text(
+        path.read_text().replace('"flags": {', '"flags": {"x": [{"y": -1e999}], ')
+    ),
+    "a run id climbs out": edit(run_id="../../../x"),
+    "a run id with a NUL": edit(run_id="a\x00b"),
+    "a run id of 300 characters": edit(run_id="r" * 300),
 }
 
 
@@ -306,3 +331,79 @@ def test_every_reader_reads_the_same_folder_the_same_way(run_dir: Path) -> None:
     loaded = read_run(run_dir)
     assert {r.id for r in loaded.results} == finished_ids(run_dir)
     assert write_reports(run_dir).problems == loaded.problems
+
+
+def test_a_time_that_slipped_past_the_schema_costs_junit_nothing(tmp_path: Path) -> None:
+    # Results built in code, not read: the writer itself still takes one bad value.
+    good = result()
+    bad = replace(result(variant="baseline"), started_at="0001-01-01T00:00:00+23:59")
+    for cells in ([bad], [good, bad]):
+        write_junit(build_junit(judge_all(cells), (), {}), tmp_path / "junit.xml")
+    assert 'timestamp="2026-01-01T00:00:00+00:00"' in (tmp_path / "junit.xml").read_text()
+
+
+UNSAFE = [
+    "\x1b]0;owned\x07",  # OSC: window title
+    "\x1b]8;;https://evil.example\x1b\\link\x1b]8;;\x1b\\",  # OSC 8: a hidden link
+    "\x1b[2J\x1b[H",  # CSI: clear screen
+    "\x9b31m",  # C1 CSI
+    "\x07",  # BEL
+    "\u202e",  # right-to-left override: "fail" shows as "liaf"
+    "\u2066\u2069",  # isolates
+    "\u200f\u061c",  # right-to-left mark, Arabic letter mark
+    "\ufeff",  # byte-order mark
+    "\u2028",  # line separator
+]
+RAW_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]"
+)
+FIELDS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "reason": lambda text: {"reason": f"pull failed {text} here"},
+    "root cause line": lambda text: {
+        "root_cause": {"line": f"ValueError: {text} too small", "message": f"m {text}"}
+    },
+    "version": lambda text: {"version": f"0.32.0{text}"},
+    "digest": lambda text: {"image_digest": f"sha256:{text}"},
+    "a flag's value": lambda text: {"flags": {"max_model_len": f"64{text}"}},
+    "host": lambda text: {"host": f"runner-{text}"},
+}
+
+
+def strings(value: object) -> list[str]:
+    """Every text inside a decoded JSON value."""
+    if isinstance(value, str):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [text for item in items for text in strings(item)]
+
+
+@pytest.mark.parametrize("text", UNSAFE, ids=range(len(UNSAFE)))
+@pytest.mark.parametrize("field", list(FIELDS))
+def test_escapes_and_bidi_characters_from_results_never_reach_a_report_raw(
+    run_dir: Path, tmp_path: Path, field: str, text: str
+) -> None:
+    edit(outcome="infra_error", **FIELDS[field](text))(victim_file(run_dir))
+    assert write_reports(run_dir).problems == ()
+    for name in ("compat.md", "compat.html", "compat.json", "junit.xml"):
+        shown = (run_dir / name).read_text()
+        assert not RAW_UNSAFE.search(shown), (name, RAW_UNSAFE.findall(shown))
+    document = json.loads((run_dir / "compat.json").read_text())
+    [cell] = [c for c in document["cells"] if c["id"] == VICTIM]
+    assert any(text in value for value in strings(cell))  # the data keeps the exact value
+    site = tmp_path / "site"
+    assert main(["publish", str(run_dir), "--out", str(site)]) == 0
+    for page in site.rglob("*.html"):
+        assert not RAW_UNSAFE.search(page.read_text()), page
+
+
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_compat_json_is_json_a_browser_reads(run_dir: Path, text: str) -> None:
+    path = victim_file(run_dir)
+    path.write_text(path.read_text().replace('"flags": {', f'"flags": {{"x": {text}, '))
+    write_reports(run_dir)
+    body = (run_dir / "compat.json").read_text()
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in compat.json")
+
+    json.loads(body, parse_constant=refuse)

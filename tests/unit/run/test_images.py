@@ -22,7 +22,7 @@ from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, cell_result
 from repromatrix.run.cells import Pacing
 from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import image_job, job_key, ready_line
-from repromatrix.run.main import LATEST, RunOptions, measured_s
+from repromatrix.run.main import LATEST, RunOptions, durations_folder, measured_s
 from repromatrix.run.outcome import Decision
 from support.pool import GUARD_S, Recorder, resources, run, run_making_images, saved
 from support.runner import cell
@@ -174,11 +174,13 @@ def test_durations_come_from_an_earlier_run_folder(tmp_path: Path):
     store.write_result(earlier, never, b"")
     notes: list[str] = []
     here = RunFolder("now", tmp_path / "results" / "now")
-    assert measured_s(RunOptions(durations_from=earlier), here, notes.append) == {OLD.id: 42.5}
+    found = durations_folder(RunOptions(durations_from=earlier), here)
+    assert measured_s(found, notes.append) == {OLD.id: 42.5}
     assert notes == [f"cells ordered by the durations measured in {earlier}/ (1 cells)"]
-    assert measured_s(RunOptions(), here, notes.append) is None
+    assert durations_folder(RunOptions(), here) is None
+    assert measured_s(None, notes.append) is None
     with pytest.raises(UsageError, match="not a run folder"):
-        measured_s(RunOptions(durations_from=tmp_path / "results"), here, notes.append)
+        durations_folder(RunOptions(durations_from=tmp_path / "results"), here)
 
 
 def test_durations_from_latest_reads_the_latest_earlier_run_or_nothing(tmp_path: Path):
@@ -188,7 +190,7 @@ def test_durations_from_latest_reads_the_latest_earlier_run_or_nothing(tmp_path:
     def folder(run_id: str) -> RunFolder:
         return RunFolder(run_id, results / run_id)
 
-    assert measured_s(latest, folder("20261130-120000"), print) is None  # no earlier run
+    assert durations_folder(latest, folder("20261130-120000")) is None  # no earlier run
     for run_id, took in (("20261130-100000", 10.0), ("20261130-110000", 20.0)):
         ran = CellRun(Decision(Outcome.HIT, "seen"), Execution(1, b"", total_s=took))
         context = CellContext(Prepared(OLD.image.key, "img"), "/m")
@@ -198,9 +200,9 @@ def test_durations_from_latest_reads_the_latest_earlier_run_or_nothing(tmp_path:
             cell_result(OLD, ran, context=context, run_id=run_id, started_at=when),
             b"",
         )
-    assert measured_s(latest, folder("20261130-120000"), print) == {OLD.id: 20.0}
+    assert durations_folder(latest, folder("20261130-120000")) == results / "20261130-110000"
     # A resumed run does not read its own folder: the one before it.
-    assert measured_s(latest, folder("20261130-110000"), print) == {OLD.id: 10.0}
+    assert durations_folder(latest, folder("20261130-110000")) == results / "20261130-100000"
 
 
 def test_an_image_job_holds_no_cell_resources_and_says_how_its_image_came():

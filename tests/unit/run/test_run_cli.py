@@ -167,3 +167,15 @@ def test_an_infeasible_cell_is_skipped_with_its_numbers_and_never_makes_only_exi
     anyway = repromatrix(*args, "--results", str(tmp_path / "r"), "--run-infeasible")
     assert anyway.returncode == 3, anyway.stderr
     assert "cannot run on this host" in anyway.stderr
+
+
+@pytest.mark.parametrize("folder", ["missing", "not-a-run"])
+def test_a_dry_run_checks_durations_from_too(tmp_path: Path, folder: str) -> None:
+    # A dry run reads no durations, but a wrong folder is the same mistake it will be in the run.
+    (tmp_path / "not-a-run").mkdir()
+    done = repromatrix(
+        "run", "--dry-run", "--lane", "cpu", "--only", "cpu/0.32.0/cpu/tiny-llama/*",
+        "--results", str(tmp_path / "r"), "--durations-from", str(tmp_path / folder),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--durations-from" in done.stderr and "not a run folder" in done.stderr

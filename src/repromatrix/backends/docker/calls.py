@@ -14,7 +14,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends.harness_spec import ADAPTERS_TARGET, MODELS_TARGET
+from repromatrix.backends.harness_spec import (
+    MODELS_TARGET,
+    container_adapter_path,
+    in_model_folder,
+)
 from repromatrix.errors import InfraError
 from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.images.render import ENTRYPOINT
@@ -225,9 +229,8 @@ def model_mounts(cell: Cell) -> tuple[Mount, ...]:
     if cell.model.path is not None:
         mounts.append(Mount(cell.model.path, f"{MODELS_TARGET}/{cell.model.name}"))
     adapter = cell.adapter
-    if adapter is not None and adapter.path is not None:
-        target = f"{ADAPTERS_TARGET}/{cell.model.name}/{adapter.name}"
-        mounts.append(Mount(adapter.path, target))
+    if adapter is not None and adapter.path is not None and not in_model_folder(cell):
+        mounts.append(Mount(adapter.path, str(container_adapter_path(cell))))
     return tuple(mounts)
 
 

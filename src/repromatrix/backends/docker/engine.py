@@ -41,6 +41,7 @@ from repromatrix.backends.docker.calls import (
 from repromatrix.backends.harness_spec import VERSION_ARGV
 from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import InfraError, RepromatrixError
+from repromatrix.files import replace_file
 from repromatrix.heartbeat import heartbeat
 from repromatrix.images import wheelhouse
 from repromatrix.images.render import CONTAINER_ROOT
@@ -287,9 +288,8 @@ class DockerBackend:
             yield
         finally:
             if self.build_logs is not None:
-                self.build_logs.mkdir(parents=True, exist_ok=True)
                 log = self.build_logs / f"{key}.log"
-                log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+                replace_file(log, ("\n".join(lines) + "\n").encode("utf-8"))
 
     def _base(self, base: BaseImage) -> str | None:
         """The base image made once per run (image jobs of one base wait for the first)."""
