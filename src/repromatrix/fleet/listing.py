@@ -1,4 +1,4 @@
-"""What ``repromatrix plan`` prints as a table or JSON (the CI forms are in ``ci_jobs``), each
+"""What ``repromatrix plan`` prints as a table or JSON (the CI forms are in ``jobs``), each
 cell with its memory estimate (``memory``)."""
 
 from __future__ import annotations

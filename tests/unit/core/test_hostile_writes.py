@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from repromatrix.run.stages import RunOptions, resolve_run_dir
 
 from repromatrix.cli import main
 from repromatrix.errors import EXIT_OK, EXIT_USAGE, UsageError
 from repromatrix.files import LeadsOut, copy_tree, folder_inside, hold, inside, replace_file
+from repromatrix.run.folder import RunFolder, resolve_folder
 from support import paths
 from support.reports import cpu_lane, write_run
 
@@ -168,9 +168,9 @@ def test_a_run_folder_that_is_a_link_is_refused(tmp_path: Path) -> None:
     elsewhere.mkdir()
     (results / "r1").symlink_to(elsewhere, target_is_directory=True)
     with pytest.raises(UsageError, match="is a symbolic link"):
-        resolve_run_dir(RunOptions(results=results, run_id="r1"))
+        resolve_folder(results, "r1", resume=False)
     with pytest.raises(UsageError, match="is a symbolic link"):
-        resolve_run_dir(RunOptions(results=results, resume=True))
+        resolve_folder(results, None, resume=True)
     assert list(elsewhere.iterdir()) == []
 
 
@@ -178,8 +178,7 @@ def test_results_reached_through_a_link_is_resolved_first(tmp_path: Path) -> Non
     real, link = tmp_path / "scratch" / "results", tmp_path / "results"
     real.mkdir(parents=True)
     link.symlink_to(real, target_is_directory=True)
-    run_id, run_dir = resolve_run_dir(RunOptions(results=link, run_id="r1"))
-    assert (run_id, run_dir) == ("r1", real / "r1")
+    assert resolve_folder(link, "r1", resume=False) == RunFolder("r1", real / "r1")
 
 
 def test_the_run_command_refuses_a_linked_run_folder(

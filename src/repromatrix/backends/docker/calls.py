@@ -3,7 +3,7 @@
 Pure: ``container_call`` turns a cell, its harness spec and the lane's settings
 into the exact ``containers.create`` arguments (``ContainerCall``), and
 ``ImageBuild`` says how each image is made. A dry run prints these; a real run
-hands them to ``oci_container`` unchanged, so the two never drift apart.
+hands them to ``engine`` unchanged, so the two never drift apart.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The Docker backend as the registry knows it: availability, skips, the dry run, opening.
 
 Opening renders each image's build context (``images/render.py``), links the
-host wheelhouses in, and hands the builds to ``oci_container.DockerBackend``,
+host wheelhouses in, and hands the builds to ``engine.DockerBackend``,
 the only code that talks to the engine. The dry run describes the same calls
-from the same values (``docker_calls``) without writing a file or starting
+from the same values (``calls``) without writing a file or starting
 anything: tags come from renders made in memory.
 """
 
