@@ -6,7 +6,7 @@ is a hash of those bytes (``repromatrix/cell-<key>:<sha256[:16]>``), so every
 cell sharing a render shares one build, and an unchanged matrix builds nothing.
 ``render_image`` writes a context to ``<out_root>/<image-key>/``.
 
-CPU-lane contexts also need the host wheelhouses (``images.stage_wheelhouses``
+CPU-lane contexts also need the host wheelhouses (``wheelhouse.stage_wheelhouses``
 links them into ``wheelhouse/``); they are not part of the render or its tag,
 because the pinned versions in the Dockerfile already name them.
 """
