@@ -108,6 +108,9 @@ class Gpu:
     count: int = 0
     compute_capability: str | None = None
     memory_gib: int = 0
+    # The GPU's own name as nvidia-smi reports it: a glob (``H100*``) or a ``/regex/``
+    # (matrix.yaml's ``name``; ``gpu_identity`` matches it). None: any name.
+    name_pattern: str | None = None
 
 
 # The integer config facts of a model's shape: read from matrix.yaml, tested by triggers,

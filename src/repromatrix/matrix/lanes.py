@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from repromatrix.gpu_identity import pattern_problem
 from repromatrix.grammars import (
     check_apt_package,
     check_image_reference,
@@ -248,7 +249,15 @@ def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:
     memory = 0
     if (node := body.get("memory_gib")) is not None:
         memory = reader.integer(node, "`memory_gib`", minimum=0) or 0
-    return Gpu(entry.key, lane, runner, count, capability, memory)
+    pattern = None
+    if (node := body.get("name")) is not None:
+        pattern = reader.grammar(node, "`name`", _name_problem)
+    return Gpu(entry.key, lane, runner, count, capability, memory, pattern)
+
+
+def _name_problem(pattern: str) -> str | None:
+    why = pattern_problem(pattern)
+    return None if why is None else f"it names no GPU: {why} (use a glob like H100* or a /regex/)"
 
 
 def _capability(node: YNode, reader: Reader) -> str | None:

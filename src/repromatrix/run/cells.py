@@ -152,7 +152,7 @@ def capacity_of(runner: Runner, jobs: int | None = None) -> Capacity:
     """What ``runner`` lends the scheduler; ``jobs`` caps cells at once (None: no cap)."""
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
-    return Capacity(runner.gpu_ids, runner.core_ids, runner.free_memory, jobs)
+    return Capacity(runner.gpu_ids, runner.core_ids, runner.free_memory, jobs, runner.gpu_groups)
 
 
 def placement_of(allocation: Allocation, runner: Runner) -> Placement:

@@ -146,7 +146,7 @@ def test_the_pool_lends_the_runs_gpus_as_every_other_stage_sees_them(
     monkeypatch: pytest.MonkeyPatch,
 ):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-not-on-this-host")  # --gpus wins over it
-    runner = detect_runner("MIG-4f1c,1", smi=lambda: "")
+    runner = detect_runner("MIG-4f1c,1", smi=lambda _args: "")
     assert runner.gpu_ids == ("MIG-4f1c", "1")
     assert capacity_of(runner).total.gpus == 2
 

@@ -19,6 +19,7 @@ from repromatrix.backends.docker.calls import ContainerSettings, ImageBuild, Mou
 from repromatrix.backends.docker.engine import DockerBackend, connect, engine_available
 from repromatrix.backends.harness_spec import build_spec, model_path
 from repromatrix.errors import InfraError
+from repromatrix.gpu_identity import runner_mismatch
 from repromatrix.heartbeat import heartbeat
 from repromatrix.images import wheelhouse
 from repromatrix.images.render import (
@@ -110,12 +111,15 @@ class DockerKind:
         return engine_available()
 
     def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
-        """GPU cells need as many GPUs as their runner label says."""
+        """GPU cells need as many GPUs as their entry says, each the GPU it names (a rehearsal
+        runs them on the CPU: neither is checked)."""
+        if cell.lane is not Lane.GPU or runner.rehearse:
+            return None
         count = runner.gpu_count
-        if cell.lane is Lane.GPU and count < cell.gpu.count and not runner.rehearse:
+        if count < cell.gpu.count:
             have = "no GPU" if count == 0 else f"{count} GPU(s)"
             return f"GPU cell needs {cell.gpu.count} GPU(s) ({cell.gpu.name}); this host has {have}"
-        return None
+        return runner_mismatch(cell.gpu, runner)
 
     def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
         """Every build and ``containers.create`` the run would make (secrets redacted)."""
