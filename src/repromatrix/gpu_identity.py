@@ -137,19 +137,18 @@ def driver_shortfall(
     (``brand=tesla,driver>=535,driver<536``); the NVIDIA runtime decides those, so a
     driver inside such a range is not refused here.
     """
-    known = [gpu for gpu in gpus if gpu.cuda_version is not None]
+    # One driver serves every GPU of a host: the first GPU that knows its versions speaks.
+    known = [(gpu.driver_version, gpu.cuda_version) for gpu in gpus if gpu.cuda_version]
     if image_cuda is None or not known:
         return None
-    gpu = known[0]
-    assert gpu.cuda_version is not None
-    if _numbers(gpu.cuda_version)[:2] >= _numbers(image_cuda)[:2]:
+    driver, cuda = known[0]
+    if cuda is None or _numbers(cuda)[:2] >= _numbers(image_cuda)[:2]:
         return None
-    if gpu.driver_version and forward_compatible(requirement or "", gpu.driver_version):
+    if driver and forward_compatible(requirement or "", driver):
         return None
     return (
-        f"the driver {gpu.driver_version or '(version unknown)'} supports CUDA up to "
-        f"{gpu.cuda_version}, and the image is built for CUDA {image_cuda} (its CUDA_VERSION): "
-        "update the runner's driver"
+        f"the driver {driver or '(version unknown)'} supports CUDA up to {cuda}, and the "
+        f"image is built for CUDA {image_cuda} (its CUDA_VERSION): update the runner's driver"
     )
 
 

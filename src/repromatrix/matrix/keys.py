@@ -122,17 +122,8 @@ def _gpu(lane: Lane) -> Section:
         if lane is Lane.GPU
         else Key("count", "zero", "the CPU lane has no accelerators: 0")
     )
-    named = (
-        (
-            Key(
-                "name",
-                "gpu_name",
-                "the GPU's name as nvidia-smi reports it: a glob (H100*) or a /regex/",
-            ),
-        )
-        if lane is Lane.GPU
-        else ()
-    )
+    name = Key("name", "gpu_name", "the GPU's name as nvidia-smi reports it: H100* or a /regex/")
+    named = (name,) if lane is Lane.GPU else ()
     return Section(
         f"gpu_{lane.value}",
         "one GPU kind and the runner label of the machines that have it",

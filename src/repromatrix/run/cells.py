@@ -5,8 +5,9 @@ callable that runs the one-cell code (``cell.run_cell``: its own deadline,
 live triage, early stop at the root cause, OOM detection, cleanup, its own
 log) on the device ids the ``Pool`` lends it, with ``Backend.stop`` as its
 cancel hook; a GPU cell first checks its driver against its image's CUDA and
-its GPUs idle (``gpu_refusal``). The images are jobs of the same pool (``images.ImageJobs``): each
-cell waits for its own image's job only, so a pull or build overlaps with the
+its GPUs idle (``gpu_refusal``). The images are jobs of the same pool
+(``images.ImageJobs``): each cell waits for its own image's job only, so a pull
+or build overlaps with the
 cells of images already made, and the pool hands the image job's value to each
 waiting cell. ``on_done`` runs in the calling thread: it turns each ended job
 into a result and writes it at once, so an interrupted run keeps every

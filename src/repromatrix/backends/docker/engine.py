@@ -437,9 +437,13 @@ class DockerBackend:
     def sweep_stale(self) -> int:
         """Remove the containers of this tool whose run is no longer alive (``owners.stale``),
         saying which; return how many were removed. A live run's are never touched."""
+        try:
+            ours = self.client.containers.list(all=True, filters={"label": RUN_LABEL})
+        except ENGINE_ERRORS:
+            return 0  # the engine failing now fails the run's first cell, in its own words
         stale = [
             container
-            for container in self.client.containers.list(all=True, filters={"label": RUN_LABEL})
+            for container in ours
             if container.labels.get(RUN_LABEL) != self.run_id
             and owners.stale(container.labels, self.owner, owners.process_started)
         ]
