@@ -111,6 +111,9 @@ class Gpu:
     # Memory per GPU as the driver reports it (nvidia-smi's memory.total); 0: not given.
     usable_memory_mib: int = 0
     line: int = 0  # where matrix.yaml gives it, for problems
+    # The GPU's own name as nvidia-smi reports it: a glob (``H100*``) or a ``/regex/``
+    # (matrix.yaml's ``name``; ``gpu_identity`` matches it). None: any name.
+    name_pattern: str | None = None
 
 
 # The integer config facts of a model's shape: read from matrix.yaml, tested by triggers,

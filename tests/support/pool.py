@@ -37,6 +37,8 @@ class Recorder:
 
     hold: Callable[[Cell, threading.Event], Execution] = lambda _c, _e: Execution(0, b"")
     make: Callable[[Image], Prepared] = lambda image: Prepared(image.key, f"img-{image.key}")
+    # Why the GPUs of a placement are busy (None: idle), as the Docker backend would say.
+    busy: Callable[[Placement], str | None] = lambda _placement: None
     models: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
     name: str = "recorder"
     running: dict[str, Placement | None] = field(default_factory=dict)
@@ -76,6 +78,9 @@ class Recorder:
 
     def alive(self) -> bool:
         return True
+
+    def busy_reason(self, placement: Placement) -> str | None:
+        return self.busy(placement)
 
     def close(self) -> None:
         pass

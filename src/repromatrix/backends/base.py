@@ -5,7 +5,8 @@ available on this host, which cells it can run, how it prepares images (a
 render and a build, a pull, or a virtualenv per vLLM version), which vLLM an
 image holds, how it makes a tiny model, what a dry run shows, and how it
 executes one cell's harness under the cell's own deadline, streaming the
-output to a watcher that may stop the cell early. Backends return plain
+output to a watcher that may stop the cell early, and whether a cell's GPUs are
+idle before it starts. Backends return plain
 values; deciding the outcome is ``run/outcome.py``'s job. ``registry.py``
 finds them by name; nothing outside ``backends/`` names one.
 """
@@ -40,6 +41,10 @@ class Prepared:
     build_s: float = 0.0
     built: bool = False  # False when an existing image or environment was reused
     error: str | None = None  # build or pull failure: every cell of this image is an infra error
+    # GPU images: the CUDA version the image is built for and what it asks of the driver (its
+    # config's CUDA_VERSION and NVIDIA_REQUIRE_CUDA), known once it is pulled.
+    cuda_version: str | None = None
+    cuda_requirement: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,15 @@ class Backend(Protocol):
 
     def alive(self) -> bool:
         """Whether the backend can still start cells (an engine that died cannot)."""
+        ...
+
+    def busy_reason(self, placement: Placement) -> str | None:
+        """Why the GPUs of ``placement`` are not idle now (naming the processes or containers
+        holding them), or None when they are idle or are not this backend's to check.
+
+        Asked just before a GPU cell starts: a busy GPU makes the cell an infrastructure
+        error, never a verdict against its image.
+        """
         ...
 
     def execute(

@@ -110,6 +110,10 @@ class LocalBackend:
         """Always: there is no engine to lose."""
         return True
 
+    def busy_reason(self, placement: Placement) -> str | None:
+        """None: this backend runs the CPU lane only (its GPU cells are skipped)."""
+        return None
+
     def make_model(
         self,
         model: Model,

@@ -135,14 +135,17 @@ def _gpu(lane: Lane) -> Section:
     usable = (
         (Key("usable_memory_mib", "integer", USABLE_DOC, minimum=1),) if lane is Lane.GPU else ()
     )
+    name = Key("name", "gpu_name", "the GPU's name as nvidia-smi reports it: H100* or a /regex/")
+    named = (name,) if lane is Lane.GPU else ()
     return Section(
         f"gpu_{lane.value}",
         "one GPU kind and the runner label of the machines that have it",
         (
             Key("runner", "text", "the CI runner label (a Buildkite agent queue)", required=True),
             count,
+            *named,
             Key("compute_capability", "capability", "e.g. 9.0 or 12.0"),
-            Key("memory_gib", "integer", "memory per GPU", minimum=0),
+            Key("memory_gib", "integer", "memory per GPU (a MIG slice: its profile's)", minimum=0),
             *usable,
         ),
     )

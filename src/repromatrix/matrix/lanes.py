@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from repromatrix.gpu_identity import pattern_problem
 from repromatrix.grammars import (
     check_apt_package,
     check_host_path,
@@ -253,7 +254,25 @@ def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:
     usable = 0
     if (node := body.get("usable_memory_mib")) is not None:
         usable = reader.integer(node, "`usable_memory_mib`", minimum=1) or 0
-    return Gpu(entry.key, lane, runner, count, capability, memory, usable, entry.where.line)
+    pattern = None
+    if (node := body.get("name")) is not None:
+        pattern = reader.grammar(node, "`name`", _name_problem)
+    return Gpu(
+        entry.key,
+        lane,
+        runner,
+        count,
+        capability,
+        memory,
+        usable_memory_mib=usable,
+        line=entry.where.line,
+        name_pattern=pattern,
+    )
+
+
+def _name_problem(pattern: str) -> str | None:
+    why = pattern_problem(pattern)
+    return None if why is None else f"it names no GPU: {why} (use a glob like H100* or a /regex/)"
 
 
 def _capability(node: YNode, reader: Reader) -> str | None:

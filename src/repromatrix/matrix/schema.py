@@ -112,6 +112,7 @@ def value_schema(key: Key) -> Schema:
         "version": {"type": ["string", "number", "null"]},
         "specifier": {"type": ["string", "null"]},
         "regex": {"type": "string", "format": "regex"},
+        "gpu_name": {"type": "string", "minLength": 1},
         "program": {"type": "string", "pattern": _whole(PROGRAM_PATTERN.pattern)},
         "texts": _one_or_list(TEXT),
         "integers": _one_or_list({"type": "integer", "minimum": 1}),

@@ -4,8 +4,10 @@ Each runnable cell becomes a ``Job`` (its ``Need`` and estimate, below) and a
 callable that runs the one-cell code (``cell.run_cell``: its own deadline,
 live triage, early stop at the root cause, OOM detection, cleanup, its own
 log) on the device ids the ``Pool`` lends it, with ``Backend.stop`` as its
-cancel hook. The images are jobs of the same pool (``images.ImageJobs``): each
-cell waits for its own image's job only, so a pull or build overlaps with the
+cancel hook; a GPU cell first checks its driver against its image's CUDA and
+its GPUs idle (``gpu_refusal``). The images are jobs of the same pool
+(``images.ImageJobs``): each cell waits for its own image's job only, so a pull
+or build overlaps with the
 cells of images already made, and the pool hands the image job's value to each
 waiting cell. ``on_done`` runs in the calling thread: it turns each ended job
 into a result and writes it at once, so an interrupted run keeps every
@@ -24,6 +26,7 @@ from types import MappingProxyType
 
 from repromatrix.backends.base import Backend, Placement
 from repromatrix.errors import InfraError, UsageError
+from repromatrix.gpu_identity import driver_shortfall
 from repromatrix.model import Cell, Expected, Lane, Level, Outcome
 from repromatrix.results import store
 from repromatrix.results.store import CellResult, now_iso
@@ -152,7 +155,7 @@ def capacity_of(runner: Runner, jobs: int | None = None) -> Capacity:
     """What ``runner`` lends the scheduler; ``jobs`` caps cells at once (None: no cap)."""
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
-    return Capacity(runner.gpu_ids, runner.core_ids, runner.free_memory, jobs)
+    return Capacity(runner.gpu_ids, runner.core_ids, runner.free_memory, jobs, runner.gpu_groups)
 
 
 def placement_of(allocation: Allocation, runner: Runner) -> Placement:
@@ -183,9 +186,26 @@ def work_for(backend: Backend, cell: Cell, runner: Runner, models_root: Path) ->
             raise TypeError(f"{cell.id} started without its image job's value")  # a bug of ours
         context = cell_context(cell, ticket.before, models_root)
         placement = placement_of(ticket.allocation, runner)
+        if (refused := gpu_refusal(backend, cell, context, placement, runner)) is not None:
+            return Ran(started_at, CellRun(outcome.infra_error(refused), NOT_RUN), context)
         return Ran(started_at, run_cell(backend, cell, context, placement), context)
 
     return work
+
+
+def gpu_refusal(
+    backend: Backend, cell: Cell, context: CellContext, placement: Placement, runner: Runner
+) -> str | None:
+    """Why a GPU cell must not start on ``placement`` now: the driver is older than its image's
+    CUDA, or a GPU is busy (the backend names what holds it). Either is the machine's fault,
+    so the cell becomes an infrastructure error, never a verdict. None for a CPU cell, a
+    rehearsal (no device), or an image that is not ready (``run_cell`` says why)."""
+    prepared = context.prepared
+    if cell.lane is not Lane.GPU or runner.rehearse or prepared is None or prepared.error:
+        return None
+    gpus = [gpu for i in placement.gpu_ids or () if (gpu := runner.gpu(i)) is not None]
+    short = driver_shortfall(gpus, prepared.cuda_version, prepared.cuda_requirement)
+    return short or backend.busy_reason(placement)
 
 
 def ended_run(done: Done[Ran | ImageReady]) -> Ran:

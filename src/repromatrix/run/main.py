@@ -52,6 +52,11 @@ from repromatrix.run.images import ImageReady, distinct_images
 from repromatrix.run.progress import Progress
 from repromatrix.runner import Runner, detect_runner
 
+REHEARSAL_RUNNER = (
+    "rehearsal: GPU cells run on the CPU without a device request; they are not matched "
+    "against their GPU entry and no GPU is checked for idleness"
+)
+
 
 class Mode(enum.Enum):
     """What a run does once it is planned: exactly one of these."""
@@ -130,6 +135,8 @@ def execute_run(
         if not run.todo:
             return finish_empty(run, options.mode, progress)
         runner = detect_runner(options.gpus, rehearse=options.rehearse)
+        if runner.rehearse:
+            progress.note(REHEARSAL_RUNNER)
         kind = kinds.choose(options.backend)
         setup = backend_setup(options, run, runner, progress.note)
         infeasible = {} if options.run_infeasible else infeasible_reasons(run.todo)
@@ -248,6 +255,11 @@ def print_calls(
         "run_id": setup.run_id,
         "backend": kind.name,
         "host_gpus": runner.gpu_count,
+        # What each usable id is, as nvidia-smi reported it (an id it did not list: unchecked).
+        "runner_gpus": [
+            gpu.summary if gpu else f"{gpu_id}: unchecked"
+            for gpu_id, gpu in zip(runner.gpu_ids, runner.usable, strict=True)
+        ],
         **kind.describe(setup, cells, runner),
     }
     stream = out or sys.stdout

@@ -72,6 +72,9 @@ class Capacity:
     core_ids: tuple[int, ...] = ()
     memory: int = 0
     jobs: int | None = None  # None: as many as the other resources allow
+    # Sets of ``gpu_ids`` that sit close together (an NVLink island, a NUMA node): a cell of
+    # several GPUs gets all of its GPUs inside one of them (``Planner`` says how).
+    gpu_groups: tuple[tuple[str, ...], ...] = ()
 
     @property
     def total(self) -> Need:
@@ -207,7 +210,7 @@ class Planner:
         decided = self._start_image_tasks(now)
         reservation: Reservation | None = None
         for job in [j for j in self.pending if not j.image_task and self._ready(j)]:
-            if not job.need.fits(self.free):
+            if not job.need.fits(self.free) or self._gpus_for(job.need.gpus) is None:
                 if self.reserve:
                     reservation = reservation or self._reserve(job, now)
                 continue
@@ -259,8 +262,34 @@ class Planner:
             busy += 1
         return decided
 
+    def _gpus_for(self, count: int) -> tuple[str, ...] | None:
+        """The free GPU ids a job of ``count`` GPUs would take now; None: it must wait.
+
+        With the runner's groups of close GPUs, the ids come from the group with the fewest
+        free ids that still holds ``count`` (so a narrow cell leaves the others whole for a
+        wide one; a GPU in no group is a group of its own). A cell of several GPUs that some
+        group could hold waits until one does; one wider than every group takes any ids.
+        """
+        if count == 0:
+            return ()
+        if count > len(self.free_gpus):
+            return None
+        free = self.free_gpus
+        grouped = {gpu for group in self.capacity.gpu_groups for gpu in group}
+        groups = [*self.capacity.gpu_groups, *((gpu,) for gpu in free if gpu not in grouped)]
+        if count > 1 and not any(len(group) >= count for group in groups):
+            return tuple(free[:count])
+        holding = [
+            (len(ids), order, ids)
+            for order, group in enumerate(groups)
+            if len(ids := [gpu for gpu in free if gpu in group]) >= count
+        ]
+        return tuple(min(holding)[2][:count]) if holding else None
+
     def _start(self, job: Job, now: float) -> Start:
-        gpus, self.free_gpus = self.free_gpus[: job.need.gpus], self.free_gpus[job.need.gpus :]
+        ids = self._gpus_for(job.need.gpus)
+        assert ids is not None  # ``starts`` starts only the jobs whose ids are free
+        gpus, self.free_gpus = ids, [gpu for gpu in self.free_gpus if gpu not in ids]
         cores, self.free_cores = (
             self.free_cores[: job.need.cores],
             self.free_cores[job.need.cores :],

@@ -10,17 +10,21 @@ import docker
 import pytest
 from docker.models.containers import _create_container_args
 
+from repromatrix.backends.base import Prepared
 from repromatrix.backends.docker.calls import (
     CELL_LABEL,
     RUN_LABEL,
+    ContainerCall,
     ContainerSettings,
     ImageBuild,
     Mount,
     container_call,
     split_ref,
+    tool_plan,
 )
-from repromatrix.backends.docker.engine import docker_kwargs
+from repromatrix.backends.docker.engine import DockerBackend, docker_kwargs
 from repromatrix.backends.docker.kind import container_settings
+from repromatrix.backends.docker.owners import HOST_LABEL, PID_LABEL, Owner
 from repromatrix.backends.harness_spec import container_adapter_path, container_model_path
 from repromatrix.errors import InfraError
 from repromatrix.matrix.config import load_matrix
@@ -181,3 +185,23 @@ def test_a_model_and_its_adapter_are_both_in_the_container_wherever_they_are(
 
     assert host_of(container_model_path(gpu_cell)) == model_path
     assert host_of(str(container_adapter_path(gpu_cell))) == adapter_path
+
+
+def test_every_container_names_the_process_that_made_it(tmp_path: Path):
+    owner = Owner("runner-1", "boot-a", 4242, "1000")
+    runtimes = {
+        lane: c.runtime for lane, c in load_matrix(paths.ROOT / "matrix.yaml").lanes.items()
+    }
+    settings = container_settings(runtimes, tmp_path, Runner(), owner)
+    plan = container_call(cell(), SPEC, "img", settings[Lane.CPU], "run1")
+    assert body_labels(plan) == {**owner.labels(), RUN_LABEL: "run1", CELL_LABEL: cell().id}
+    tool = tool_plan("img", ["python3", "-c", "1"], (), "run1", "tool:x", labels=owner.labels())
+    assert body_labels(tool) == {**owner.labels(), RUN_LABEL: "run1", CELL_LABEL: "tool:x"}
+    # The engine labels its containers with its own owner, whatever settings it was given.
+    backend = DockerBackend("run1", {Lane.CPU: ContainerSettings()}, client=object(), owner=owner)  # type: ignore[arg-type]
+    made = backend.call_for(cell(), SPEC, Prepared("k", "img"))
+    assert made.labels[PID_LABEL] == "4242" and made.labels[HOST_LABEL] == "runner-1"
+
+
+def body_labels(plan: ContainerCall) -> object:
+    return engine_body(docker_kwargs(plan, {}))["Labels"]

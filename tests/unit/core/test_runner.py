@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ from repromatrix.runner import (
     available_memory,
     detect_runner,
     parse_gpu_ids,
-    parse_smi_list,
+    read_gpus,
     select_devices,
 )
 
@@ -30,9 +30,14 @@ UUID_2 = "GPU-2a1b2c3d-0000-0000-0000-000000000002"
 NO_MEMINFO = Path(os.devnull)
 
 
+def listing(text: str) -> Callable[[Sequence[str]], str]:
+    """An nvidia-smi that answers ``-L`` with ``text`` and nothing else (every query fails)."""
+    return lambda args: text if tuple(args) == ("-L",) else ""
+
+
 def gpu_ids(env: Mapping[str, str], option: str | None = None, smi: str = SMI) -> tuple[str, ...]:
     """The GPUs a run may use on a host whose ``nvidia-smi -L`` prints ``smi``."""
-    return detect_runner(option, environ=env, smi=lambda: smi, meminfo=NO_MEMINFO).gpu_ids
+    return detect_runner(option, environ=env, smi=listing(smi), meminfo=NO_MEMINFO).gpu_ids
 
 
 # -- the grammar of --gpus and the visible-devices variables ---------------------------------
@@ -58,10 +63,17 @@ def test_a_bad_variable_is_a_usage_error_naming_it() -> None:
 # -- which GPUs a run may use ----------------------------------------------------------------
 
 
-def test_nvidia_smi_lists_gpus_not_mig_instances() -> None:
-    gpus = parse_smi_list(SMI)
-    assert [g.index for g in gpus] == ["0", "1", "2", "3"]
+def test_nvidia_smi_lists_gpus_then_mig_slices() -> None:
+    gpus = read_gpus(listing(SMI))
+    assert [g.index for g in gpus] == ["0", "1", "2", "3", "1:0"]
     assert gpus[2].uuid == UUID_2 and gpus[2].name == "NVIDIA H200"
+    assert gpus[4].mig_profile == "3g.71gb" and gpus[4].uuid.startswith("MIG-5c6d7e8f")
+
+
+def test_a_mig_slice_is_usable_only_when_named() -> None:
+    assert "1:0" not in gpu_ids({})
+    mig = "MIG-5c6d7e8f-0000-0000-0000-000000000000"
+    assert gpu_ids({"NVIDIA_VISIBLE_DEVICES": f"{mig},0"}) == ("1:0", "0")
 
 
 def test_all_gpus_without_any_restriction() -> None:
@@ -127,28 +139,28 @@ def test_free_memory_is_mem_available() -> None:
 def test_detect_reads_gpus_cores_and_memory_once(tmp_path: Path) -> None:
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemAvailable: 1048576 kB\n")
-    calls: list[str] = []
+    calls: list[tuple[str, ...]] = []
 
-    def smi() -> str:
-        calls.append("nvidia-smi -L")
-        return SMI
+    def smi(args: Sequence[str]) -> str:
+        calls.append(tuple(args))
+        return listing(SMI)(args)
 
     env = {"CUDA_VISIBLE_DEVICES": "1,2"}
     runner = detect_runner(environ=env, rehearse=True, smi=smi, meminfo=meminfo)
-    assert calls == ["nvidia-smi -L"]
+    assert len(calls) == len(set(calls)) == 5  # -L, --version, --query-gpu, -q -x, topo -m
     assert runner.gpu_ids == ("1", "2") and runner.gpu_count == 2
-    assert [g.index for g in runner.gpus] == ["0", "1", "2", "3"]  # the host's, all of them
+    assert [g.index for g in runner.gpus] == ["0", "1", "2", "3", "1:0"]  # the host's, all
     assert runner.free_memory == 1 << 30 and runner.rehearse
     assert runner.core_ids == tuple(sorted(os.sched_getaffinity(0)))
 
 
 def test_a_missing_meminfo_means_no_free_memory(tmp_path: Path) -> None:
-    runner = detect_runner(environ={}, smi=lambda: "", meminfo=tmp_path / "missing")
+    runner = detect_runner(environ={}, smi=lambda _args: "", meminfo=tmp_path / "missing")
     assert runner == Runner(core_ids=runner.core_ids)
 
 
 def test_uuids_are_the_listed_gpus_own() -> None:
-    runner = detect_runner("MIG-4f1c,2", environ={}, smi=lambda: SMI, meminfo=NO_MEMINFO)
+    runner = detect_runner("MIG-4f1c,2", environ={}, smi=listing(SMI), meminfo=NO_MEMINFO)
     assert runner.uuid_of("2") == UUID_2
     assert runner.uuid_of("MIG-4f1c") is None and runner.uuid_of("7") is None
 

@@ -89,6 +89,37 @@ def test_defaults_and_image_forms(tmp_path: Path) -> None:
     assert cpu.gpus[0].count == 0
 
 
+def test_a_gpu_entry_names_its_gpu(tmp_path: Path) -> None:
+    text = GPU_LANE.replace("h100: {runner: gpu-h100,", 'h100: {runner: gpu-h100, name: "H100*",')
+    text = text.replace(
+        "a6000: {runner: gpu-a6000,", 'a6000: {runner: gpu-a6000, name: "/RTX A6000/",'
+    )
+    gpus = load_matrix(write(tmp_path, "m.yaml", text)).lanes[Lane.GPU].gpus
+    assert [gpu.name_pattern for gpu in gpus] == ["H100*", "/RTX A6000/"]
+    assert (
+        load_matrix(write(tmp_path, "n.yaml", GPU_LANE)).lanes[Lane.GPU].gpus[0].name_pattern
+        is None
+    )
+
+
+def test_a_gpu_name_that_names_no_gpu_is_refused(tmp_path: Path) -> None:
+    text = GPU_LANE.replace("h100: {runner: gpu-h100,", 'h100: {runner: gpu-h100, name: "/H100(/",')
+    where = at(text, '"/H100(/')
+    assert errors(tmp_path, text) == [
+        f"{where}: `name` '/H100(/' is refused: it names no GPU: it is not a valid "
+        "regular expression: missing ), unterminated subpattern at position 4 "
+        "(use a glob like H100* or a /regex/)"
+    ]
+    cpu = """
+        lanes:
+          cpu:
+            images: ["0.32.0"]
+            gpus: {cpu: {runner: u, count: 0, name: "x"}}
+            models: {tiny: {source: tiny-llama}}
+        """
+    assert errors(tmp_path, cpu) == [f"{at(cpu, 'name: ')}: unknown key `name` in GPU `cpu`."]
+
+
 def test_rules_are_read(tmp_path: Path) -> None:
     text = (
         GPU_LANE

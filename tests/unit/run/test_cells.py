@@ -127,6 +127,66 @@ def test_a_cell_too_big_for_the_runner_is_skipped_with_the_reason(tmp_path: Path
     assert counts["skipped"] == 1
 
 
+def test_a_busy_gpu_makes_the_cell_an_infra_error_never_a_verdict(tmp_path: Path):
+    gpu, cpu = cell(Lane.GPU, gpus=1, variant="on-gpu"), cell(variant="on-cpu")
+    asked: list[Placement] = []
+    why = "GPU 0: NVIDIA H200 is not idle: 9000 MiB in use; held by pid 7 python"
+
+    def busy(placement: Placement) -> str:
+        asked.append(placement)
+        return why
+
+    backend = Recorder(busy=busy)
+    counts = run(tmp_path, backend, [gpu, cpu], resources(gpus=1))
+    results = saved(tmp_path)
+    assert results[gpu.id].outcome is Outcome.INFRA_ERROR
+    assert results[gpu.id].reason == why
+    assert gpu.id not in backend.placements  # never started: nothing ran on the busy GPU
+    assert [p.gpu_ids for p in asked] == [(UUIDS["0"],)]  # the CPU cell asked nothing
+    assert results[cpu.id].outcome is not Outcome.INFRA_ERROR
+    assert counts["infra_error"] == 1
+
+
+def test_a_driver_older_than_the_images_cuda_is_an_infra_error(tmp_path: Path):
+    gpu = cell(Lane.GPU, gpus=1)
+    host = resources(gpus=1)
+    host = replace(
+        host, gpus=(replace(host.gpus[0], driver_version="535.129.03", cuda_version="12.2"),)
+    )
+    newer = Recorder(make=lambda image: Prepared(image.key, "img", cuda_version="12.9.1"))
+    run(tmp_path / "new", newer, [gpu], host)
+    reason = saved(tmp_path / "new")[gpu.id].reason
+    assert saved(tmp_path / "new")[gpu.id].outcome is Outcome.INFRA_ERROR
+    assert reason.startswith("the driver 535.129.03 supports CUDA up to 12.2, and the image")
+    assert gpu.id not in newer.placements
+    older = Recorder(make=lambda image: Prepared(image.key, "img", cuda_version="12.2.2"))
+    run(tmp_path / "old", older, [gpu], host)
+    assert gpu.id in older.placements
+
+
+def test_a_rehearsal_checks_neither_driver_nor_idleness(tmp_path: Path):
+    gpu = cell(Lane.GPU, gpus=1)
+    host = resources(gpus=1)
+    host = replace(host, rehearse=True, gpus=(replace(host.gpus[0], cuda_version="12.2"),))
+    backend = Recorder(
+        make=lambda image: Prepared(image.key, "img", cuda_version="12.9.1"),
+        busy=lambda _placement: "busy",
+    )
+    run(tmp_path, backend, [gpu], host)
+    assert saved(tmp_path)[gpu.id].outcome is not Outcome.INFRA_ERROR
+
+
+def test_a_tensor_parallel_cell_gets_gpus_of_one_numa_node(tmp_path: Path):
+    # A 4-GPU runner whose GPUs 0-1 and 2-3 sit on two NUMA nodes: what the backend is handed.
+    host = replace(resources(gpus=4), gpu_groups=(("0", "1"), ("2", "3")))
+    one, two = cell(Lane.GPU, gpus=1, variant="one"), cell(Lane.GPU, gpus=2, variant="two")
+    backend = Recorder(hold=together(2))
+    run(tmp_path, backend, [one, two], host)
+    # The wider cell first, on a whole node; the narrow one on the other, never across.
+    assert backend.placements[two.id].gpu_ids == (UUIDS["0"], UUIDS["1"])  # type: ignore[union-attr]
+    assert backend.placements[one.id].gpu_ids == (UUIDS["2"],)  # type: ignore[union-attr]
+
+
 def test_the_docker_container_gets_exactly_the_scheduled_gpus(tmp_path: Path):
     gpu = cell(Lane.GPU, gpus=2)
     backend = DockerBackend("t", {Lane.GPU: ContainerSettings()}, client=object())  # type: ignore[arg-type]
@@ -146,7 +206,7 @@ def test_the_pool_lends_the_runs_gpus_as_every_other_stage_sees_them(
     monkeypatch: pytest.MonkeyPatch,
 ):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-not-on-this-host")  # --gpus wins over it
-    runner = detect_runner("MIG-4f1c,1", smi=lambda: "")
+    runner = detect_runner("MIG-4f1c,1", smi=lambda _args: "")
     assert runner.gpu_ids == ("MIG-4f1c", "1")
     assert capacity_of(runner).total.gpus == 2
 

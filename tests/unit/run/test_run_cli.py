@@ -51,6 +51,25 @@ def test_dry_run_shows_the_exact_gpu_calls_without_an_engine_or_a_gpu(tmp_path: 
     assert not (tmp_path / "df").exists()  # nor build contexts
 
 
+def test_dry_run_without_nvidia_smi_skips_gpu_cells_or_leaves_given_ids_unchecked(tmp_path: Path):
+    empty = tmp_path / "bin"  # a PATH with no nvidia-smi on it, whatever this machine has
+    empty.mkdir()
+    env = {"PATH": str(empty), "DOCKER_HOST": "unix:///nonexistent"}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    only = ("--only", "gpu/v0.31.0/{h100,h200x4}/*/default/*/trigger")
+    common = ("run", "--lane", "gpu", *only, "--dry-run", "--backend", "docker")
+    plain = json.loads(repromatrix(*common, "--results", str(tmp_path / "r"), env=env).stdout)
+    assert plain["runner_gpus"] == []
+    assert {cell["skip"] for cell in plain["cells"]} == {
+        "GPU cell needs 1 GPU(s) (h100); this host has no GPU",
+        "GPU cell needs 4 GPU(s) (h200x4); this host has no GPU",
+    }
+    given = repromatrix(*common, "--gpus", "0,1,2,3", "--results", str(tmp_path / "r"), env=env)
+    plan = json.loads(given.stdout)
+    assert plan["runner_gpus"] == [f"{i}: unchecked" for i in range(4)]
+    assert {cell["skip"] for cell in plan["cells"]} == {None}  # nothing to match them against
+
+
 @pytest.mark.parametrize("backend", ["docker", "local"])
 def test_dry_run_of_the_whole_shipped_cpu_lane_describes_every_cell_and_writes_nothing(
     tmp_path: Path, backend: str

@@ -100,6 +100,9 @@ class ContainerSettings:
     gpu_ids: tuple[str, ...] | None = None
     # False in a rehearsal: GPU cells get no device request and vLLM runs on its CPU.
     devices: bool = True
+    # Labels every container carries beside its run and cell: the process that made it
+    # (``owners.Owner``), so a later run can tell a container of a dead run from a live one's.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,7 @@ def container_call(
         image=image,
         entrypoint=settings.entrypoint,
         command=("--spec-json", json.dumps(spec, sort_keys=True)),
-        labels={RUN_LABEL: run_id, CELL_LABEL: cell.id},
+        labels={**settings.labels, RUN_LABEL: run_id, CELL_LABEL: cell.id},
         mounts=tuple(mounts),
         secret_env=settings.secret_env,
         # GPU images share memory between workers through the host IPC namespace, as
@@ -245,14 +248,21 @@ def _device_ids(
 
 
 def tool_plan(
-    image: str, argv: Sequence[str], mounts: Sequence[Mount], run_id: str, name: str
+    image: str,
+    argv: Sequence[str],
+    mounts: Sequence[Mount],
+    run_id: str,
+    name: str,
+    *,
+    labels: Mapping[str, str] | None = None,
 ) -> ContainerCall:
-    """A one-off container running ``argv`` in ``image`` as root (it writes to a host folder)."""
+    """A one-off container running ``argv`` in ``image`` as root (it writes to a host folder);
+    ``labels`` as ``ContainerSettings.labels``."""
     return ContainerCall(
         image=image,
         entrypoint=tuple(argv),
         command=(),
-        labels={RUN_LABEL: run_id, CELL_LABEL: name},
+        labels={**(labels or {}), RUN_LABEL: run_id, CELL_LABEL: name},
         mounts=tuple(mounts),
         secret_env=(),
         environment=dict(OFFLINE_ENV),

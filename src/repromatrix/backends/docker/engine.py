@@ -1,9 +1,12 @@
 """The Docker adapter: the only module that talks to a container engine (via the docker SDK).
 
-``DockerBackend`` executes the plans of ``container_plan``: it builds or pulls
-images, then runs each cell in a labelled container under the cell's own
-deadline, streaming its output to the watcher, stopping early when the watcher
-says so, and always removing what it started.
+``DockerBackend`` executes the calls of ``calls.container_call``: it builds or
+pulls images (reading the CUDA version a GPU image is built for), then runs
+each cell in a labelled container under the cell's own deadline, streaming its
+output to the watcher, stopping early when the watcher says so, and always
+removing what it started. Before a GPU cell it checks the cell's GPUs idle
+(``gpu_idle``, naming the container that holds one), and at the start of a run
+it removes the containers of runs that are no longer alive (``owners``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +29,9 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest
 from requests.exceptions import RequestException
 
+from repromatrix import gpu_idle
 from repromatrix.backends.base import Execution, Placement, Prepared, Watcher
+from repromatrix.backends.docker import owners
 from repromatrix.backends.docker.calls import (
     CELL_LABEL,
     RUN_LABEL,
@@ -38,6 +43,7 @@ from repromatrix.backends.docker.calls import (
     split_ref,
     tool_plan,
 )
+from repromatrix.backends.docker.owners import Owner, this_process
 from repromatrix.backends.harness_spec import VERSION_ARGV
 from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import InfraError, RepromatrixError
@@ -49,6 +55,8 @@ from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.models import tinymodel
 from repromatrix.models.tinymodel import TinyModel
+from repromatrix.nvidia_smi import Smi, run_nvidia_smi
+from repromatrix.runner import Runner
 from repromatrix.secret_env import redact, redacting_watcher
 
 # Errors that mean "the engine or the host failed", never "vLLM failed".
@@ -164,9 +172,19 @@ class DockerBackend:
         log: Callable[[str], None] = lambda _line: None,
         base_stream: Callable[[BaseImage], Iterable[bytes]] | None = None,
         build_logs: Path | None = None,
+        runner: Runner | None = None,
+        smi: Smi = run_nvidia_smi,
+        owner: Owner | None = None,
     ) -> None:
         self.run_id = run_id
-        self.settings = dict(settings)
+        self.owner = owner or this_process()
+        # Every container it makes names its owner, whoever built the settings.
+        self.settings = {
+            lane: replace(given, labels={**given.labels, **self.owner.labels()})
+            for lane, given in settings.items()
+        }
+        self.runner = runner or Runner()  # its GPUs, to check them idle before a cell
+        self.smi = smi
         self.builds = {b.key: b for b in builds}
         self.client = client if client is not None else connect()
         self.environ = dict(os.environ if environ is None else environ)
@@ -207,14 +225,28 @@ class DockerBackend:
                 # rc) that was pulled again is built again, never served from the old build.
                 tag = f"{build.tag}-{_short_id(self._image_id(build.pull))}"
             if self._image_id(tag) is not None:
-                return Prepared(build.key, tag, digest=digest or self._image_id(tag), built=False)
+                found = digest or self._image_id(tag)
+                return self._with_cuda(Prepared(build.key, tag, digest=found, built=False))
             built = self._build(replace(build, tag=tag))
+            elapsed = time.monotonic() - started
+            made = Prepared(build.key, tag, digest=digest or built, build_s=elapsed, built=True)
+            made = self._with_cuda(made)
         except (_ImageFailed, *ENGINE_ERRORS) as exc:
             error = str(exc) if isinstance(exc, _ImageFailed) else _one_line(exc)
             return Prepared(build.key, build.tag, error=error, build_s=time.monotonic() - started)
-        elapsed = time.monotonic() - started
-        self.log(f"built {tag} in {elapsed:.0f} s")
-        return Prepared(build.key, tag, digest=digest or built, build_s=elapsed, built=True)
+        self.log(f"built {tag} in {made.build_s:.0f} s")
+        return made
+
+    def _with_cuda(self, prepared: Prepared) -> Prepared:
+        """``prepared`` with what its image's configuration says of CUDA (a GPU image inherits
+        ``CUDA_VERSION`` and ``NVIDIA_REQUIRE_CUDA`` from its CUDA base image)."""
+        env = self.client.images.get(prepared.ref).attrs.get("Config", {}).get("Env") or []
+        values = dict(str(item).partition("=")[::2] for item in env)
+        return replace(
+            prepared,
+            cuda_version=values.get("CUDA_VERSION") or None,
+            cuda_requirement=values.get("NVIDIA_REQUIRE_CUDA") or None,
+        )
 
     def _repo_digest(self, ref: str) -> str | None:
         """The registry digest of a local copy of ``ref``, when there is one."""
@@ -356,7 +388,8 @@ class DockerBackend:
     ) -> Execution:
         """Run a one-off program in ``image`` (the tiny model generator) as a labelled container."""
         program = Path(argv[1] if len(argv) > 2 and argv[1] != "-c" else argv[0]).name
-        plan = tool_plan(image, argv, mounts, self.run_id, name=f"tool:{program}")
+        labels = self.owner.labels()
+        plan = tool_plan(image, argv, mounts, self.run_id, name=f"tool:{program}", labels=labels)
         return self.run_plan(plan, deadline_s, lambda _chunk: False)
 
     def vllm_version(self, prepared: Prepared) -> str | None:
@@ -371,6 +404,58 @@ class DockerBackend:
             return bool(self.client.ping())
         except ENGINE_ERRORS:
             return False
+
+    def busy_reason(self, placement: Placement) -> str | None:
+        """Why the listed GPUs of ``placement`` are not idle, as nvidia-smi sees them now, with
+        each process's container where this engine runs it; None in a rehearsal (no device)."""
+        if not self.settings.get(Lane.GPU, ContainerSettings()).devices:
+            return None
+        gpus = [gpu for i in placement.gpu_ids or () if (gpu := self.runner.gpu(i)) is not None]
+        if not gpus:
+            return None  # ids nvidia-smi did not list: nothing to ask it about
+        use = gpu_idle.read_use(self.smi, slices=any(g.mig_profile for g in gpus))
+        if use is None:
+            return gpu_idle.unreadable(gpus)
+        found = gpu_idle.busy(gpus, self.runner, use)
+        if not found:
+            return None
+        pids = {p.pid for one in found for p in one.processes if p.pid is not None}
+        return gpu_idle.describe(found, self.holders(pids))
+
+    def holders(self, pids: Collection[int]) -> dict[int, str]:
+        """The container of this engine that runs each of the host processes ``pids``, in words:
+        ``container <name> (run <id>, cell <id>)`` (a process of none is left out)."""
+        found: dict[int, str] = {}
+        if not pids:
+            return found
+        with suppress(*ENGINE_ERRORS):
+            for container in self.client.containers.list():
+                for pid in _pids_in(container.top()) & set(pids):
+                    found[pid] = _container_words(container)
+        return found
+
+    def sweep_stale(self) -> int:
+        """Remove the containers of this tool whose run is no longer alive (``owners.stale``),
+        saying which; return how many were removed. A live run's are never touched."""
+        try:
+            ours = self.client.containers.list(all=True, filters={"label": RUN_LABEL})
+        except ENGINE_ERRORS:
+            return 0  # the engine failing now fails the run's first cell, in its own words
+        stale = [
+            container
+            for container in ours
+            if container.labels.get(RUN_LABEL) != self.run_id
+            and owners.stale(container.labels, self.owner, owners.process_started)
+        ]
+        for container in stale:
+            self._remove(container)
+        if stale:
+            runs = sorted({str(c.labels.get(RUN_LABEL)) for c in stale})
+            self.log(
+                f"removed {len(stale)} container(s) of runs no longer alive on this host "
+                f"(run {', '.join(runs)}): {', '.join(sorted(str(c.name) for c in stale))}"
+            )
+        return len(stale)
 
     def make_model(
         self,
@@ -519,6 +604,24 @@ class DockerBackend:
         with suppress(*ENGINE_ERRORS):
             self.sweep()
         self.client.close()
+
+
+def _pids_in(top: Mapping[str, Any]) -> set[int]:
+    """The host pids ``docker top`` lists (its ``PID`` column)."""
+    titles = list(top.get("Titles") or [])
+    if "PID" not in titles:
+        return set()
+    column = titles.index("PID")
+    rows = top.get("Processes") or []
+    return {int(row[column]) for row in rows if len(row) > column and str(row[column]).isdigit()}
+
+
+def _container_words(container: Container) -> str:
+    labels = container.labels
+    words = f"container {container.name}"
+    if RUN_LABEL in labels:
+        words += f" (run {labels[RUN_LABEL]}, cell {labels.get(CELL_LABEL, '?')})"
+    return words
 
 
 PUSHED_DIGEST = re.compile(r"digest: (sha256:[0-9a-f]{64})")

@@ -1,7 +1,8 @@
 """The Docker backend as the registry knows it: availability, skips, the dry run, opening.
 
-Opening renders each image's build context (``images/render.py``), links the
-host wheelhouses in, and hands the builds to ``engine.DockerBackend``,
+Opening removes the containers of runs that are no longer alive
+(``owners.stale``), renders each image's build context (``images/render.py``),
+links the host wheelhouses in, and hands the builds to ``engine.DockerBackend``,
 the only code that talks to the engine. The dry run describes the same calls
 from the same values (``calls``) without writing a file or starting
 anything: tags come from renders made in memory.
@@ -17,8 +18,10 @@ from typing import Any
 from repromatrix.backends.base import Backend, Prepared, Setup
 from repromatrix.backends.docker.calls import ContainerSettings, ImageBuild, Mount, container_call
 from repromatrix.backends.docker.engine import DockerBackend, connect, engine_available
+from repromatrix.backends.docker.owners import Owner, this_process
 from repromatrix.backends.harness_spec import build_spec, model_path
 from repromatrix.errors import InfraError
+from repromatrix.gpu_identity import runner_mismatch
 from repromatrix.heartbeat import heartbeat
 from repromatrix.images import wheelhouse
 from repromatrix.images.render import (
@@ -36,15 +39,20 @@ from repromatrix.secret_env import SECRET_ENV
 
 
 def container_settings(
-    runtimes: Mapping[Lane, Runtime], models_root: Path, runner: Runner
+    runtimes: Mapping[Lane, Runtime],
+    models_root: Path,
+    runner: Runner,
+    owner: Owner | None = None,
 ) -> dict[Lane, ContainerSettings]:
-    """Container settings per lane from the matrix's runtimes and ``runner``.
+    """Container settings per lane from the matrix's runtimes, ``runner`` and ``owner``.
 
     The tiny model cache is mounted read-only at its own host path, so a spec
     names the model by the same path whichever backend runs it. GPU cells take
     their devices from the runner's GPUs (none known: chosen at run time); a
-    rehearsal leaves the GPU device request out.
+    rehearsal leaves the GPU device request out. Every container is labelled
+    with ``owner``, the process that makes it (this process by default).
     """
+    labels = (owner or this_process()).labels()
     gpu_ids = runner.gpu_ids or None
     root = str(models_root)
     return {
@@ -56,6 +64,7 @@ def container_settings(
             entrypoint=ENTRYPOINT,
             devices=not runner.rehearse,
             gpu_ids=gpu_ids if lane is Lane.GPU else None,
+            labels=labels,
         )
         for lane, runtime in runtimes.items()
     }
@@ -110,37 +119,45 @@ class DockerKind:
         return engine_available()
 
     def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
-        """GPU cells need as many GPUs as their runner label says."""
+        """GPU cells need as many GPUs as their entry says, each the GPU it names (a rehearsal
+        runs them on the CPU: neither is checked)."""
+        if cell.lane is not Lane.GPU or runner.rehearse:
+            return None
         count = runner.gpu_count
-        if cell.lane is Lane.GPU and count < cell.gpu.count and not runner.rehearse:
+        if count < cell.gpu.count:
             have = "no GPU" if count == 0 else f"{count} GPU(s)"
             return f"GPU cell needs {cell.gpu.count} GPU(s) ({cell.gpu.name}); this host has {have}"
-        return None
+        return runner_mismatch(cell.gpu, runner)
 
     def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
         """Every build and ``containers.create`` the run would make (secrets redacted)."""
         images = sorted({cell.image.key: cell.image for cell in cells}.values(), key=_key)
         tags = {image.key: self._tag(image, setup) for image in images}
-        settings = _settings(setup)
+        settings = _settings(setup, this_process())
         return {
             "images": [build.describe() for build in image_builds(images, tags, setup)],
             "cells": [self._cell(cell, tags, settings, setup, runner) for cell in cells],
         }
 
     def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
-        """Connect (``InfraError`` in the engine's words), render and stage every image."""
+        """Connect (``InfraError`` in the engine's words), remove the containers of dead runs,
+        render and stage every image."""
         connect().close()
+        owner = this_process()
         wanted = sorted({image.key: image for image in images}.values(), key=_key)
         rendered = [render_image(i, setup.runtimes[i.lane], setup.dockerfiles) for i in wanted]
         errors = stage_wheelhouses(rendered, setup)
         tags = {render.key: render.tag for render in rendered}
         backend = DockerBackend(
             setup.run_id,
-            _settings(setup),
+            _settings(setup, owner),
             [b for b in image_builds(wanted, tags, setup) if b.key not in errors],
             log=setup.note,
             build_logs=setup.logs,
+            runner=setup.runner,
+            owner=owner,
         )
+        backend.sweep_stale()
         backend.failed.update(
             {key: Prepared(key, "", error=error) for key, error in errors.items()}
         )
@@ -168,8 +185,8 @@ class DockerKind:
         }
 
 
-def _settings(setup: Setup) -> dict[Lane, ContainerSettings]:
-    return container_settings(setup.runtimes, setup.models_root, setup.runner)
+def _settings(setup: Setup, owner: Owner) -> dict[Lane, ContainerSettings]:
+    return container_settings(setup.runtimes, setup.models_root, setup.runner, owner)
 
 
 def _key(image: Image) -> str:
