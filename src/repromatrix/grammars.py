@@ -38,6 +38,8 @@ MAX_NAME = 255
 SUITE = re.compile(r"[a-z][a-z0-9-]{0,63}")
 # A Debian package name (Debian policy 5.6.1).
 APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+# An environment variable's name, as a cell's container or process gets it.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # A run's id names its folder under --results: no separator, no dot first (``..``), 64 at most.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 MIRROR_SCHEMES = ("http", "https", "file")

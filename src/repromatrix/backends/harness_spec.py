@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import ConfigError, Problem
+from repromatrix.grammars import ENV_NAME
 from repromatrix.harness import harness
 from repromatrix.model import Cell, FlagValue, Lane, LaunchMode, Level
 from repromatrix.models.tinymodel import tiny_model_for
@@ -29,7 +30,6 @@ PROMPT = "The capital of France is"
 MAX_TOKENS = 8
 REQUEST_TIMEOUT_S = 300.0
 FLAG_NAME = re.compile(r"[a-z0-9_]+\Z")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 PROBE_PROGRAM = re.compile(r"[a-z0-9_]+\.py\Z")
 LORA_MODULES = "lora_modules"
 # Boolean options vLLM's server declares ``store_true`` (no ``--no-`` form; false is their
@@ -86,7 +86,7 @@ def build_spec(
         "model": model_path,
         "env": spec_env(cell),
         "startup_timeout_s": min(cell.scenario.launch.startup_timeout_s, cell.deadline_s),
-        "interrupt_after_s": cell.interrupt_after_s,
+        "interrupt_on": cell.interrupt_on,
         "port": port,
         "port_taken": bool(cell.container.port_taken),
     }
@@ -139,7 +139,8 @@ def server_command(spec: Mapping[str, Any], port: int = 8000, python: str = "pyt
 
 
 def spec_env(cell: Cell) -> dict[str, str]:
-    """The scenario's and the cell's env, checked: valid names, no secrets."""
+    """The scenario's and the cell's env (the variant's over the launch's), checked: valid
+    names, no secrets."""
     env = {**cell.scenario.launch.env, **cell.env}
     problems = []
     for name in sorted(env):
