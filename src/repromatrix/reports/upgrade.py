@@ -13,8 +13,9 @@ says, in terms of SAFETY rather than agreement with the documents:
 - ``unknown``: nothing was decided (errors, timeouts, unreachable probes).
 
 A scenario of kind ``startup-interruption`` (seed 004: the matrix itself
-interrupts the start) hits every image it interrupts, so its cells never
-decide a safety: they are listed as staged, and the rest decides.
+interrupts the start) hits every image it interrupts, so its trigger cells
+never decide a safety: they are listed as staged, and the rest decides (its
+variants without the interrupt are ordinary starts).
 
 Agreement with the documents stays a second dimension (``disagreements``).
 Cells that were only skipped (no such hardware here) are left out: the
@@ -197,16 +198,13 @@ def _lane(
 
 
 def safety_cell(everything: Sequence[Judged], staged: Collection[str] = ()) -> SafetyCell:
-    """Decide the safety of one image in one configuration from all its cells (those of the
-    ``staged`` start-up interruptions are only listed)."""
-    items = [j for j in everything if j.result.scenario not in staged]
-    shown = sorted(
-        {
-            j.result.scenario
-            for j in everything
-            if j.result.scenario in staged and j.result.outcome is Outcome.HIT
-        }
-    )
+    """Decide the safety of one image in one configuration from all its cells; the interrupted
+    starts of the ``staged`` start-up interruptions (their triggers) are only listed."""
+    interrupted = [
+        j for j in everything if j.result.scenario in staged and j.result.variant == TRIGGER
+    ]
+    items = [j for j in everything if j not in interrupted]
+    shown = sorted({j.result.scenario for j in interrupted if j.result.outcome is Outcome.HIT})
     by_scenario: dict[str, list[Judged]] = defaultdict(list)
     for item in items:
         by_scenario[item.result.scenario].append(item)

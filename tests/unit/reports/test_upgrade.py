@@ -312,6 +312,16 @@ def test_a_staged_start_up_interruption_is_not_held_against_an_image() -> None:
     # The same hit counted as a defect, with no workaround seen, makes the image unsafe.
     [held] = build_upgrade(judged).lanes
     assert held.cell("v0.32.0", VL).safety is Safety.UNSAFE  # type: ignore[union-attr]
+    # Its variant without the interrupt is an ordinary start: served, it decides.
+    interrupted, served = judge_all(
+        [
+            result(scenario=WARMUP, outcome=Outcome.HIT),
+            result(scenario=WARMUP, variant="full-startup-allowance", outcome=Outcome.AVOIDED,
+                   expected=Expected.AVOIDED),
+        ]
+    )  # fmt: skip
+    alone = safety_cell([interrupted, served], staged={WARMUP})
+    assert (alone.safety, alone.crashes, alone.staged) == (Safety.SAFE, (), (WARMUP,))
 
 
 def test_the_reports_read_the_kind_from_the_scenario_files() -> None:
