@@ -45,7 +45,7 @@ TRIGGERS = (
     "{}",  # a baseline-like scenario: applies everywhere
     "{model.moe: true, flags.enable_lora: true, flags.max_lora_rank: {gt: 128}}",
     "{gpu.count: {ge: 4}, model.moe: true}",
-    "{flags.enable_lora: true, derived.lora_row_offset_bytes: {ge: 2147483648}}",
+    "{flags.enable_lora: true, derived.lora_row_offset_elements: {ge: 2147483648}}",
     "{model.multimodal: true}",
     "{gpu.compute_capability: {ge: 9.0}, flags.enforce_eager: true}",
     "{derived.kv_cache_bytes_short: {gt: 0}}",
@@ -141,7 +141,7 @@ def product_then_filter(
                 flags=effective.flags,
                 env=scenario.launch.env,
                 deadline_s=max(config.runtime.deadline_s, scenario.launch.startup_timeout_s),
-                interrupt_after_s=facts.interrupt_after_s,
+                interrupt_on=facts.interrupt_on,
                 flag_sources=effective.sources,
                 expected_scenario=scenario.id if expected is not Expected.AVOIDED else None,
                 container=facts.container,
@@ -157,7 +157,7 @@ def cell_facts(
     effective = effective_flags(
         {"scenario": scenario.launch.flags, "flagset": flagset.flags, "variant": variant.flags}
     )
-    interrupt = scenario.launch.interrupt_after_s if variant.interrupt else None
+    interrupt = scenario.launch.interrupt_on if variant.interrupt else None
     launch = replace(
         scenario.launch, model_files=variant.model_files or scenario.launch.model_files
     )

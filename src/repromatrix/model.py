@@ -63,6 +63,16 @@ class Outcome(enum.StrEnum):
     UNREACHABLE = "unreachable"
 
 
+class ScenarioKind(enum.StrEnum):
+    """What a scenario's hit says about an image."""
+
+    DEFECT = "defect"  # a crash of vLLM itself: a hit counts against the image
+    # A start-up the matrix interrupts on purpose (seed 004): the crash it stages happens to
+    # every image so interrupted; it tells operators what the log looks like, not which
+    # image to avoid.
+    STARTUP_INTERRUPTION = "startup-interruption"
+
+
 class LaunchMode(enum.StrEnum):
     """How the harness starts vLLM."""
 
@@ -169,6 +179,9 @@ class Model:
     num_key_value_heads: int = 0
     dtype: str = "bfloat16"
     max_position_embeddings: int = 0
+    # config.json's ``use_double_wide_mlp`` (Gemma 4): the KV-shared layers' MLPs are twice
+    # ``intermediate_size`` wide (vLLM's gemma4.py), so their LoRA rows are too.
+    use_double_wide_mlp: bool = False
     path: str | None = None  # GPU lane: a local folder instead of a repo id
     adapters: tuple[Adapter, ...] = ()
     path_line: int = 0  # where matrix.yaml gives ``path``, for errors
@@ -187,6 +200,11 @@ class Model:
     def dtype_bytes(self) -> int:
         """Bytes per element of the model's dtype."""
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def widest_intermediate_size(self) -> int:
+        """The widest MLP of any layer (0 when unknown): double-wide layers count twice."""
+        return self.intermediate_size * (2 if self.use_double_wide_mlp else 1)
 
     def adapter(self, name: str) -> Adapter | None:
         """The model's adapter called ``name``, if it has one."""
@@ -271,9 +289,14 @@ class Variant:
     kind: str  # "trigger" | "baseline" | "workaround" | "control"
     flags: Flags = field(default_factory=frozen_flags)  # overrides on the scenario launch
     description: str = ""
-    # False: the launch's interrupt (``Launch.interrupt_after_s``) is not sent for this variant,
+    # False: the launch's interrupt (``Launch.interrupt_on``) is not sent for this variant,
     # i.e. a start-up allowance long enough for warm-up (seed 004's workaround).
     interrupt: bool = True
+    # Environment variables over the launch's (vLLM reads some choices only from there).
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Conditions on the cell's facts, as in a trigger: the variant is planned only where they
+    # hold (a control computed for one model's shape, say).
+    when: tuple[Condition, ...] = ()
     # The model folder's files for this variant (``MODEL_FILES``), overriding the launch's.
     model_files: str | None = None
     container: ContainerOptions = NO_CONTAINER_OPTIONS  # overrides on the launch's
@@ -288,7 +311,8 @@ class Launch:
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     lora_adapter: str | None = None  # name of a LoRA adapter the request goes through
     lora_adapter_line: int = 0  # where the scenario file names it, for errors
-    interrupt_after_s: float | None = None  # SIGTERM the server this long after start
+    # A regular expression: the harness SIGTERMs the server when a line of its output matches.
+    interrupt_on: str | None = None
     startup_timeout_s: float = 600.0
     # The rank of the tiny LoRA adapter the CPU lane makes for ``lora_adapter`` (None: its own).
     lora_rank: int | None = None
@@ -344,6 +368,7 @@ class Scenario:
     source: Source = field(default_factory=Source)
     probe: Probe | None = None
     baseline: bool = False  # a healthy baseline: no crash expected anywhere
+    kind: ScenarioKind = ScenarioKind.DEFECT
     file: str = ""
 
 
@@ -369,10 +394,12 @@ class Cell:
     variant: Variant
     expected: Expected
     flags: Flags
+    # The launch's environment with the variant's over it.
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     deadline_s: float = 900.0
-    # SIGTERM the server this long after start: the launch's, unless the variant drops it.
-    interrupt_after_s: float | None = None
+    # The pattern whose line the server is SIGTERMed on: the launch's, unless the variant
+    # drops it.
+    interrupt_on: str | None = None
     flag_sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # A baseline's: the crash scenarios whose trigger holds for its effective flags.
     predicted: tuple[Scenario, ...] = ()

@@ -120,7 +120,7 @@ def cell(
     flags: Mapping[str, FlagValue] | None = None,
     env: Mapping[str, str] | None = None,
     deadline_s: float = 600.0,
-    interrupt_after_s: float | None = None,
+    interrupt_on: str | None = None,
 ) -> Cell:
     """One cell with a canonical id: the tiny model on the CPU lane, a 4-GPU runner and a
     MoE model on the GPU lane, unless given."""
@@ -144,7 +144,7 @@ def cell(
         flags=frozen_flags(flags),
         env=env or {},
         deadline_s=deadline_s,
-        interrupt_after_s=interrupt_after_s,
+        interrupt_on=interrupt_on,
     )
 
 

@@ -44,7 +44,7 @@ def make_cell(
     env: Mapping[str, str] | None = None,
     version: str = "0.32.0",
     deadline_s: float = 600.0,
-    interrupt_after_s: float | None = None,
+    interrupt_on: str | None = None,
     sid: str = "cpu-kv-cache-too-small",
 ) -> Cell:
     """A harness cell: the tiny model (a small Qwen3 on the GPU lane) on the ``cpu`` runner."""
@@ -62,7 +62,7 @@ def make_cell(
         flags=flags,
         env=env,
         deadline_s=deadline_s,
-        interrupt_after_s=interrupt_after_s,
+        interrupt_on=interrupt_on,
     )
 
 

@@ -86,7 +86,7 @@ def build_spec(
         "model": model_path,
         "env": spec_env(cell),
         "startup_timeout_s": min(cell.scenario.launch.startup_timeout_s, cell.deadline_s),
-        "interrupt_after_s": cell.interrupt_after_s,
+        "interrupt_on": cell.interrupt_on,
         "port": port,
         "port_taken": bool(cell.container.port_taken),
     }
@@ -139,7 +139,8 @@ def server_command(spec: Mapping[str, Any], port: int = 8000, python: str = "pyt
 
 
 def spec_env(cell: Cell) -> dict[str, str]:
-    """The scenario's and the cell's env, checked: valid names, no secrets."""
+    """The scenario's and the cell's env (the variant's over the launch's), checked: valid
+    names, no secrets."""
     env = {**cell.scenario.launch.env, **cell.env}
     problems = []
     for name in sorted(env):

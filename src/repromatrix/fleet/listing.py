@@ -51,7 +51,7 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "same_as": list(cell.same_as),
         "env": dict(cell.env),
         "deadline_s": cell.deadline_s,
-        "interrupt_after_s": cell.interrupt_after_s,
+        "interrupt_on": cell.interrupt_on,
         "memory": memory.estimate_json(memory.estimate(cell)),
     }
 

@@ -8,8 +8,10 @@ Standard library only: this file runs on the image's own ``python3`` (3.8 or lat
 Every line the launched processes print is relayed to stdout as it arrives (the
 runner triages the live stream), and the last line is always
 ``@@repromatrix-status {json}`` with ``ready``, ``answered``, ``exit_code``
-(vLLM's), ``ready_s``, ``request_s``, ``vllm_version``, ``error``, ``probe`` and
-``stopped`` (the harness stopped vLLM itself, so ``exit_code`` is of its doing).
+(vLLM's), ``ready_s``, ``request_s``, ``vllm_version``, ``error``, ``probe``,
+``stopped`` (the harness stopped vLLM itself, so ``exit_code`` is of its doing)
+and ``interrupted_on`` (the line of vLLM's output the spec's ``interrupt_on``
+pattern matched, when the harness sent the server its SIGTERM there).
 
 Exit status: 0 when the request was answered or the probe reported, 1 when not,
 2 for a spec it cannot read.
@@ -21,6 +23,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -44,6 +47,8 @@ PROTOCOL_PREFIX = "@@repromatrix-"
 STATUS_PREFIX = PROTOCOL_PREFIX + "status "
 PROBE_PREFIX = PROTOCOL_PREFIX + "probe "
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# Printed right after the line an ``interrupt_on`` pattern matched, as the SIGTERM goes out.
+INTERRUPT_MARK = "[repromatrix harness] SIGTERM to the server on the line:"
 # Cells never talk to the outside world, whatever an image's defaults are: no hub
 # downloads, no usage statistics.
 OFFLINE_ENV = {
@@ -95,6 +100,8 @@ class Status:
     stopped: bool = False
     # Processes the kernel's OOM killer ended, as ``oomwatch`` saw them: {"pid", "name"}.
     oom_killed: list[dict[str, Any]] = field(default_factory=list)
+    # The output line the spec's ``interrupt_on`` matched, when the interrupt was sent.
+    interrupted_on: str | None = None
 
 
 # Every process the harness launched, so a signal or an error can stop them all.
@@ -173,7 +180,7 @@ class Child:
         argv: list[str],
         env: dict[str, str],
         out: Output,
-        on_line: Callable[[bytes], None] | None = None,
+        on_line: Callable[[Child, bytes], None] | None = None,
     ) -> None:
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
@@ -187,13 +194,13 @@ class Child:
         self.relay = threading.Thread(target=self._relay, args=(out, on_line), daemon=True)
         self.relay.start()
 
-    def _relay(self, out: Output, on_line: Callable[[bytes], None] | None) -> None:
+    def _relay(self, out: Output, on_line: Callable[[Child, bytes], None] | None) -> None:
         stream = self.proc.stdout
         assert stream is not None
         for line in iter(stream.readline, b""):
             out.write_line(line)
             if on_line is not None:
-                on_line(line)
+                on_line(self, line)
 
     def elapsed(self) -> float:
         """Seconds since launch."""
@@ -288,15 +295,43 @@ def send_completion(spec: dict[str, Any], port: int, status: Status) -> None:
         status.error = f"the first request failed: HTTP {code} {json.dumps(reply)[:500]}"
 
 
-def schedule_interrupt(spec: dict[str, Any], child: Child) -> threading.Timer | None:
-    """SIGTERM the launched group ``interrupt_after_s`` after launch (seed 004's interruption)."""
-    after = spec.get("interrupt_after_s")
-    if after is None:
+class Interrupt:
+    """SIGTERM the launched process the first time a line of its output matches ``pattern``.
+
+    The point of interruption is a line the engine itself prints (seed 004: the multimodal
+    processor warm-up), so it lands where the scenario says on any machine, however fast.
+    The signal goes to the server's own process, as a supervisor's (``docker stop``, a
+    Kubernetes probe) does; vLLM's handlers then stop its engine processes. The line the
+    pattern matched is announced right after it and kept for the status.
+    """
+
+    def __init__(self, pattern: str, out: Output) -> None:
+        self.regex = re.compile(pattern)
+        self.out = out
+        self.line: str | None = None
+
+    def __call__(self, child: Child, raw: bytes) -> None:
+        """The relay's callback for each line of ``child``'s output (one relay thread)."""
+        if self.line is not None:
+            return
+        text = raw.decode(errors="replace").rstrip("\r\n")
+        if not self.regex.search(text):
+            return
+        self.line = text
+        self.out.write_line(f"{INTERRUPT_MARK} {text}".encode())
+        with contextlib.suppress(ProcessLookupError):
+            child.proc.send_signal(signal.SIGTERM)
+
+
+def interrupt_for(spec: dict[str, Any], out: Output) -> Interrupt | None:
+    """The spec's interrupt (``interrupt_on``: a regular expression), or None."""
+    pattern = spec.get("interrupt_on")
+    if pattern is None:
         return None
-    timer = threading.Timer(float(after), child.signal_group, args=(signal.SIGTERM,))
-    timer.daemon = True
-    timer.start()
-    return timer
+    try:
+        return Interrupt(str(pattern), out)
+    except re.error as exc:
+        raise SpecError(f"interrupt_on {pattern!r} is not a regular expression: {exc}") from exc
 
 
 def hold_port(port: int) -> socket.socket:
@@ -325,15 +360,14 @@ def run_server(spec: dict[str, Any], out: Output, status: Status) -> None:
 
 def serve(spec: dict[str, Any], port: int, out: Output, status: Status) -> None:
     """Launch the server on ``port``, wait for readiness, send the request, stop it."""
-    child = Child(server_command(spec, port, sys.executable), child_env(spec), out)
+    interrupt = interrupt_for(spec, out)
+    child = Child(server_command(spec, port, sys.executable), child_env(spec), out, interrupt)
     CHILDREN.append(child)
-    timer = schedule_interrupt(spec, child)
     if wait_ready(child, port, float(spec["startup_timeout_s"]), status):
         send_completion(spec, port, status)
-    if timer is not None:
-        timer.cancel()
     status.stopped = child.proc.poll() is None
     status.exit_code = child.stop()
+    status.interrupted_on = interrupt.line if interrupt is not None else None
 
 
 def wait_child(child: Child, timeout_s: float, what: str, status: Status) -> None:
@@ -351,12 +385,12 @@ def run_offline(spec: dict[str, Any], spec_path: str, out: Output, status: Statu
     fd, progress = tempfile.mkstemp(prefix="repromatrix-offline-", suffix=".json")
     os.close(fd)
     os.unlink(progress)
-    child = Child(offline_command(spec_path, progress, sys.executable), child_env(spec), out)
+    interrupt = interrupt_for(spec, out)
+    argv = offline_command(spec_path, progress, sys.executable)
+    child = Child(argv, child_env(spec), out, interrupt)
     CHILDREN.append(child)
-    timer = schedule_interrupt(spec, child)
     wait_child(child, float(spec["startup_timeout_s"]), "LLM() and generate()", status)
-    if timer is not None:
-        timer.cancel()
+    status.interrupted_on = interrupt.line if interrupt is not None else None
     report = read_json(progress) or {}
     status.ready = "ready_s" in report
     status.ready_s = float(report.get("ready_s") or 0.0)
@@ -370,7 +404,7 @@ def run_probe(spec: dict[str, Any], out: Output, status: Status) -> None:
     """Probe mode: run the probe program and keep its ``@@repromatrix-probe`` line."""
     prefix = PROBE_PREFIX.encode()
 
-    def on_line(line: bytes) -> None:
+    def on_line(_child: Child, line: bytes) -> None:
         if line.startswith(prefix):
             try:
                 status.probe = json.loads(line[len(prefix) :].decode(errors="replace"))

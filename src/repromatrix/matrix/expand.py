@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from packaging.version import Version
 
@@ -101,8 +102,9 @@ class _Template:
     flags: Flags
     sources: Mapping[str, str]
     triggered: bool
-    interrupt_after_s: float | None
+    interrupt_on: str | None
     predicted: tuple[Scenario, ...] = ()  # a baseline's: crashes its configuration triggers
+    planned: bool = True  # the variant's own conditions (``when``) hold
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,8 @@ class _LaneWalk:
         if not self.selector.matches(identifier):
             return None
         template = self._template(point, scenario, variant, level)
+        if not template.planned:
+            return None
         rules = point.extensions(scenario, variant, level)
         deadlines = [self.config.runtime.deadline_s, scenario.launch.startup_timeout_s]
         deadlines += [rule.deadline_s for rule in rules if rule.deadline_s is not None]
@@ -245,9 +249,9 @@ class _LaneWalk:
             variant=variant,
             expected=expected,
             flags=template.flags,
-            env=scenario.launch.env,
+            env=MappingProxyType({**scenario.launch.env, **variant.env}),
             deadline_s=max(deadlines),
-            interrupt_after_s=template.interrupt_after_s,
+            interrupt_on=template.interrupt_on,
             flag_sources=template.sources,
             predicted=template.predicted,
             expected_scenario=named,
@@ -270,7 +274,7 @@ class _LaneWalk:
                     "variant": variant.flags,
                 }
             )
-            interrupt = scenario.launch.interrupt_after_s if variant.interrupt else None
+            interrupt = scenario.launch.interrupt_on if variant.interrupt else None
             # A variant's model folder is the cell's own launch fact, as its flags are.
             files = variant.model_files or scenario.launch.model_files
             launch = replace(scenario.launch, model_files=files)
@@ -280,7 +284,10 @@ class _LaneWalk:
             if scenario.baseline and level is Level.ENGINE:
                 predicted = predicted_crashes(facts, self.catalogue, self.lane)
             triggered = holds(scenario.trigger, facts)
-            cached = _Template(effective.flags, effective.sources, triggered, interrupt, predicted)
+            planned = holds(variant.when, facts)
+            cached = _Template(
+                effective.flags, effective.sources, triggered, interrupt, predicted, planned
+            )
             self.templates[key] = cached
         return cached
 

@@ -23,6 +23,7 @@ from repromatrix.model import (
     LaunchMode,
     Level,
     PullPolicy,
+    ScenarioKind,
 )
 
 # The axes a rule can name: the parts of a cell id, in order, and its level (engine or probe).
@@ -33,6 +34,7 @@ LEVELS = tuple(level.value for level in Level)
 MODES = tuple(mode.value for mode in LaunchMode)
 BASE_SOURCES = ("debootstrap", "image")
 VARIANT_KINDS = ("workaround", "control")
+SCENARIO_KINDS = tuple(kind.value for kind in ScenarioKind)
 # Image variants a scenario can ask for (``build.render`` knows how to make each one).
 IMAGE_VARIANTS = ("no-libnuma",)
 MODEL_INTS = MODEL_SHAPE
@@ -215,6 +217,11 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
             Key("adapters", "named", "GPU: the model's LoRA adapters by name", ref="adapter"),
             Key("moe", "boolean", "a mixture-of-experts model"),
             Key("multimodal", "boolean", "takes images"),
+            Key(
+                "use_double_wide_mlp",
+                "boolean",
+                "config.json use_double_wide_mlp: KV-shared layers' MLPs are twice as wide",
+            ),
             Key("dtype", "choice", "weight dtype", choices=tuple(sorted(DTYPE_BYTES))),
             *(Key(name, "integer", f"config.json {name}", minimum=1) for name in MODEL_INTS),
             Key("architecture", "text", "config.json architectures[0] (Qwen3MoeForCausalLM)"),
@@ -257,6 +264,13 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("avoided", "text", "what avoided means", required=True),
             Key("probe", "section", "a probe of vLLM's own code", ref="probe"),
             Key("baseline", "boolean", "a healthy baseline: no crash expected"),
+            Key(
+                "kind",
+                "choice",
+                "defect (default), or startup-interruption: a crash the matrix stages, "
+                "never held against an image",
+                choices=SCENARIO_KINDS,
+            ),
         ),
     ),
     Section(
@@ -278,7 +292,11 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("lora_adapter", "text", "the LoRA adapter to load and request through"),
             Key("lora_rank", "integer", "CPU lane: the rank of the tiny adapter made", minimum=1),
             Key("model_files", "choice", FILES_DOC, choices=MODEL_FILES_CHOICES),
-            Key("interrupt_after_s", "number_or_null", "SIGTERM the server this long after start"),
+            Key(
+                "interrupt_on",
+                "regex",
+                "SIGTERM the server when a line of vLLM's output matches this pattern",
+            ),
             Key("startup_timeout_s", "number_or_null", "how long start-up may take"),
             Key("container", "section", "the cell's container and harness", ref="container"),
         ),
@@ -308,6 +326,8 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("name", "name", "part of the cell id", required=True),
             Key("kind", "choice", "workaround or control", True, None, VARIANT_KINDS),
             Key("flags", "flags", "flags changed from the launch"),
+            Key("env", "env", "environment variables over the launch's"),
+            Key("when", "trigger", "conditions on the cell's facts where this variant is planned"),
             Key("interrupt", "boolean", "false drops the launch's interrupt"),
             Key("model_files", "choice", FILES_DOC, choices=MODEL_FILES_CHOICES),
             Key("container", "section", "container options over the launch's", ref="container"),

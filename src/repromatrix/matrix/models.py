@@ -55,6 +55,7 @@ def read_model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
         moe,
         multimodal,
         dtype=dtype,
+        use_double_wide_mlp=_bool(body, "use_double_wide_mlp", reader),
         path=path,
         adapters=adapters,
         path_line=line,

@@ -10,7 +10,7 @@ import re
 from types import MappingProxyType
 
 from repromatrix.errors import suggest
-from repromatrix.grammars import unsafe_regex
+from repromatrix.grammars import check_env_name, unsafe_regex
 from repromatrix.matrix.keys import IMAGE_VARIANTS, section
 from repromatrix.matrix.lanes import SHM_PATTERN
 from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, YSeq, describe
@@ -31,22 +31,46 @@ def read_signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]
             continue
         keys = section("signature")
         reader.keys(body, keys.names, "a signature", required=keys.required)
-        pattern = _text(body, "pattern", reader)
+        pattern = read_pattern(body.get("pattern"), "`pattern`", reader)
         if pattern is None:
-            continue
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            where = body.get("pattern") or body
-            reader.error(where.where, f"`pattern` is not a valid regular expression: {exc}")
-            continue
-        if (why := unsafe_regex(pattern)) is not None:
-            reader.error((body.get("pattern") or body).where, f"`pattern` is refused: {why}")
             continue
         signatures.append(Signature(pattern, _process(body.get("process"), reader)))
     if not signatures and isinstance(node, YSeq) and not node.items:
         reader.error(node.where, "`signatures` must list at least one pattern")
     return tuple(signatures)
+
+
+def read_pattern(node: YNode | None, what: str, reader: Reader) -> str | None:
+    """A regular expression searched in log lines: it compiles and cannot backtrack forever."""
+    if node is None:
+        return None
+    pattern = reader.text(node, what)
+    if pattern is None:
+        return None
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        reader.error(node.where, f"{what} is not a valid regular expression: {exc}")
+        return None
+    if (why := unsafe_regex(pattern)) is not None:
+        reader.error(node.where, f"{what} is refused: {why}")
+        return None
+    return pattern
+
+
+def read_env(node: YNode | None, what: str, reader: Reader) -> dict[str, str]:
+    """Environment variables: valid names, text values, never a secret (those reach a cell
+    from the host at run time only)."""
+    if node is None:
+        return {}
+    env = reader.strings(node, what) or {}
+    body = node if isinstance(node, YMap) else None
+    for name in list(env):
+        if (why := check_env_name(name)) is not None:
+            where = (body.get(name) if body is not None else None) or node
+            reader.error(where.where, f"{what} name {name!r} is refused: {why}")
+            del env[name]
+    return env
 
 
 def _process(node: YNode | None, reader: Reader) -> str | None:

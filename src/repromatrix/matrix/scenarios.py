@@ -15,12 +15,13 @@ from types import MappingProxyType
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from repromatrix.errors import ConfigError, Problem, suggest
-from repromatrix.grammars import check_env_name
 from repromatrix.matrix.conditions import subject_problem
 from repromatrix.matrix.keys import BASELINE_FORBIDDEN, CRASH_REQUIRED, VARIANT_KINDS, section
 from repromatrix.matrix.scenario_parts import (
     read_container,
+    read_env,
     read_lanes,
+    read_pattern,
     read_probe,
     read_signatures,
     read_source,
@@ -45,6 +46,7 @@ from repromatrix.model import (
     LaunchMode,
     Op,
     Scenario,
+    ScenarioKind,
     Variant,
     frozen_flags,
 )
@@ -156,9 +158,24 @@ def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
         source=read_source(body.get("source"), reader),
         probe=probe,
         baseline=baseline,
+        kind=_kind(body, reader),
         file=file,
     )
     return scenario if scenario_id else None
+
+
+def _kind(body: YMap, reader: Reader) -> ScenarioKind:
+    """``kind``: a defect (the default) or a staged start-up interruption."""
+    text = _text(body, "kind", reader)
+    if text is None:
+        return ScenarioKind.DEFECT
+    if text not in set(ScenarioKind):
+        node = body.get("kind") or body
+        kinds = [kind.value for kind in ScenarioKind]
+        message = f"`kind` must be one of {', '.join(kinds)}, not `{text}`."
+        reader.error(node.where, message + suggest(text, kinds))
+        return ScenarioKind.DEFECT
+    return ScenarioKind(text)
 
 
 def _text(body: YMap, key: str, reader: Reader) -> str | None:
@@ -199,10 +216,10 @@ def _model_files(body: YMap, reader: Reader) -> str | None:
     return text
 
 
-def _trigger(node: YNode | None, reader: Reader) -> tuple[Condition, ...]:
+def _trigger(node: YNode | None, reader: Reader, what: str = "`trigger`") -> tuple[Condition, ...]:
     if node is None:
         return ()
-    body = reader.mapping(node, "`trigger`")
+    body = reader.mapping(node, what)
     if body is None:
         return ()
     conditions: list[Condition] = []
@@ -271,31 +288,20 @@ def _launch(node: YNode | None, reader: Reader) -> Launch:
             reader.error(
                 value.where, f"`mode` must be `server` or `offline`, not {describe(value)}"
             )
-    flags_node, env_node = body.get("flags"), body.get("env")
+    flags_node = body.get("flags")
     flags = reader.flags(flags_node, "`flags`") if flags_node is not None else None
-    env = _env(env_node, reader) if env_node is not None else None
     return Launch(
         mode=mode,
         flags=frozen_flags(flags),
-        env=MappingProxyType(dict(env or {})),
+        env=MappingProxyType(read_env(body.get("env"), "`env`", reader)),
         lora_adapter=_name(body, "lora_adapter", reader),
         lora_adapter_line=_line(body.get("lora_adapter")),
-        interrupt_after_s=_number(body, "interrupt_after_s", reader),
+        interrupt_on=read_pattern(body.get("interrupt_on"), "`interrupt_on`", reader),
         startup_timeout_s=_number(body, "startup_timeout_s", reader) or Launch.startup_timeout_s,
         lora_rank=_rank(body.get("lora_rank"), reader),
         model_files=_model_files(body, reader),
         container=read_container(body.get("container"), reader),
     )
-
-
-def _env(node: YNode, reader: Reader) -> dict[str, str]:
-    """``launch.env``: each name a variable name and no secret, checked where it is written."""
-    env = reader.strings(node, "`env`") or {}
-    for entry in node if isinstance(node, YMap) else ():
-        if (why := check_env_name(entry.key)) is not None:
-            reader.error(entry.where, f"`env` name {entry.key!r} is refused: {why}")
-            env.pop(entry.key, None)
-    return env
 
 
 def _line(node: YNode | None) -> int:
@@ -355,10 +361,12 @@ def _variant(node: YNode, reader: Reader) -> Variant | None:
     interrupt = reader.boolean(interrupt_node, "`interrupt`") if interrupt_node else True
     files = _model_files(body, reader)
     container = read_container(body.get("container"), reader)
-    if not flags and interrupt is not False and files is None and container == ContainerOptions():
+    env = read_env(body.get("env"), "`env`", reader)
+    changes = (flags, env, interrupt is False, files is not None, container != ContainerOptions())
+    if not any(changes):
         reader.error(
             body.where,
-            "a variant must change something: `flags`, `model_files`, `container` or "
+            "a variant must change something: `flags`, `env`, `model_files`, `container` or "
             "`interrupt: false`",
         )
     if name is None or kind not in VARIANT_KINDS:
@@ -370,6 +378,8 @@ def _variant(node: YNode, reader: Reader) -> Variant | None:
         frozen_flags(flags),
         description,
         interrupt is not False,
+        env=MappingProxyType(env),
+        when=_trigger(body.get("when"), reader, "`when`"),
         model_files=files,
         container=container,
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from repromatrix.model import Outcome
+from repromatrix.model import Outcome, ScenarioKind
 from repromatrix.reports.move import MoveSummary, build_move, move_json
 from repromatrix.reports.ranges import Documented, RangeEvidence, load_documents, range_evidence
 from repromatrix.reports.upgrade import UpgradeView, build_upgrade, upgrade_json
@@ -66,7 +66,7 @@ def default_options(run_dir: Path) -> ReportOptions:
 
 def build_findings(judged: Sequence[Judged], folder: str, options: ReportOptions) -> Findings:
     """Derive the findings; ``folder`` names the run when no cell says its run id."""
-    view = build_upgrade(judged)
+    view = build_upgrade(judged, staged_interruptions(options.documents))
     move = None
     if options.baseline and options.candidate:
         move = build_move(judged, view, options.baseline, options.candidate)
@@ -78,6 +78,15 @@ def build_findings(judged: Sequence[Judged], folder: str, options: ReportOptions
         move,
         range_evidence(judged, options.documents),
         skip_groups(judged),
+    )
+
+
+def staged_interruptions(documents: Mapping[str, Documented]) -> frozenset[str]:
+    """The scenarios that stage a start-up interruption (never held against an image)."""
+    return frozenset(
+        scenario
+        for scenario, documented in documents.items()
+        if documented.kind == ScenarioKind.STARTUP_INTERRUPTION
     )
 
 

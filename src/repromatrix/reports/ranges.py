@@ -41,6 +41,7 @@ class Documented:
     title: str = ""
     sources: tuple[str, ...] = ()  # "seed 000_….txt", "vllm issue #…", "vllm PR #…"
     signatures: tuple[str, ...] = ()  # "pattern (in Process)"
+    kind: str = "defect"  # the scenario's ``kind``: ``startup-interruption`` is staged
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def documented_ranges(scenarios: Iterable[Any]) -> dict[str, Documented]:
             s.title,
             _sources(s.source),
             tuple(g.pattern + (f" (in {g.process})" if g.process else "") for g in s.signatures),
+            s.kind.value,
         )
         for s in scenarios
         if not s.baseline

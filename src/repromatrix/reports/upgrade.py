@@ -12,6 +12,11 @@ says, in terms of SAFETY rather than agreement with the documents:
   healthy baseline failed;
 - ``unknown``: nothing was decided (errors, timeouts, unreachable probes).
 
+A scenario of kind ``startup-interruption`` (seed 004: the matrix itself
+interrupts the start) hits every image it interrupts, so its trigger cells
+never decide a safety: they are listed as staged, and the rest decides (its
+variants without the interrupt are ordinary starts).
+
 Agreement with the documents stays a second dimension (``disagreements``).
 Cells that were only skipped (no such hardware here) are left out: the
 reports summarise them per lane and reason instead.
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -98,6 +103,8 @@ class SafetyCell:
     failures: tuple[str, ...]  # cell ids of failures that are not a documented crash
     disagreements: int  # cells whose verdict disagrees with the documents
     cells: int
+    # Start-up interruptions the matrix staged and saw hit here: not held against the image.
+    staged: tuple[str, ...] = ()
 
     @property
     def words(self) -> str:
@@ -108,6 +115,8 @@ class SafetyCell:
             parts.append(f"hits {crash.scenario}" + (f", avoided with {fix}" if fix else ""))
         if self.failures:
             parts.append(f"{len(self.failures)} other failure(s)")
+        if self.staged:
+            parts.append(f"staged start-up interruption shown: {', '.join(self.staged)}")
         return "; ".join(parts)
 
     @property
@@ -150,8 +159,11 @@ class UpgradeView:
     lanes: tuple[LaneView, ...]
 
 
-def build_upgrade(judged: Iterable[Judged]) -> UpgradeView:
-    """Arrange judged cells by lane, image tag and configuration, and decide each one's safety."""
+def build_upgrade(judged: Iterable[Judged], staged: Collection[str] = ()) -> UpgradeView:
+    """Arrange judged cells by lane, image tag and configuration, and decide each one's safety.
+
+    ``staged`` names the start-up interruption scenarios, which decide no safety.
+    """
     grouped: dict[str, dict[tuple[str, Configuration], list[Judged]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -164,25 +176,35 @@ def build_upgrade(judged: Iterable[Judged]) -> UpgradeView:
         grouped[r.lane][r.image_tag, configuration].append(item)
         if r.version:
             versions[r.lane].setdefault(r.image_tag, r.version)
+    staged_ids = frozenset(staged)
     return UpgradeView(
-        tuple(_lane(lane, grouped[lane], versions[lane]) for lane in sorted(grouped))
+        tuple(_lane(lane, grouped[lane], versions[lane], staged_ids) for lane in sorted(grouped))
     )
 
 
 def _lane(
-    lane: str, cells: Mapping[tuple[str, Configuration], list[Judged]], versions: dict[str, str]
+    lane: str,
+    cells: Mapping[tuple[str, Configuration], list[Judged]],
+    versions: dict[str, str],
+    staged: frozenset[str],
 ) -> LaneView:
     return LaneView(
         lane,
         tuple(sorted({tag for tag, _ in cells}, key=tag_key)),
         tuple(sorted({c for _, c in cells})),
-        MappingProxyType({key: safety_cell(items) for key, items in cells.items()}),
+        MappingProxyType({key: safety_cell(items, staged) for key, items in cells.items()}),
         MappingProxyType(versions),
     )
 
 
-def safety_cell(items: Sequence[Judged]) -> SafetyCell:
-    """Decide the safety of one image in one configuration from all its cells."""
+def safety_cell(everything: Sequence[Judged], staged: Collection[str] = ()) -> SafetyCell:
+    """Decide the safety of one image in one configuration from all its cells; the interrupted
+    starts of the ``staged`` start-up interruptions (their triggers) are only listed."""
+    interrupted = [
+        j for j in everything if j.result.scenario in staged and j.result.variant == TRIGGER
+    ]
+    items = [j for j in everything if j not in interrupted]
+    shown = sorted({j.result.scenario for j in interrupted if j.result.outcome is Outcome.HIT})
     by_scenario: dict[str, list[Judged]] = defaultdict(list)
     for item in items:
         by_scenario[item.result.scenario].append(item)
@@ -206,8 +228,8 @@ def safety_cell(items: Sequence[Judged]) -> SafetyCell:
         safety = Safety.WORKAROUND
     else:
         safety = Safety.SAFE if decided else Safety.UNKNOWN
-    disagreements = sum(1 for j in items if j.verdict in FAILING)
-    return SafetyCell(safety, crashes, failures, disagreements, len(items))
+    disagreements = sum(1 for j in everything if j.verdict in FAILING)
+    return SafetyCell(safety, crashes, failures, disagreements, len(everything), tuple(shown))
 
 
 def _crash(items: Sequence[Judged]) -> Crash | None:
@@ -279,6 +301,7 @@ def upgrade_json(view: UpgradeView) -> list[dict[str, Any]]:
                 for crash in cell.crashes
             ],
             "other_failures": list(cell.failures),
+            "staged_interruptions": list(cell.staged),
         }
         for lane in view.lanes
         for tag in lane.tags

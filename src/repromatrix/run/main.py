@@ -21,9 +21,9 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import FrameType
+from types import FrameType, MappingProxyType
 from typing import TextIO
 
 from repromatrix.backends import kinds
@@ -37,6 +37,8 @@ from repromatrix.matrix.memory import infeasible_reason, memory_problems
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_local
 from repromatrix.model import Cell, Image, Lane
+from repromatrix.reports.findings import ReportOptions, default_options
+from repromatrix.reports.ranges import documented_ranges
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
 from repromatrix.run.cells import Pacing, measured_durations, prepare_images, run_cells
@@ -172,7 +174,7 @@ def execute_run(
                     progress=progress,
                     pacing=pacing,
                 )
-            write_reports(run.folder.path)
+            write_reports(run.folder.path, report_options(run))
             progress.note(f"reports written to {run.folder.path}/")
     return RunSummary(run.folder, run.todo, outcomes=counts, infeasible=len(infeasible))
 
@@ -208,9 +210,17 @@ def plan_run(
 def finish_empty(run: RunPlan, mode: Mode, progress: Progress) -> RunSummary:
     """Nothing left to run (a resumed run that is complete): a real run rewrites its reports."""
     if mode is Mode.RUN:
-        write_reports(run.folder.path)
+        write_reports(run.folder.path, report_options(run))
         progress.note(f"reports written to {run.folder.path}/")
     return RunSummary(run.folder, ())
+
+
+def report_options(run: RunPlan) -> ReportOptions:
+    """What the run's reports know of the documents: ./scenarios, and over them the run's own
+    scenarios (those of another folder, the zoo's: their ranges and kind)."""
+    defaults = default_options(run.folder.path)
+    own = documented_ranges({cell.scenario.id: cell.scenario for cell in run.cells}.values())
+    return replace(defaults, documents=MappingProxyType({**defaults.documents, **own}))
 
 
 def backend_setup(

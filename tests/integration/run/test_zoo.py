@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from repromatrix.harness.harness import INTERRUPT_MARK
 from repromatrix.model import Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import CellResult
@@ -66,7 +67,11 @@ ZOO = (
     Row("cpu-shm-too-small", "shm-2g", Outcome.AVOIDED, ("0.32.0",)),
     Row("cpu-libnuma-missing", "trigger", Outcome.HIT, BOTH),
     Row("cpu-libnuma-missing", "with-libnuma", Outcome.AVOIDED, ("0.31.0",)),
+    # Seed 004's mechanism: the harness SIGTERMs the API server on a line vLLM prints.
+    Row("cpu-startup-interrupted", "trigger", Outcome.HIT, ("0.32.0",)),
+    Row("cpu-startup-interrupted", "no-interrupt", Outcome.AVOIDED, ("0.32.0",)),
 )
+INTERRUPTED = Row("cpu-startup-interrupted", "trigger", Outcome.HIT, ("0.32.0",))
 # The container scenarios' hits: the root cause's category and what the reason must name.
 CAUSES = {
     "cpu-port-taken": ("port_in_use", "Address already in use"),
@@ -163,3 +168,27 @@ def test_the_oom_kill_names_an_engine_process_and_the_container_state(
     assert isinstance(log, Path), log
     names = rb"died unexpectedly \(exit code:? -9\)|Killed process \d+"
     assert not re.search(names, log.read_bytes().replace(b"(not named in the log)", b""))
+
+
+def test_the_harness_interrupts_real_vllm_on_its_own_start_up_line(
+    zoo_run: dict[str, CellResult], zoo_folder: Path
+) -> None:
+    result = zoo_run[cell_id(INTERRUPTED, "0.32.0")]
+    cause = result.root_cause
+    assert cause is not None and cause.line == "KeyboardInterrupt: terminated", result.reason
+    assert (cause.category, cause.scenario) == ("interrupted", "cpu-startup-interrupted")
+    assert not result.ready and not result.answered
+    log = store.log_file(zoo_folder, result.id)
+    assert isinstance(log, Path), log
+    lines = log.read_text(errors="replace").splitlines()
+    # The line vLLM printed, the harness's SIGTERM right after it, then the interrupt in the
+    # frame that printed the line: build_and_serve, its engine ready, before uvicorn runs.
+    [said] = [i for i, line in enumerate(lines) if INTERRUPT_MARK in line]
+    assert "Supported tasks: " in lines[said - 1] and lines[said].endswith(lines[said - 1])
+    rest = lines[said + 1 :]
+    frame = next(
+        i for i, line in enumerate(rest) if re.search(r"line \d+, in build_and_serve", line)
+    )
+    interrupt = next(i for i, line in enumerate(rest) if line.endswith(cause.line))
+    assert frame < interrupt
+    assert not any("Starting vLLM server" in line for line in rest[:interrupt])

@@ -6,6 +6,7 @@ import argparse
 import json
 import shlex
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given
@@ -19,8 +20,10 @@ from repromatrix.backends.harness_spec import (
     server_command,
 )
 from repromatrix.errors import ConfigError
+from repromatrix.matrix.expand import expand
 from repromatrix.model import Adapter, Lane, Launch, Level, Probe
 from support.harness import make_cell, offline_launch
+from support.matrix import setup
 
 
 def test_flags_become_kebab_case_options_one_element_each() -> None:
@@ -141,7 +144,7 @@ def test_server_spec_fields() -> None:
     assert spec["request"]["lora"] is None
     assert spec["request"]["max_tokens"] > 0 and spec["request"]["prompt"]
     assert spec["startup_timeout_s"] == 300  # never longer than the cell's deadline
-    assert spec["interrupt_after_s"] is None
+    assert spec["interrupt_on"] is None
     assert json.loads(json.dumps(spec)) == spec
 
 
@@ -151,8 +154,8 @@ def test_served_model_name_is_what_the_request_asks_for() -> None:
 
 
 def test_interrupt_comes_from_the_cell() -> None:
-    spec = build_spec(make_cell(interrupt_after_s=12.5), "/m")
-    assert spec["interrupt_after_s"] == 12.5
+    spec = build_spec(make_cell(interrupt_on="Warming up multi-modal processing"), "/m")
+    assert spec["interrupt_on"] == "Warming up multi-modal processing"
 
 
 def test_lora_adapter_is_loaded_and_the_request_goes_through_it() -> None:
@@ -213,6 +216,26 @@ def test_a_secret_in_the_host_environment_never_reaches_the_spec(
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
     spec = build_spec(make_cell({"enable_lora": True}, launch=Launch(lora_adapter="x")), "/m")
     assert "hf_secret_value" not in json.dumps(spec)
+
+
+def test_a_variants_env_reaches_the_harness(tmp_path: Path) -> None:
+    scenario = """
+    id: forced
+    title: t
+    lanes: [cpu]
+    trigger: {model.moe: false}
+    launch: {env: {A: launch}}
+    signatures: [{pattern: "x"}]
+    affected: all
+    variants: [{name: forced, kind: workaround, env: {A: variant, B: "0"}}]
+    avoided: ok
+    """
+    matrix = "lanes:\n  cpu:\n    images: ['0.32.0']\n    gpus: {cpu: {runner: r, count: 0}}\n"
+    matrix += "    models: {tiny-llama: {source: tiny-llama}}\n"
+    loaded, scenarios = setup(tmp_path, matrix, {"forced": scenario})
+    cells = {cell.variant.name: cell for cell in expand(loaded, scenarios)}
+    assert build_spec(cells["trigger"], "/m")["env"] == {"A": "launch"}
+    assert build_spec(cells["forced"], "/m")["env"] == {"A": "variant", "B": "0"}
 
 
 def test_bad_env_names_are_refused() -> None:

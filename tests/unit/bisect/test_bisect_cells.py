@@ -58,8 +58,8 @@ def test_a_listed_image_is_kept_as_the_matrix_has_it(inputs: Inputs) -> None:
 
 def test_an_ambiguous_row_asks_for_gpu_model_and_flagset(inputs: Inputs) -> None:
     matrix, scenarios = inputs
-    target = Target("moe-lora-rank-over-128", Lane.GPU, level=Level.ENGINE)
-    with pytest.raises(UsageError, match="--gpu h100 --model qwen3-30b-a3b --flagset default"):
+    target = Target("lora-int32-offset-overflow", Lane.GPU, level=Level.ENGINE)
+    with pytest.raises(UsageError, match="--gpu h100 --model gemma-4-e2b-it --flagset default"):
         select_cells(matrix, scenarios, target, ("v0.31.0", "v0.32.0"))
     chosen = replace(target, gpu="h100")
     assert set(select_cells(matrix, scenarios, chosen, ("v0.31.0", "v0.32.0"))) == {

@@ -118,10 +118,9 @@ def test_the_default_matrix_fits_six_hour_jobs_as_ci_runs_it(
         job["index"] = index
         job["ran"] = shard_cells(workflow, job, tmp_path)
     everything = planned(ROOT / "matrix.yaml")
-    # Cells that cannot fit their GPUs' memory get no job (seed 000's rank-320 cells on an
-    # 80 GB H100); every other cell is in exactly one.
+    # Cells that cannot fit their GPUs' memory would get no job (test_memory.py); every
+    # other cell is in exactly one.
     cells = [cell for cell in everything if (cell["memory"] or {}).get("fit") != "infeasible"]
-    assert len(cells) < len(everything)
     check_jobs(cells, jobs, int(workflow["env"]["JOB_MINUTES"]))
     # The h100 runner has 14 cells of 30 minutes per image: two jobs each, one image per job.
     h100 = [job for job in jobs if job["runner"] == "gpu-h100"]

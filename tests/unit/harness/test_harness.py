@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from repromatrix.backends.harness_spec import build_spec
-from repromatrix.harness.harness import free_port
+from repromatrix.harness.harness import INTERRUPT_MARK, free_port
 from repromatrix.model import Launch, LaunchMode, Level, Probe
 from support.harness import HARNESS, install_standin, make_cell, run_harness, status_of
 
@@ -137,15 +137,38 @@ def test_startup_timeout_stops_the_server(standin: Path, tmp_path: Path) -> None
     assert_dead(engine_pids(output))
 
 
-def test_interrupt_after_s_sends_sigterm_to_the_starting_server(
+def test_a_line_matching_interrupt_on_sigterms_the_starting_server(
     standin: Path, tmp_path: Path
 ) -> None:
-    spec = spec_for(standin, "never-ready", interrupt_after_s=0.5)
+    spec = spec_for(standin, "never-ready", interrupt_on=r"standin engine pid \d+")
     _, output = run_harness(spec, tmp_path)
     status = status_of(output)
     assert status["ready"] is False
-    assert status["exit_code"] == -signal.SIGTERM
+    assert status["exit_code"] == -signal.SIGTERM  # the server's own process got it
     assert "before it was ready" in status["error"]
+    [matched] = [line for line in output.splitlines() if line.startswith("standin engine pid")]
+    assert status["interrupted_on"] == matched
+    # Announced right after the line that triggered it, in the relayed output.
+    lines = output.splitlines()
+    assert lines[lines.index(matched) + 1] == f"{INTERRUPT_MARK} {matched}"
+    assert_dead(engine_pids(output))
+
+
+def test_no_interrupt_when_the_line_never_comes(standin: Path, tmp_path: Path) -> None:
+    spec = spec_for(standin, "serve", interrupt_on="a line the server never prints")
+    code, output = run_harness(spec, tmp_path)
+    status = status_of(output)
+    assert code == 0 and status["answered"] is True
+    assert status["interrupted_on"] is None
+    assert INTERRUPT_MARK not in output
+
+
+def test_an_interrupt_pattern_that_is_no_regex_is_a_bad_spec(standin: Path, tmp_path: Path) -> None:
+    spec = spec_for(standin, "serve")
+    spec["interrupt_on"] = "(unclosed"
+    code, output = run_harness(spec, tmp_path)
+    assert code == 2
+    assert "interrupt_on" in status_of(output)["error"]
 
 
 def test_output_is_relayed_while_the_server_runs_and_sigterm_still_reports(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from repromatrix.matrix.conditions import (
@@ -12,7 +14,8 @@ from repromatrix.matrix.conditions import (
     holds,
     kv_cache_bytes_needed,
     kv_cache_bytes_short,
-    lora_row_offset_bytes,
+    lora_overflow_tokens,
+    lora_row_offset_elements,
     num_tokens,
     subject_problem,
 )
@@ -23,6 +26,15 @@ GEMMA = Model(
     Lane.GPU,
     "google/gemma-4-E2B-it",
     intermediate_size=6144,
+    max_position_embeddings=131072,
+    dtype="bfloat16",
+    use_double_wide_mlp=True,
+)
+LLAMA = Model(
+    "llama-3.1-8b",
+    Lane.GPU,
+    "meta-llama/Llama-3.1-8B-Instruct",
+    intermediate_size=14336,
     max_position_embeddings=131072,
     dtype="bfloat16",
 )
@@ -43,10 +55,30 @@ NO_CHUNKING = {"enable_lora": True, "enable_chunked_prefill": False}
 
 
 def test_seed_003_boundary_for_gemma_4_e2b() -> None:
-    below = lora_row_offset_bytes(GEMMA, {**NO_CHUNKING, "max_model_len": 87382})
-    at = lora_row_offset_bytes(GEMMA, {**NO_CHUNKING, "max_model_len": 87383})
+    below = lora_row_offset_elements(GEMMA, {**NO_CHUNKING, "max_model_len": 87382})
+    at = lora_row_offset_elements(GEMMA, {**NO_CHUNKING, "max_model_len": 87383})
     assert below is not None and at is not None
+    # The double-wide KV-shared layers: a gate_up row of 2 * 12288 elements.
     assert below == 87381 * 24576 < INT32_LIMIT <= at == 87382 * 24576
+    assert lora_overflow_tokens(GEMMA, {}) == 87383  # the seed's measured boundary
+
+
+def test_the_row_offset_counts_elements_whatever_the_dtype() -> None:
+    # The kernel's offset is row index x output_d0_stride, in elements (Triton's addptr):
+    # a Llama 3 8B's gate_up row is 2 * 14336 = 28672 elements, in bf16 as in float32.
+    for dtype in ("bfloat16", "float32"):
+        llama = replace(LLAMA, dtype=dtype)
+        below = lora_row_offset_elements(llama, {**NO_CHUNKING, "max_model_len": 74899})
+        at = lora_row_offset_elements(llama, {**NO_CHUNKING, "max_model_len": 74900})
+        assert below is not None and at is not None
+        assert below == 74898 * 28672 < INT32_LIMIT <= at == 74899 * 28672
+        assert lora_overflow_tokens(llama, {}) == 74900
+
+
+def test_a_model_without_double_wide_layers_overflows_at_its_plain_width() -> None:
+    # The seed's own reading of Gemma 4 E2B (2 * 6144 a row) would crash only from here.
+    plain = replace(GEMMA, use_double_wide_mlp=False)
+    assert lora_overflow_tokens(plain, {}) == 174764
 
 
 def test_chunked_prefill_bounds_the_profile_run() -> None:
@@ -57,13 +89,14 @@ def test_chunked_prefill_bounds_the_profile_run() -> None:
     assert num_tokens(GEMMA, {**long, "max_num_batched_tokens": 4096}) == 4096
     assert num_tokens(GEMMA, {**long, "enable_chunked_prefill": False}) == 100001
     assert num_tokens(GEMMA, {"enable_chunked_prefill": False}) == 131072  # the model's length
-    offset = lora_row_offset_bytes(GEMMA, long)
+    offset = lora_row_offset_elements(GEMMA, long)
     assert offset is not None and offset < INT32_LIMIT
 
 
 def test_unknown_sizes_give_unknown_facts() -> None:
     bare = Model("m", Lane.GPU, "a/b")
-    assert lora_row_offset_bytes(bare, NO_CHUNKING) is None
+    assert lora_row_offset_elements(bare, NO_CHUNKING) is None
+    assert lora_overflow_tokens(bare, {}) is None
     assert kv_cache_bytes_needed(bare, {"max_model_len": 10}) is None
     assert kv_cache_bytes_short(TINY, {}) is None  # no fixed budget: vLLM sizes it itself
 
@@ -109,22 +142,24 @@ def test_compute_capability_orders_as_a_number() -> None:
 
 
 def test_facts_from_every_namespace() -> None:
-    launch = Launch(interrupt_after_s=45.0)
-    facts = Facts(TINY, H100, {"max_model_len": 64}, launch, interrupt_after_s=None)
+    launch = Launch(interrupt_on="Warming up")
+    facts = Facts(TINY, H100, {"max_model_len": 64}, launch, interrupt_on=None)
     assert facts.get("model.moe") is False
     assert facts.get("model.head_dim") == 64
     assert facts.get("model.max_position_embeddings") == 2048
     assert facts.get("gpu.count") == 1
     assert facts.get("flags.max_model_len") == 64 and facts.get("flags.absent") is None
     assert facts.get("launch.mode") == "server"
-    assert facts.get("launch.interrupt_after_s") is None  # the variant dropped the interrupt
+    assert facts.get("launch.interrupt_on") is None  # the variant dropped the interrupt
+    assert facts.get("model.use_double_wide_mlp") is False
     assert facts.get("derived.max_model_len") == 64
     assert holds((), facts)
 
 
 def test_subject_problems_suggest() -> None:
     assert subject_problem("flags.anything_goes") is None
-    assert subject_problem("derived.lora_row_offset_bytes") is None
+    assert subject_problem("derived.lora_row_offset_elements") is None
+    assert subject_problem("derived.lora_overflow_tokens") is None
     assert "Perhaps you meant `moe`?" in (subject_problem("model.moee") or "")
     assert "Perhaps you meant `flags`?" in (subject_problem("flag.enable_lora") or "")
     assert subject_problem("model") is not None and subject_problem("gpu.") is not None

@@ -105,8 +105,8 @@ def test_deadline_and_interrupt(tmp_path: Path) -> None:
     id: interrupted
     title: t
     lanes: [gpu]
-    trigger: {launch.interrupt_after_s: {ne: null}}
-    launch: {interrupt_after_s: 45, startup_timeout_s: 2500}
+    trigger: {launch.interrupt_on: {ne: null}}
+    launch: {interrupt_on: "Warming up multi-modal processing", startup_timeout_s: 2500}
     signatures: [{pattern: "KeyboardInterrupt: terminated", process: APIServer}]
     affected: all
     variants: [{name: no-interrupt, kind: workaround, interrupt: false}]
@@ -117,8 +117,9 @@ def test_deadline_and_interrupt(tmp_path: Path) -> None:
     cells = by_id(expand(matrix, scenarios))
     trigger = cells["gpu/v0.32.0/h100/dense/default/interrupted/trigger"]
     workaround = cells["gpu/v0.32.0/h100/dense/default/interrupted/no-interrupt"]
-    assert (trigger.interrupt_after_s, trigger.expected) == (45.0, Expected.HIT)
-    assert (workaround.interrupt_after_s, workaround.expected) == (None, Expected.AVOIDED)
+    assert trigger.interrupt_on == "Warming up multi-modal processing"
+    assert trigger.expected is Expected.HIT
+    assert (workaround.interrupt_on, workaround.expected) == (None, Expected.AVOIDED)
     assert trigger.deadline_s == 2500.0  # the launch raises the lane's 1800
     assert cells["gpu/v0.32.0/a6000/dense/default/interrupted/trigger"].deadline_s == 4000.0
 
@@ -243,8 +244,9 @@ def test_the_default_plan() -> None:
     for cell in cells:
         parts = cell.id.removesuffix("@probe").split("/")
         assert len(parts) == 7 and all(ID_PART.fullmatch(p) for p in parts)
-    seed_000 = "gpu/{}/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger"
+    seed_000 = "gpu/{}/h200x4/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger"
     assert table[seed_000.format("v0.31.0")].expected is Expected.HIT
+    assert table[seed_000.format("v0.31.0")].flags["tensor_parallel_size"] == 4
     assert table[seed_000.format("v0.31.1rc0")].expected is Expected.AVOIDED
     assert table[seed_000.format("v0.32.0")].expected is Expected.AVOIDED
     assert table[seed_000.format("nightly")].expected is Expected.UNKNOWN
@@ -267,3 +269,62 @@ def test_the_default_plan() -> None:
     assert not [
         c for c in cells if c.scenario.id == "moe-lora-flashinfer-experts" and c.gpu.count < 4
     ]
+    # Rank 320 needs ~88.7 GiB on one GPU (matrix.yaml): seed 000's engine cells run at TP4
+    # on h200x4 only; its probe (CPU code) still runs on one GPU runner.
+    seed_000_engine = [
+        c for c in cells if c.scenario.id == "moe-lora-rank-over-128" and c.level.value == "engine"
+    ]
+    placed = {(c.gpu.name, c.flags["tensor_parallel_size"]) for c in seed_000_engine}
+    assert seed_000_engine and placed == {("h200x4", 4)}
+    assert {c.model.name for c in cells if c.gpu.name == "h200x4"} == {
+        "qwen3-30b-a3b", "qwen3.5-122b-a10b"
+    }  # fmt: skip
+
+
+SEED_003_USERS = """
+lanes:
+  gpu:
+    images: [v0.27.1]
+    gpus:
+      h100: {runner: gpu-h100, count: 1, compute_capability: "9.0", memory_gib: 80}
+    models:
+      gemma: {source: google/gemma-4-E2B-it, intermediate_size: 6144, use_double_wide_mlp: true,
+              max_position_embeddings: 131072}
+      llama: {source: meta-llama/Llama-3.1-8B-Instruct, intermediate_size: 14336,
+              max_position_embeddings: 131072}
+"""
+
+
+def test_seed_003s_control_is_planned_only_for_the_model_it_was_computed_for(
+    tmp_path: Path,
+) -> None:
+    scenario = (ROOT / "scenarios" / "lora-int32-offset-overflow.yaml").read_text()
+    matrix, scenarios = setup(tmp_path, SEED_003_USERS, {"lora-int32-offset-overflow": scenario})
+    cells = {(c.model.name, c.variant.name): c for c in expand(matrix, scenarios)}
+    # Both models overflow at 87383 tokens (Gemma from 87383, a Llama 3 8B from 74900) ...
+    assert cells[("gemma", "trigger")].expected is Expected.HIT
+    assert cells[("llama", "trigger")].expected is Expected.HIT
+    # ... but 87382 is one token below Gemma 4 E2B's boundary only: the Llama gets no control
+    # that would still overflow and say nothing.
+    assert cells[("gemma", "max-model-len-87382")].expected is Expected.AVOIDED
+    assert ("llama", "max-model-len-87382") not in cells
+
+
+def test_a_variants_env_is_over_the_launchs(tmp_path: Path) -> None:
+    forced = """
+    id: forced
+    title: t
+    lanes: [gpu]
+    trigger: {model.moe: true}
+    launch: {env: {VLLM_LOGGING_LEVEL: DEBUG, A: launch}}
+    signatures: [{pattern: "x"}]
+    affected: all
+    variants: [{name: b, kind: workaround, env: {A: variant, B: "1"}}]
+    avoided: ok
+    """
+    matrix, scenarios = setup(tmp_path, GPU_LANE, {"forced": forced})
+    cells = by_id(expand(matrix, scenarios))
+    trigger = cells["gpu/v0.32.0/h100/moe/default/forced/trigger"]
+    variant = cells["gpu/v0.32.0/h100/moe/default/forced/b"]
+    assert dict(trigger.env) == {"VLLM_LOGGING_LEVEL": "DEBUG", "A": "launch"}
+    assert dict(variant.env) == {"VLLM_LOGGING_LEVEL": "DEBUG", "A": "variant", "B": "1"}

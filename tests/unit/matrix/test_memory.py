@@ -26,7 +26,7 @@ from repromatrix.matrix.memory import (
     table_text,
 )
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import DTYPE_BYTES, Cell, FlagValue, Gpu, Lane, Level, Model
+from repromatrix.model import DTYPE_BYTES, Cell, FlagValue, Gpu, Lane, Level, Model, frozen_flags
 from support import factories, paths
 from support.matrix import GPU_LANE, setup
 
@@ -56,7 +56,7 @@ SEED_000: Mapping[str, FlagValue] = {
     "max_loras": 1,
     "max_model_len": 4096,
 }
-SEED_000_CELL = "gpu/v0.31.0/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger"
+SEED_000_CELL = "gpu/v0.31.0/h200x4/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger"
 
 
 def gpu_cell(
@@ -259,32 +259,30 @@ def test_plan_prints_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*common, "--json", "--only", SEED_000_CELL]) == 0
     captured = capsys.readouterr()
     [cell] = json.loads(captured.out)
+    # Seed 000 at TP4 on four H200s: the parts are the TP1 figures summed over the GPUs.
     assert cell["memory"] == {
-        "fit": "infeasible",
+        "fit": "fits",
         "need_bytes": 94_685_786_112,
         "weights_bytes": 61_064_245_248,
         "lora_bytes": 33_218_887_680,
         "kv_cache_bytes": 402_653_184,
-        "budget_bytes": 78_679_145_186,
-        "reported_bytes_per_gpu": 81559 * 2**20,
+        "budget_bytes": 554_777_737_956,
+        "reported_bytes_per_gpu": 143771 * 2**20,
         "gpu_memory_utilization": 0.92,
-        "gpus": 1,
+        "gpus": 4,
         "missing": [],
     }
     assert captured.err == ""  # Qwen3-30B-A3B's facts are all in matrix.yaml
-    assert main([*common, "--only", "gpu/v0.31.0/h100/*/moe-lora-rank-over-128/*"]) == 0
+    assert main([*common, "--only", "gpu/v0.31.0/h200x4/*/moe-lora-rank-over-128/*"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split()[9] == "memory"
     memory = {line.split()[6] + "@" + line.split()[7]: line.split()[9] for line in table[1:-4]}
     assert memory == {
-        "trigger@engine": "infeasible:56.9+30.9+0.4=88.2>73.3",
-        "trigger@probe": "-",
-        "rank-128@engine": "fits:56.9+12.4+0.4=69.6<=73.3",
-        "rank-128@probe": "-",
-        "fully-sharded-loras@engine": "infeasible:56.9+30.9+0.4=88.2>73.3",
-        "fully-sharded-loras@probe": "-",
+        "trigger@engine": "fits:56.9+30.9+0.4=88.2<=516.7",
+        "rank-128@engine": "fits:56.9+12.4+0.4=69.6<=516.7",
+        "fully-sharded-loras@engine": "fits:56.9+30.9+0.4=88.2<=516.7",
     }
-    assert table[-1].endswith("; 2 infeasible (memory)")
+    assert not table[-1].endswith("infeasible (memory)")
 
 
 def test_plan_warns_with_file_and_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -303,8 +301,16 @@ def test_plan_warns_with_file_and_line(capsys: pytest.CaptureFixture[str]) -> No
     ]
 
 
-def test_the_default_matrix_rules_out_seed_000_on_one_h100() -> None:
+def test_the_default_matrix_plans_seed_000_only_where_it_fits() -> None:
     matrix, scenarios = load_inputs(ROOT / "matrix.yaml", ROOT / "scenarios")
-    [cell] = plan(matrix, scenarios, Lane.GPU, Selector([SEED_000_CELL]))
-    assert cell.model.head_dim == 128 and cell.gpu.usable_memory_mib == 81559
-    assert infeasible_reason(cell) is not None
+    selected = Selector(["gpu/*/*/*/*/moe-lora-rank-over-128/*"])
+    engine = [c for c in plan(matrix, scenarios, Lane.GPU, selected) if c.level is Level.ENGINE]
+    assert engine and {c.gpu.name for c in engine} == {"h200x4"}
+    assert all(infeasible_reason(c) is None for c in engine)
+    # The same trigger at TP1 on one 80 GB H100, where it was planned before, cannot fit.
+    [trigger] = [c for c in engine if c.variant.name == "trigger" and c.image.tag == "v0.31.0"]
+    assert trigger.model.head_dim == 128
+    one_h100 = replace(
+        trigger, gpu=H100, flags=frozen_flags({**trigger.flags, "tensor_parallel_size": 1})
+    )
+    assert (infeasible_reason(one_h100) or "").startswith("infeasible: needs at least 88.2 GiB")

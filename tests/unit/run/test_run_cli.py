@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from repromatrix.backends.docker.calls import RUN_LABEL
 from repromatrix.model import Outcome
@@ -171,12 +172,30 @@ def test_a_gpu_shard_on_a_host_that_cannot_run_it_fails_instead_of_going_green(t
     assert planned == {r.id for r in found}
 
 
+def one_h100_matrix(folder: Path) -> Path:
+    """The default matrix's GPU lane cut to one 80 GB H100 and Qwen3-30B-A3B at TP1: where
+    seed 000's rank-320 cells were planned before they moved to four H200s."""
+    body = yaml.safe_load((ROOT / "matrix.yaml").read_text())
+    gpu = body["lanes"]["gpu"]
+    gpu["images"] = ["v0.31.0"]
+    gpu["gpus"] = {"h100": gpu["gpus"]["h100"]}
+    gpu["models"] = {"qwen3-30b-a3b": gpu["models"]["qwen3-30b-a3b"]}
+    gpu["flagsets"] = {"default": {}}
+    body["lanes"] = {"gpu": gpu}
+    body.pop("exclude", None)
+    body.pop("include", None)
+    path = folder / "matrix.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
 def test_an_infeasible_cell_is_skipped_with_its_numbers_and_never_makes_only_exit_3(
     tmp_path: Path,
 ):
-    # Seed 000's rank-320 trigger on one 80 GB H100: its memory estimate rules it out.
+    matrix = one_h100_matrix(tmp_path)
     only = "gpu/v0.31.0/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger"
-    args = ("run", "--lane", "gpu", "--only", only, "--backend", "local")
+    args = ("run", "--matrix", str(matrix), "--scenarios", str(ROOT / "scenarios"))
+    args += ("--lane", "gpu", "--only", only, "--backend", "local")
     done = repromatrix(*args, "--results", str(tmp_path / "r"), "--run-id", "mem")
     assert done.returncode == 0, done.stderr
     [result] = results.read_results(tmp_path / "r" / "mem")[0]

@@ -136,7 +136,12 @@ def test_every_zoo_scenario_has_its_real_hits() -> None:
     stems = {p.stem for p, _ in CASES if p.parent.name == "cpu"}
     assert set(ZOO_OF) | set(ZOO_CONTAINER_OF) <= stems
     zoo = {p.stem for p in (REPO / "scenarios" / "zoo").glob("*.yaml")}
-    assert set(ZOO_OF.values()) | set(ZOO_CONTAINER_OF.values()) == zoo
+    assert set(ZOO_OF.values()) | set(ZOO_CONTAINER_OF.values()) | ZOO_STAGED == zoo
+
+
+# Zoo scenarios the harness itself stages (it interrupts vLLM on a line of its output): their
+# real hit is checked where it is made, by tests/integration/run/test_zoo.py, in CI.
+ZOO_STAGED = {"cpu-startup-interrupted"}
 
 
 @pytest.mark.parametrize("stem", sorted(ZOO_OF))
