@@ -6,9 +6,10 @@ the first entry that matches a text names it. Each entry has a role: a
 (vLLM's generic re-raises such as ``Engine core initialization failed``, never
 a root cause) or ``weak`` evidence (interrupts, timeouts, masking messages: a
 root cause only when nothing else is found); ``noise`` marks harmless messages
-vLLM logs even at ERROR level. Consequences come before causes
-in the file, so a re-raise that quotes its cause (``Worker failed with error
-'CUDA out of memory'``) is not mistaken for it.
+vLLM logs even at ERROR level; ``request`` marks a request the running server
+refused (a prompt or ``max_tokens`` beyond the model's context), never a cause.
+Consequences come before causes in the file, so a re-raise that quotes its cause
+(``Worker failed with error 'CUDA out of memory'``) is not mistaken for it.
 
 Patterns are written in the subset of regular expressions that Python and
 ``grep -E`` read alike (no ``\\d``, no ``(?:``), so the benchmark can run grep
@@ -58,11 +59,12 @@ class Role(enum.StrEnum):
     WEAK = "weak"
     CONSEQUENCE = "consequence"
     NOISE = "noise"  # known harmless messages, even at ERROR level
+    REQUEST = "request"  # a request the running server refused: a request error
 
     @property
     def never_root(self) -> bool:
-        """Consequences and noise are never a root cause."""
-        return self in (Role.CONSEQUENCE, Role.NOISE)
+        """Consequences, noise and refused requests are never a root cause."""
+        return self in (Role.CONSEQUENCE, Role.NOISE, Role.REQUEST)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ def test_the_json_answer(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert data["line_number"] == 90
     assert data["signature_seen"] is True
+    assert (data["request_errors"], data["requests_refused"]) == ([], 0)
 
 
 def test_standard_input_and_the_entry_point() -> None:
