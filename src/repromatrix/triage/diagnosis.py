@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from repromatrix.results.store import RootCause
+from repromatrix.triage.fixes import FlagFix
 from repromatrix.visible import visible
 
 WIDTH = 92
@@ -45,12 +46,14 @@ class Diagnosis:
     consequence shown for context. ``signature_seen`` tells whether any line
     matched the signatures of the scenarios triage was given. ``request_errors``
     are the first requests the running server refused (``requests_refused`` counts
-    them all): never the root cause, whatever else the log shows.
+    them all): never the root cause, whatever else the log shows. ``fix_flags`` are the
+    catalogue's fix for the cause as flag and environment changes, one workaround each.
     """
 
     root_cause: RootCause | None
     explanation: str
     fix: str
+    fix_flags: tuple[FlagFix, ...] = ()
     workarounds: tuple[str, ...] = ()
     excerpt: tuple[str, ...] = ()
     last_errors: tuple[str, ...] = ()
@@ -102,6 +105,7 @@ class Diagnosis:
             "layer": self.layer,
             "explanation": self.explanation,
             "fix": self.fix,
+            "fix_flags": [fix.to_json() for fix in self.fix_flags],
             "workarounds": list(self.workarounds),
             "excerpt": list(self.excerpt),
             "last_errors": list(self.last_errors),
@@ -131,6 +135,9 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
     ]
     if diagnosis.fix:
         parts += ["Fix:", _wrap(diagnosis.fix)]
+    if diagnosis.fix_flags:
+        parts.append("Flag changes that may avoid it (each one a workaround):")
+        parts += [_wrap(f"- {fix.describe()}") for fix in diagnosis.fix_flags]
     if cause.scenario:
         title = f": {diagnosis.scenario_title}" if diagnosis.scenario_title else ""
         parts.append(f"Documented scenario: {cause.scenario}{title}")
