@@ -535,6 +535,8 @@ class Triager:
         self._unanswered.clear()
 
     def _refuse(self, finding: Finding) -> None:
+        if finding.header:
+            return  # the ERROR line that introduced a refused request's traceback
         self._refusals += 1
         if len(self._refused) < MAX_REQUEST_ERRORS:
             self._refused.append(finding)
@@ -576,7 +578,8 @@ class Triager:
 
     def _facts(self) -> reasoning.LogFacts:
         notes = ("the input is not text: it holds binary data",) if self._source.binary else ()
-        # A refused request's ERROR line that introduced its traceback is not listed apart.
+        # A refused request's message that turned out to introduce its traceback (V0 prints
+        # the message first) is not listed apart: the exception ending it is.
         shown = [f for f in self._refused if not f.header]
         return reasoning.LogFacts(
             request_errors=tuple(_request_error(f) for f in shown),

@@ -498,6 +498,7 @@ def test_the_labelled_request_errors_are_listed_apart() -> None:
     for path, label in cases:
         diagnosis = triage_path(path)
         assert [e.line for e in diagnosis.request_errors] == label["request_errors"], path.name
+        assert diagnosis.requests_refused == len(label["request_errors"]), path.name
 
 
 def test_the_answer_shows_the_refused_requests(capsys: pytest.CaptureFixture[str]) -> None:
