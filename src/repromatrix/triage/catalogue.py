@@ -6,9 +6,14 @@ the first entry that matches a text names it. Each entry has a role: a
 (vLLM's generic re-raises such as ``Engine core initialization failed``, never
 a root cause) or ``weak`` evidence (interrupts, timeouts, masking messages: a
 root cause only when nothing else is found); ``noise`` marks harmless messages
-vLLM logs even at ERROR level. Consequences come before causes
-in the file, so a re-raise that quotes its cause (``Worker failed with error
-'CUDA out of memory'``) is not mistaken for it.
+vLLM logs even at ERROR level; ``request`` marks a request the running server
+refused (a prompt or ``max_tokens`` beyond the model's context), never a cause.
+Consequences come before causes in the file, so a re-raise that quotes its cause
+(``Worker failed with error 'CUDA out of memory'``) is not mistaken for it.
+
+Where vLLM has a flag or an environment variable for the fix, ``fix_flags`` says it
+as data (``fixes.py``): the changes that may avoid the cause. Every problem in the
+file is reported with its line.
 
 Patterns are written in the subset of regular expressions that Python and
 ``grep -E`` read alike (no ``\\d``, no ``(?:``), so the benchmark can run grep
@@ -36,15 +41,17 @@ from typing import Any
 
 import yaml
 
-from repromatrix.errors import ConfigError, Problem
+from repromatrix.errors import ConfigError, Problem, suggest
 from repromatrix.grammars import unsafe_regex
+from repromatrix.triage.fixes import KEY as FIX_FLAGS
+from repromatrix.triage.fixes import FlagFix, parse_fix_flags
 
 BUILTIN = "triage_causes.yaml"
 # libyaml's safe loader when PyYAML has it: reading the catalogue is a fixed cost of every run.
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 LAYERS = ("image_pull", "container_start", "engine_startup", "first_request", "hang")
 _REQUIRED = ("category", "title", "role", "explanation", "fix")
-_OPTIONAL = ("patterns", "frames", "exceptions", "layer", "fatal", "as_warning")
+_OPTIONAL = ("patterns", "frames", "exceptions", "layer", "fatal", "as_warning", FIX_FLAGS)
 # How the prefilter reads a pattern's characters.
 _SPECIAL = set(".^$*+?{}[]()|\\")
 _BREAKING_ESCAPES = set("bBdDsSwWAZ")  # classes and anchors, not characters
@@ -58,11 +65,12 @@ class Role(enum.StrEnum):
     WEAK = "weak"
     CONSEQUENCE = "consequence"
     NOISE = "noise"  # known harmless messages, even at ERROR level
+    REQUEST = "request"  # a request the running server refused: a request error
 
     @property
     def never_root(self) -> bool:
-        """Consequences and noise are never a root cause."""
-        return self in (Role.CONSEQUENCE, Role.NOISE)
+        """Consequences, noise and refused requests are never a root cause."""
+        return self in (Role.CONSEQUENCE, Role.NOISE, Role.REQUEST)
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,7 @@ class Cause:
     layer: str | None = None  # fixed layer; None: from where in the log it happened
     fatal: bool = False  # a consequence that means the engine start is over
     as_warning: bool = False  # a cause even when vLLM logs it only as a WARNING
+    fix_flags: tuple[FlagFix, ...] = ()  # the fix as flag and environment changes (fixes.py)
     regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
     frame_regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
@@ -159,43 +168,91 @@ def load_catalogue(path: Path) -> Catalogue:
 
 
 def parse_catalogue(body: str, file: str) -> Catalogue:
-    """Build a catalogue from YAML text; ``file`` names it in error messages."""
+    """Build a catalogue from YAML text; ``file`` names it in error messages, with the line."""
     try:
-        data = yaml.load(body, Loader=_LOADER)  # a safe loader: C or Python
+        data, root = _load(body)
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(file, 0, 0, f"not valid YAML: {exc}")]) from exc
     entries = data.get("causes") if isinstance(data, Mapping) else None
     if not isinstance(entries, list):
         raise ConfigError([Problem(file, 0, 0, "expected a mapping with a `causes:` list")])
+    within = _Located(file, root).at(("causes",), value=True)
     problems: list[Problem] = []
-    causes = [_entry(item, f"{file}: causes[{i}]", problems) for i, item in enumerate(entries)]
+    causes = [_entry(item, within.at((i,)), problems) for i, item in enumerate(entries)]
     if problems:
         raise ConfigError(problems)
     return Catalogue(tuple(c for c in causes if c is not None))
 
 
-def _entry(item: Any, where: str, problems: list[Problem]) -> Cause | None:
+def _load(body: str) -> tuple[Any, yaml.Node | None]:
+    """The YAML's data and its composed nodes (which know their lines), with a safe loader."""
+    loader = _LOADER(body)
+    try:
+        root = loader.get_single_node()
+        return (loader.construct_document(root) if root is not None else None), root
+    finally:
+        loader.dispose()
+
+
+@dataclass(frozen=True)
+class _Located:
+    """A node of the catalogue file, to report a problem with it at its file and line."""
+
+    file: str
+    node: yaml.Node | None
+
+    def problem(self, message: str) -> Problem:
+        """A problem at this node's line and column."""
+        mark = self.node.start_mark if self.node is not None else None
+        if mark is None:
+            return Problem(self.file, 0, 0, message)
+        return Problem(self.file, mark.line + 1, mark.column + 1, message)
+
+    def at(self, path: tuple[str | int, ...], *, value: bool = False) -> _Located:
+        """The node at ``path`` (keys and indices), as deep as it exists; a key's own node
+        for the last key, unless ``value``."""
+        node = self.node
+        for depth, step in enumerate(path):
+            last = depth == len(path) - 1
+            if isinstance(node, yaml.SequenceNode) and isinstance(step, int):
+                node = node.value[step] if step < len(node.value) else node
+            elif isinstance(node, yaml.MappingNode):
+                pair = next((kv for kv in node.value if kv[0].value == step), None)
+                if pair is None:
+                    break
+                node = pair[0] if last and not value else pair[1]
+            else:
+                break
+        return _Located(self.file, node)
+
+
+def _entry(item: Any, where: _Located, problems: list[Problem]) -> Cause | None:
     if not isinstance(item, Mapping):
-        problems.append(Problem(where, 0, 0, "expected a mapping"))
+        problems.append(where.problem("expected a mapping"))
         return None
     found = len(problems)
     for key in _REQUIRED:
         if not isinstance(item.get(key), str) or not item[key].strip():
-            problems.append(Problem(where, 0, 0, f"`{key}` must be a non-empty string"))
-    for key in set(item) - set(_REQUIRED) - set(_OPTIONAL):
-        problems.append(Problem(where, 0, 0, f"unknown key `{key}`"))
-    lists = {k: _strings(item.get(k), f"{where}.{k}", problems) for k in _OPTIONAL[:3]}
+            problems.append(where.at((key,)).problem(f"`{key}` must be a non-empty string"))
+    for key in sorted(set(item) - set(_REQUIRED) - set(_OPTIONAL), key=str):
+        hint = suggest(str(key), (*_REQUIRED, *_OPTIONAL))
+        message = f"unknown key `{key}`." + hint if hint else f"unknown key `{key}`"
+        problems.append(where.at((key,)).problem(message))
+    lists = {k: _strings(item.get(k), where.at((k,)), problems) for k in _OPTIONAL[:3]}
     if not lists["patterns"] and not lists["frames"]:
-        problems.append(Problem(where, 0, 0, "needs `patterns` or `frames`"))
+        problems.append(where.problem("needs `patterns` or `frames`"))
     if item.get("role") not in tuple(Role):
-        problems.append(Problem(where, 0, 0, f"`role` must be one of {', '.join(Role)}"))
+        problems.append(where.at(("role",)).problem(f"`role` must be one of {', '.join(Role)}"))
     if item.get("layer") not in (None, *LAYERS):
-        problems.append(Problem(where, 0, 0, f"`layer` must be one of {', '.join(LAYERS)}"))
+        message = f"`layer` must be one of {', '.join(LAYERS)}"
+        problems.append(where.at(("layer",)).problem(message))
     for key in ("fatal", "as_warning"):
         if not isinstance(item.get(key, False), bool):
-            problems.append(Problem(where, 0, 0, f"`{key}` must be true or false"))
-    regex = _compile(lists["patterns"], where, problems)
-    frame_regex = _compile(lists["frames"], where, problems)
+            problems.append(where.at((key,)).problem(f"`{key}` must be true or false"))
+    fix_flags, issues = parse_fix_flags(item.get(FIX_FLAGS))
+    problems.extend(where.at(path).problem(message) for path, message in issues)
+    regex = _compile(lists["patterns"], where.at(("patterns",)), problems)
+    frame_regex = _compile(lists["frames"], where.at(("frames",)), problems)
     if len(problems) > found:
         return None
     return Cause(
@@ -210,22 +267,23 @@ def _entry(item: Any, where: str, problems: list[Problem]) -> Cause | None:
         layer=item.get("layer"),
         fatal=item.get("fatal", False),
         as_warning=item.get("as_warning", False),
+        fix_flags=fix_flags,
         regex=regex,
         frame_regex=frame_regex,
     )
 
 
-def _strings(value: Any, where: str, problems: list[Problem]) -> tuple[str, ...]:
+def _strings(value: Any, where: _Located, problems: list[Problem]) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        problems.append(Problem(where, 0, 0, "expected a list of non-empty strings"))
+        problems.append(where.problem("expected a list of non-empty strings"))
         return ()
     return tuple(value)
 
 
 def _compile(
-    patterns: tuple[str, ...], where: str, problems: list[Problem]
+    patterns: tuple[str, ...], where: _Located, problems: list[Problem]
 ) -> re.Pattern[str] | None:
     if not patterns:
         return None
@@ -233,10 +291,10 @@ def _compile(
         try:
             re.compile(pattern)
         except re.error as exc:
-            problems.append(Problem(where, 0, 0, f"bad pattern {pattern!r}: {exc}"))
+            problems.append(where.problem(f"bad pattern {pattern!r}: {exc}"))
             return None
         if (why := unsafe_regex(pattern)) is not None:
-            problems.append(Problem(where, 0, 0, f"pattern {pattern!r} is refused: {why}"))
+            problems.append(where.problem(f"pattern {pattern!r} is refused: {why}"))
             return None
     return re.compile("|".join(f"({p})" for p in patterns))
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from repromatrix.results.store import RootCause
+from repromatrix.triage.fixes import FlagFix
 from repromatrix.visible import visible
 
 WIDTH = 92
@@ -26,6 +27,16 @@ _LAYERS = {
 
 
 @dataclass(frozen=True)
+class RequestError:
+    """A request the running server refused: a failure of that request, not of the server."""
+
+    line: str  # the verbatim line that states it
+    line_number: int
+    message: str
+    status: int | None  # the HTTP status the server answered with, when the log shows it
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """The root cause of a failure in a log (or why none was found), with its fix.
 
@@ -33,12 +44,16 @@ class Diagnosis:
     appeared after decoding; ``line_number`` says where. ``final_error`` is the
     generic message vLLM ended on (``Engine core initialization failed``...), a
     consequence shown for context. ``signature_seen`` tells whether any line
-    matched the signatures of the scenarios triage was given.
+    matched the signatures of the scenarios triage was given. ``request_errors``
+    are the first requests the running server refused (``requests_refused`` counts
+    them all): never the root cause, whatever else the log shows. ``fix_flags`` are the
+    catalogue's fix for the cause as flag and environment changes, one workaround each.
     """
 
     root_cause: RootCause | None
     explanation: str
     fix: str
+    fix_flags: tuple[FlagFix, ...] = ()
     workarounds: tuple[str, ...] = ()
     excerpt: tuple[str, ...] = ()
     last_errors: tuple[str, ...] = ()
@@ -50,6 +65,8 @@ class Diagnosis:
     final_error: str | None = None
     lines_read: int = 0
     notes: tuple[str, ...] = ()
+    request_errors: tuple[RequestError, ...] = ()
+    requests_refused: int = 0
 
     @property
     def category(self) -> str | None:
@@ -88,6 +105,7 @@ class Diagnosis:
             "layer": self.layer,
             "explanation": self.explanation,
             "fix": self.fix,
+            "fix_flags": [fix.to_json() for fix in self.fix_flags],
             "workarounds": list(self.workarounds),
             "excerpt": list(self.excerpt),
             "last_errors": list(self.last_errors),
@@ -96,6 +114,8 @@ class Diagnosis:
             "scenarios_seen": list(self.scenarios_seen),
             "lines_read": self.lines_read,
             "notes": list(self.notes),
+            "request_errors": [asdict(error) for error in self.request_errors],
+            "requests_refused": self.requests_refused,
         }
 
 
@@ -115,6 +135,9 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
     ]
     if diagnosis.fix:
         parts += ["Fix:", _wrap(diagnosis.fix)]
+    if diagnosis.fix_flags:
+        parts.append("Flag changes that may avoid it (each one a workaround):")
+        parts += [_wrap(f"- {fix.describe()}") for fix in diagnosis.fix_flags]
     if cause.scenario:
         title = f": {diagnosis.scenario_title}" if diagnosis.scenario_title else ""
         parts.append(f"Documented scenario: {cause.scenario}{title}")
@@ -127,6 +150,7 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
         ]
     if diagnosis.excerpt:
         parts += ["Excerpt:", *(_indent_line(line, "  | ") for line in diagnosis.excerpt)]
+    parts += _refused(diagnosis)
     return visible("\n".join(parts), multiline=True) + "\n"
 
 
@@ -135,10 +159,23 @@ def _no_cause(diagnosis: Diagnosis) -> str:
     parts += [_wrap(f"Note: {note}.") for note in diagnosis.notes]
     if diagnosis.fix:
         parts += ["What to do:", _wrap(diagnosis.fix)]
-    if diagnosis.last_errors:
+    if diagnosis.last_errors and not diagnosis.requests_refused:
         parts += ["Last error lines:", *(_indent_line(line) for line in diagnosis.last_errors)]
+    parts += _refused(diagnosis)
     parts.append(f"({diagnosis.lines_read} lines read)")
     return visible("\n".join(parts), multiline=True) + "\n"
+
+
+def _refused(diagnosis: Diagnosis) -> list[str]:
+    if not diagnosis.requests_refused:
+        return []
+    lines = [f"Requests refused ({diagnosis.requests_refused}):"]
+    for error in diagnosis.request_errors:
+        answered = f", answered {error.status}" if error.status else ""
+        lines += [f"  - line {error.line_number}{answered}:", _indent_line(error.line, "    ")]
+    if diagnosis.requests_refused > len(diagnosis.request_errors):
+        lines.append(f"  ... and {diagnosis.requests_refused - len(diagnosis.request_errors)} more")
+    return lines
 
 
 def _wrap(text: str) -> str:

@@ -1,8 +1,8 @@
 """What the log reader collects: findings (exceptions and error lines) and their rank.
 
 A ``Finding`` is one candidate for the root cause: an exception at the end of
-a traceback, an ``assert`` that failed, an ERROR line, or a line the catalogue
-recognises. Findings are built while the log streams (a message may continue
+a traceback, an ``assert`` that failed, an ERROR line, a compiler's error, or a
+line the catalogue recognises. Findings are built while the log streams (a message may continue
 on the next lines, the lines after it are kept for the excerpt), so they are
 mutable here; ``reasoning`` reads them once the log has ended.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from repromatrix.triage.logmodel import Line
+from repromatrix.triage.logmodel import Line, is_compiler_error
 
 MAX_DETAIL = 8  # continuation lines kept for a message
 MAX_AFTER = 4  # lines kept after a finding for its excerpt
@@ -26,6 +26,7 @@ class Tier(enum.IntEnum):
     SOFT = 2  # an exception logged at WARNING level or below
     WEAK = 3  # interrupts, signals, timeouts, masking messages: a cause only when alone
     CONSEQUENCE = 4  # re-raises, shutdown messages, known noise: never the root cause
+    REQUEST = 5  # a request the running server refused: never a cause, reported apart
 
 
 class Kind(enum.StrEnum):
@@ -34,7 +35,7 @@ class Kind(enum.StrEnum):
     EXCEPTION = "exception"  # the last line of a traceback, or an exception printed alone
     ASSERT = "assert"  # a bare AssertionError, reported at its `assert ...` source line
     ERROR = "error"  # a log line at ERROR level or above
-    MATCH = "match"  # any other line a catalogue or scenario pattern recognised
+    MATCH = "match"  # a compiler's error, or a line a catalogue or scenario pattern recognised
 
 
 class Relation(enum.StrEnum):
@@ -72,12 +73,16 @@ class Finding:
     frames: tuple[Frame, ...] = ()
     chain: int | None = None  # findings of one traceback chain share this id
     relation: Relation | None = None
-    header: bool = False  # an ERROR line that only introduces the traceback after it
+    # A line that only introduces what follows: an ERROR line before its traceback, or an
+    # exception whose message announces the exception it wraps on the next line.
+    header: bool = False
     signature: bool = False  # a scenario signature matched this line
     before: tuple[str, ...] = ()  # raw lines of the same process just before it
     detail: list[str] = field(default_factory=list)  # continuation lines of the message
     detail_lines: list[Line] = field(default_factory=list)  # the same, as read
     after: list[str] = field(default_factory=list)
+    diagnostic: Line | None = None  # a compiler's error among its continuation lines
+    status: int | None = None  # after start-up: the HTTP status the server answered next
 
     def headline(self) -> str:
         """Exception and message as one line, as the log states them."""
@@ -97,7 +102,9 @@ class Finding:
         return tuple(texts)
 
     def add_detail(self, line: Line) -> None:
-        """Append a continuation line of the message (bounded)."""
+        """Append a continuation line of the message (bounded); note a compiler's error."""
+        if self.diagnostic is None and is_compiler_error(line.text.strip()):
+            self.diagnostic = line
         if len(self.detail) < MAX_DETAIL:
             self.detail.append(line.text.strip())
             self.detail_lines.append(line)

@@ -95,6 +95,22 @@ DUMP = re.compile(
     r"|\bargs: Namespace\(|^Namespace\("
     r"|\b(?:SchedulerOutput|SchedulerStats|EngineArgs|VllmConfig)\("
 )
+# A C/C++ or CUDA compiler's own error, as GCC, Clang and nvcc print it: at a source line
+# ("file.cpp:31:10: fatal error: ...", "kernel.cu(31): error: ..."), or the driver's own
+# ("g++: fatal error: ..."). Warnings and notes are not errors.
+_SOURCE = r"\S+\.(?:c|cc|cp|cpp|cxx|c\+\+|h|hh|hpp|hxx|inc|ipp|tcc|cu|cuh|s|S)"
+_COMPILER_ERROR = re.compile(
+    rf"{_SOURCE}(?::\d+(?::\d+)?:|\(\d+\):) (?:fatal |catastrophic )?error: \S"
+    r"|(?:\S*/)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+|cc1|cc1plus|nvcc)(?:-[\d.]+)?: "
+    r"fatal error: \S"
+)
+# A web server's access line: '"POST /v1/completions HTTP/1.1" 400 Bad Request'.
+_ACCESS = re.compile(
+    rb'"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) [^" ]+ HTTP/[0-9.]+" ([1-5][0-9][0-9])\b'
+)
+# The items a dump lists: "name=value, ", "'name': value". A piece of a dump that a paste
+# hard-wrapped onto a line of its own holds at least one.
+_DUMP_ITEMS = re.compile(r"\w=|, |': ")
 _GLOG_HEADER = re.compile(
     r"\[?([IWEF])(?:\d{3,4} \d\d:\d\d:\d\d\.\d+ +(?:\d+ )?| )([\w.-]+:\d+)\] ?"
 )
@@ -215,6 +231,24 @@ def _process_identity(inner: str) -> tuple[str, str]:
 def is_dump(text: str) -> bool:
     """Whether a message dumps the configuration, the arguments or the scheduler's state."""
     return DUMP.search(text) is not None
+
+
+def continues_dump(text: str) -> bool:
+    """Whether a line without a header of its own may be a wrapped piece of a dump."""
+    return _DUMP_ITEMS.search(text) is not None and not is_compiler_error(text)
+
+
+def is_compiler_error(text: str) -> bool:
+    """Whether a message is a C/C++ or CUDA compiler's own error (not a warning or note)."""
+    return _COMPILER_ERROR.match(text) is not None
+
+
+def http_status(raw: bytes) -> int | None:
+    """The status a server answered a request with, when ``raw`` is its access line."""
+    if b"HTTP/" not in raw:
+        return None
+    match = _ACCESS.search(raw)
+    return int(match.group(1)) if match is not None else None
 
 
 def _level(name: str) -> str:

@@ -17,7 +17,11 @@ SIGTERM and print ``KeyboardInterrupt``. The rules, in order:
    another exception is control flow; the replacement states the cause.
 5. A bare ``AssertionError`` is reported at its ``assert ...`` source line (the
    traceback reader does that), a pydantic ``ValidationError`` at the line that
-   states the error it wraps.
+   states the error it wraps, and an exception whose message quotes a compiler's
+   output (Inductor's ``CppCompileError``) at the compiler's own error.
+
+Requests the running server refused are request errors (``LogFacts.request_errors``):
+never candidates, reported apart from the root cause.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ from dataclasses import dataclass
 from repromatrix.model import Scenario
 from repromatrix.results.store import RootCause
 from repromatrix.triage.catalogue import Catalogue, Cause, Role
-from repromatrix.triage.diagnosis import Diagnosis
+from repromatrix.triage.diagnosis import Diagnosis, RequestError
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
-from repromatrix.triage.logmodel import Line
+from repromatrix.triage.logmodel import Line, is_compiler_error
 from repromatrix.triage.signatures import ScenarioSignatures
 
 MAX_EXCERPT = 16
@@ -43,6 +47,7 @@ _PYDANTIC_ERROR = re.compile(r"\s*(?:Value error|Assertion failed), (.*?)(?: \[t
 _TIER_OF_ROLE = {
     Role.CONSEQUENCE: Tier.CONSEQUENCE,
     Role.NOISE: Tier.CONSEQUENCE,
+    Role.REQUEST: Tier.REQUEST,
     Role.WEAK: Tier.WEAK,
     Role.CAUSE: Tier.STRONG,
 }
@@ -55,6 +60,11 @@ _NO_CAUSE_FIX = (
     "Capture the complete output of every process (stdout and stderr of the server, "
     "including the EngineCore and worker lines) and run triage on it; the cause is the first "
     "error those processes print."
+)
+_REFUSED_FIX = (
+    "Nothing failed in the server. Change the refused requests (each message says what the "
+    "server does not accept, such as a prompt or max_tokens beyond max_model_len), or serve "
+    "them with a configuration that accepts them."
 )
 
 
@@ -69,6 +79,8 @@ class LogFacts:
     signature_seen: bool = False
     scenarios_seen: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    request_errors: tuple[RequestError, ...] = ()  # the first requests the server refused
+    requests_refused: int = 0  # how many it refused in all
 
 
 def rank(finding: Finding, catalogue: Catalogue) -> Tier:
@@ -85,7 +97,7 @@ def rank(finding: Finding, catalogue: Catalogue) -> Tier:
         cause = cause if cause is not None and cause.role is Role.CAUSE else None
     if cause is not None:
         return _TIER_OF_ROLE[cause.role]
-    if finding.signature:
+    if finding.signature or is_compiler_error(finding.message):
         return Tier.STRONG
     if finding.kind is Kind.ERROR:
         return Tier.ERROR
@@ -177,6 +189,7 @@ def diagnose(
         root_cause=root_cause,
         explanation=explanation,
         fix=fix,
+        fix_flags=cause.fix_flags if cause else (),
         workarounds=_workarounds(scenario),
         excerpt=excerpt(root),
         last_errors=facts.last_errors,
@@ -188,6 +201,8 @@ def diagnose(
         final_error=facts.final_error,
         lines_read=facts.lines_read,
         notes=facts.notes,
+        request_errors=facts.request_errors,
+        requests_refused=facts.requests_refused,
     )
 
 
@@ -207,6 +222,7 @@ def with_oom_kill(diagnosis: Diagnosis, catalogue: Catalogue) -> Diagnosis:
         root_cause=cause,
         explanation=entry.explanation if entry else "",
         fix=entry.fix if entry else "",
+        fix_flags=entry.fix_flags if entry else (),
         excerpt=diagnosis.excerpt,
         last_errors=diagnosis.last_errors,
         signature_seen=diagnosis.signature_seen,
@@ -215,6 +231,8 @@ def with_oom_kill(diagnosis: Diagnosis, catalogue: Catalogue) -> Diagnosis:
         final_error=diagnosis.final_error,
         lines_read=diagnosis.lines_read,
         notes=diagnosis.notes,
+        request_errors=diagnosis.request_errors,
+        requests_refused=diagnosis.requests_refused,
     )
 
 
@@ -223,8 +241,11 @@ def stated_by(finding: Finding) -> tuple[Line, str]:
 
     Usually the finding's own line. A pydantic ``ValidationError`` (vLLM's
     configuration classes raise them) only counts errors on its own line; the
-    cause is on the next lines: ``  Value error, <the message> [type=...]``.
+    cause is on the next lines: ``  Value error, <the message> [type=...]``. An
+    exception that quotes a compiler's output is stated by the compiler's error.
     """
+    if finding.diagnostic is not None:
+        return finding.diagnostic, finding.diagnostic.text.strip()
     if (finding.exception or "").endswith("ValidationError"):
         for line in finding.detail_lines:
             stated = _PYDANTIC_ERROR.match(line.text)
@@ -236,6 +257,10 @@ def stated_by(finding: Finding) -> tuple[Line, str]:
 def _category(finding: Finding, catalogue: Catalogue) -> Cause | None:
     """The catalogue entry that explains a root cause (its full statement may refine it)."""
     frames = frame_texts(finding)
+    if finding.diagnostic is not None:
+        stated = catalogue.match(finding.diagnostic.text)
+        if stated is not None and not stated.role.never_root:
+            return stated
     cause = catalogue.match(finding.statement(), finding.exception, frames)
     if cause is None or cause.role.never_root:
         cause = catalogue.match(finding.headline(), finding.exception, frames)
@@ -288,8 +313,17 @@ def _workarounds(scenario: Scenario | None) -> tuple[str, ...]:
 
 
 def _without_cause(facts: LogFacts) -> Diagnosis:
+    fix = _NO_CAUSE_FIX if facts.final_error or facts.last_errors else ""
     if facts.notes:
         explanation = "This input does not look like a text log; it was not read."
+    elif facts.requests_refused:
+        refused = facts.requests_refused
+        explanation = (
+            f"The server started and served requests; {refused} "
+            f"{'request was' if refused == 1 else 'requests were'} refused (request errors, "
+            "not a failure of the server or of its start-up)."
+        )
+        fix = _REFUSED_FIX
     elif facts.final_error:
         explanation = _NO_CAUSE
     elif facts.last_errors:
@@ -299,13 +333,15 @@ def _without_cause(facts: LogFacts) -> Diagnosis:
     return Diagnosis(
         root_cause=None,
         explanation=explanation,
-        fix=_NO_CAUSE_FIX if facts.final_error or facts.last_errors else "",
+        fix=fix,
         last_errors=facts.last_errors,
         signature_seen=facts.signature_seen,
         scenarios_seen=facts.scenarios_seen,
         final_error=facts.final_error,
         lines_read=facts.lines_read,
         notes=facts.notes,
+        request_errors=facts.request_errors,
+        requests_refused=facts.requests_refused,
     )
 
 

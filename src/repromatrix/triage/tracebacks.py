@@ -8,6 +8,12 @@ two may interleave with other processes' lines. The reader accepts Python 3.8
 to 3.14 layouts: ``^^^``/``~~~^^^`` markers, ``...<3 lines>...`` elisions,
 tracebacks with no ``Traceback`` header (a pasted fragment), frames whose
 indentation was lost in a paste, and typographic quotes.
+
+An exception's message may continue on the next lines, and one that ends in a colon
+announces what follows: torch's ``BackendCompilerFailed: backend='inductor' raised:``
+is followed by the ``AssertionError: ...`` it wraps. That next line is read as the
+exception that ended the traceback (its frames, its chain, its process), and it names
+the exception that announced it, which only introduced it.
 """
 
 from __future__ import annotations
@@ -63,6 +69,17 @@ class Raised:
     chain: int
     relation: Relation | None
     process: str | None
+    announced_by: Line | None = None  # the exception line whose message announced this one
+
+
+@dataclass(frozen=True)
+class _Announcement:
+    """An exception whose message ended in a colon: the next line may be what it wraps."""
+
+    line: Line
+    frames: tuple[Frame, ...]
+    chain: int
+    process: str | None
 
 
 @dataclass(frozen=True)
@@ -95,6 +112,7 @@ class TracebackReader:
         self._relation: dict[RecordKey, Relation] = {}
         self._owner: dict[str | None, str] = {}
         self._thrown: dict[str | None, str] = {}  # C++ exception type awaiting its what()
+        self._announcing: dict[RecordKey, _Announcement] = {}
         self._chain_ids = itertools.count(1)
 
     def read(self, line: Line) -> Step:
@@ -103,6 +121,7 @@ class TracebackReader:
         stripped = text.strip()
         key = line.record
         tb = self._open.get(key)
+        announced = self._announcing.pop(key, None) if self._announcing else None
         # Also ", Traceback (...)" and "EngineCore hit an exception: Traceback (...)": vLLM
         # has logged tracebacks inside a longer message.
         if stripped.endswith(TRACEBACK_HEADER):
@@ -118,7 +137,7 @@ class TracebackReader:
         if frame is not None:
             return self._frame(line, key, frame)
         if tb is None:
-            return self._outside(line, stripped)
+            return self._outside(line, stripped, announced)
         return self._inside(line, key, tb, stripped)
 
     def cut(self, line: Line) -> Step:
@@ -160,7 +179,7 @@ class TracebackReader:
         tb.indented = tb.indented or indent > tb.base
         return Step(consumed=True, opened=opened)
 
-    def _outside(self, line: Line, stripped: str) -> Step:
+    def _outside(self, line: Line, stripped: str, announced: _Announcement | None) -> Step:
         mark = _PROCESS_MARK.fullmatch(stripped)
         if mark is not None and line.level is None:
             self._owner[line.stream] = mark.group(1)
@@ -178,6 +197,17 @@ class TracebackReader:
         if match is None or not _standalone(match):
             return Step()
         key = line.record
+        if announced is not None:
+            self._last_chain[key] = announced.chain
+            raised = _raised(
+                line,
+                match,
+                frames=announced.frames,
+                chain=announced.chain,
+                process=announced.process,
+                announced_by=announced.line,
+            )
+            return Step(consumed=True, raised=(raised,))
         chain = self._last_chain[key] = next(self._chain_ids)
         raised = _raised(line, match, chain=chain, process=line.process)
         return Step(consumed=True, raised=(raised,))
@@ -200,10 +230,13 @@ class TracebackReader:
             if match is not None and _ends_traceback(match, tb.indented):
                 del self._open[key]
                 self._last_chain[key] = tb.chain
+                frames = tuple(tb.frames)
+                if stripped.endswith(":"):
+                    self._announcing[key] = _Announcement(line, frames, tb.chain, tb.owner)
                 raised = _raised(
                     line,
                     match,
-                    frames=tuple(tb.frames),
+                    frames=frames,
                     chain=tb.chain,
                     relation=tb.relation,
                     process=tb.owner,
@@ -217,6 +250,18 @@ class TracebackReader:
         # Further lines of a multi-line statement (3.13 prints them all); in a flattened
         # paste they sit at column 0 too, so only an indented traceback can tell them apart.
         return Step(consumed=indent > tb.frame_indent or not tb.indented)
+
+
+def is_traceback_line(text: str) -> bool:
+    """Whether ``text`` reads as a line of a traceback: its header, a frame, a chain marker or
+    an exception line (the test the reader applies, without its state)."""
+    stripped = text.strip()
+    if stripped.endswith(TRACEBACK_HEADER) or stripped in _CHAINS:
+        return True
+    if _FRAME.fullmatch(text) is not None:
+        return True
+    match = _EXCEPTION.fullmatch(stripped)
+    return match is not None and _standalone(match)
 
 
 def text_is_noise(text: str) -> bool:
@@ -255,15 +300,16 @@ def _raised(
     chain: int,
     relation: Relation | None = None,
     process: str | None,
+    announced_by: Line | None = None,
 ) -> Raised:
     exception, message = match.group("type"), (match.group("message") or "").strip()
     source = frames[-1].source if frames else None
     if match.group("name") == "AssertionError" and not message and _is_assert(source):
         assert source is not None
-        return Raised(
-            source, Kind.ASSERT, exception, source.text.strip(), frames, chain, relation, process
-        )
-    return Raised(line, Kind.EXCEPTION, exception, message, frames, chain, relation, process)
+        line, kind, message = source, Kind.ASSERT, source.text.strip()
+    else:
+        kind = Kind.EXCEPTION
+    return Raised(line, kind, exception, message, frames, chain, relation, process, announced_by)
 
 
 def _truncated(tb: _Traceback) -> Raised | None:

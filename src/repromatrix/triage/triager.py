@@ -26,6 +26,13 @@ The literal test runs on the message with every digit read as ``0`` (both in
 the message and in the literals): a literal present in the message is still
 present then, so nothing that matters is skipped, and warnings repeated with
 other numbers (counters, sizes, ids) share one cached answer.
+
+Once the server is up, a failure may belong to one request rather than to the
+server: the server answers that request next, and an answer in the 4xx range means
+the API server refused it and went on serving. Such failures are request errors,
+kept apart from the candidates for a root cause. The answer is the next access
+line (an INFO line): while a failure waits for it, blocks that may hold one are
+read line by line, and the rest of the current block is searched for it.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from repromatrix.harness.oomwatch import LINE_PREFIX as HARNESS_LINE
 from repromatrix.model import Scenario
 from repromatrix.triage import reasoning
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue, required_literals
-from repromatrix.triage.diagnosis import Diagnosis
+from repromatrix.triage.diagnosis import Diagnosis, RequestError
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.logmodel import (
     QUIET,
@@ -54,18 +61,25 @@ from repromatrix.triage.logmodel import (
     Line,
     LineSplitter,
     PrefixLearner,
+    continues_dump,
     decode,
+    http_status,
+    is_compiler_error,
     is_dump,
     is_quiet,
     parse_line,
     reparse,
 )
 from repromatrix.triage.signatures import ScenarioSignatures
-from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader
+from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader, is_traceback_line
+from repromatrix.vllm_processes import same_process
 
 MAX_PER_TIER = 32
+MAX_REQUEST_ERRORS = 16  # refused requests kept for the answer (all are counted)
+MAX_UNANSWERED = 64  # failures after start-up waiting for the server's answer
 MAX_LAST_ERRORS = 12
 RECENT_LINES = 8
+MIN_WRAP = 60  # a line cut by a paste's hard wrap is at least this long
 # The server is up once one of these is printed; a failure after it happened on a request.
 READY_MARKERS = (
     "Application startup complete",
@@ -129,6 +143,14 @@ class Triager:
         self._streams: dict[str | None, _Stream] = {}
         self._findings: list[Finding] = []
         self._kept: Counter[Tier] = Counter()
+        self._tier_of: dict[int, Tier] = {}  # the tier each kept finding was counted in
+        self._seq = 0
+        self._unanswered: deque[Finding] = deque(maxlen=MAX_UNANSWERED)
+        self._refused: list[Finding] = []
+        self._refusals = 0
+        self._dump_end = 0  # the last line that belongs to a dump
+        self._wrap_width = 0  # the width a paste hard-wrapped this log's lines at, once seen
+        self._last_raw = b""  # the last line of the previous block (fast path)
         # The last message (a finding, or a consequence as a finding with seq -1) and the
         # number of its last line: the next line of the same record may continue it.
         self._message: Finding | None = None
@@ -192,15 +214,24 @@ class Triager:
             return
         # The fast path: only the lines that are not INFO or DEBUG reach Python code, and
         # of those, WARNING lines that cannot matter go no further (no signature can hit).
-        base = self._number
+        base, previous = self._number, self._last_raw
         loud = compress(range(len(lines)), map(not_, map(QUIET.match, lines)))
+        answer: tuple[int, int | None] = (-1, None)  # the next access line: index, status
         for index in self._warnings.unskipped(lines, loud):
-            self._line(base + index + 1, lines[index])
+            self._line(base + index + 1, lines[index], lines[index - 1] if index else previous)
+            if self._unanswered:
+                if answer[0] <= index:
+                    answer = _next_answer(lines, index + 1)
+                if answer[1] is not None:
+                    self._answered(answer[1])
         self._number = base + len(lines)
+        self._last_raw = lines[-1]
 
     def _block_needs_lines(self, block: bytes) -> bool:
         """Whether a quiet line of ``block`` may matter (a readiness marker, a signature)."""
         if self._ready_line is None and any(m in block for m in _READY_BYTES):
+            return True
+        if self._unanswered and b"HTTP/" in block:
             return True
         if not self._signatures:
             return False
@@ -208,14 +239,15 @@ class Triager:
 
     def _lines(self, lines: list[bytes]) -> None:
         """Read every line, quiet ones included."""
-        number = self._number
+        number, before = self._number, self._last_raw
         for raw in lines:
             number += 1
             if is_quiet(raw) or self._skippable_warning(raw):
                 self._quiet(number, raw)
             else:
-                self._line(number, raw)
-        self._number = number
+                self._line(number, raw, before)
+            before = raw
+        self._number, self._last_raw = number, before
 
     def _skippable_warning(self, raw: bytes) -> bool:
         if not self._warnings.skippable(raw):
@@ -225,11 +257,16 @@ class Triager:
     def _quiet(self, number: int, raw: bytes) -> None:
         if self._ready_line is None and any(m in raw for m in _READY_BYTES):
             self._ready_line = number
+        if self._unanswered:
+            status = http_status(raw)
+            if status is not None:
+                self._answered(status)
         if self._signatures:
             line = parse_line(number, decode(raw))
             self._saw_scenarios(self._signatures.line_hits(line, quiet=True))
 
-    def _line(self, number: int, raw: bytes) -> None:
+    def _line(self, number: int, raw: bytes, before: bytes | None = None) -> None:
+        """Read a line that is not INFO or DEBUG; ``before`` is the raw line before it."""
         line = parse_line(number, decode(raw))
         if self._prefixes and line.level is None and line.stream is None:
             rest = self._prefixes.remove(line.text)
@@ -241,6 +278,8 @@ class Triager:
             return
         if self._ready_line is None and any(m in line.raw for m in READY_MARKERS):
             self._ready_line = number
+        if self._dump_piece(line, before):
+            return
         hits = self._signatures.line_hits(line, quiet=False) if self._signatures else ()
         self._saw_scenarios(hits)
         adjacent = number == self._adjacent + 1
@@ -266,12 +305,57 @@ class Triager:
         for raised in step.raised:
             self._raised(raised, line, stream)
         if not step.consumed and not (adjacent and self._continues(line)):
-            if adjacent and self._is_fragment(line):
-                self._join_fragment(line)
+            if self._fragment(line, before, adjacent=adjacent):
                 return
             self._plain(line, stream, bool(hits))
         stream.recent.append(line.raw)
         self._prev, self._adjacent = line, number
+
+    def _dump_piece(self, line: Line, before: bytes | None) -> bool:
+        """Read ``line`` as a piece of a dump, if it is one (``_dump_cut``)."""
+        cut = self._dump_cut(line, before)
+        if cut is None:
+            return False
+        self._learn_wrap(cut)
+        if self._dump_end != line.number - 1:
+            self._withdraw(line.number - 1)  # the dump began there, its marker cut short
+        self._dump_end, self._prev, self._adjacent = line.number, line, line.number
+        return True
+
+    def _dump_cut(self, line: Line, before: bytes | None) -> str | None:
+        """The line that ``line`` continues, when ``line`` is a piece of a dump that a paste
+        or a terminal hard-wrapped onto a line of its own; None when it is not.
+
+        A piece follows the dump (or its previous piece) directly, carries no prefix
+        or header of its own, holds the dump's items (``name=value``, ``'name':
+        value``), and is no line of a traceback nor the harness's. The cut may fall
+        inside the words that mark the dump (``non-default ar`` + ``gs: {...``).
+        """
+        if line.level is not None or line.stream is not None or not continues_dump(line.text):
+            return None
+        if line.raw.startswith(HARNESS_LINE) or is_traceback_line(line.text):
+            return None
+        if self._dump_end == line.number - 1 and self._prev is not None:
+            return self._prev.raw
+        if before is None:
+            return None
+        cut = decode(before)
+        return cut if is_dump(cut + line.text) else None
+
+    def _withdraw(self, number: int) -> None:
+        """Line ``number``, taken for a finding, turned out to begin a dump: it states nothing."""
+        last = self._findings[-1] if self._findings else None
+        if last is None or last.line.number != number:
+            return
+        self._findings.pop()
+        self._kept[self._tier_of.pop(last.seq)] -= 1
+        self._unanswered = deque((f for f in self._unanswered if f is not last), MAX_UNANSWERED)
+        if self._last_errors and self._last_errors[-1] == last.line.raw:
+            self._last_errors.pop()
+        stream = self._stream(last.line.stream)
+        if stream.pending_error is last:
+            stream.pending_error = None
+        self._absorb(last.line)
 
     def _continues(self, line: Line) -> bool:
         """A continuation line of the last message (same record, right after it)."""
@@ -287,18 +371,49 @@ class Triager:
         self._message_end = line.number
         return True
 
-    def _is_fragment(self, line: Line) -> bool:
-        """The rest of the previous line, hard-wrapped by a paste at a fixed width.
+    def _fragment(self, line: Line, before: bytes | None, *, adjacent: bool) -> bool:
+        """Read ``line`` as the hard-wrapped rest of the line before it, if it is one."""
+        prev = self._prev if adjacent else self._skipped(line, before)
+        if prev is None or not self._is_fragment(line, prev):
+            return False
+        self._learn_wrap(prev.raw)
+        if adjacent:
+            self._join_fragment(line)
+        self._adjacent = line.number
+        return True
+
+    def _is_fragment(self, line: Line, prev: Line) -> bool:
+        """The rest of ``prev``, the line before it, hard-wrapped by a paste at a fixed width.
 
         In a log whose lines carry process prefixes, a bare line right after a
         long prefixed one that says nothing on its own is taken as its remainder.
+        Once the width the paste cut lines at is known, a bare line after a line of
+        exactly that width is its remainder whatever it says, and is read at that
+        line's level: the rest of an INFO line states nothing, the rest of a warning
+        only what a warning can.
         """
-        prev = self._prev
-        if prev is None or prev.stream is None or len(prev.raw) < 60:
+        if prev.stream is None or len(prev.raw) < MIN_WRAP:
             return False
         if line.stream is not None or line.level is not None:
             return False
-        return self._catalogue.match(line.text) is None
+        if len(prev.raw) != self._wrap_width:
+            return self._catalogue.match(line.text) is None
+        if prev.level in QUIET_LEVELS:
+            return True
+        return self._catalogue.match(line.text, warning=prev.level == "WARNING") is None
+
+    def _skipped(self, line: Line, before: bytes | None) -> Line | None:
+        """The line right before ``line`` when the fast path skipped it unread and it is
+        exactly as wide as this paste cuts lines: read now, as the line ``line`` may end."""
+        if before is None or not self._wrap_width:
+            return None
+        text = decode(before)
+        return parse_line(line.number - 1, text) if len(text) == self._wrap_width else None
+
+    def _learn_wrap(self, cut: str) -> None:
+        """A line was cut at ``len(cut)`` characters: the width of this paste, when long."""
+        if len(cut) >= MIN_WRAP:
+            self._wrap_width = len(cut)
 
     def _join_fragment(self, line: Line) -> None:
         head = self._message
@@ -307,7 +422,6 @@ class Triager:
                 head.detail[-1] += line.text
             elif head.kind is not Kind.ASSERT:
                 head.message += line.text
-        self._adjacent = line.number
 
     def _prev_number(self) -> int:
         return self._prev.number if self._prev is not None else 0
@@ -320,17 +434,21 @@ class Triager:
         """
         if is_dump(line.text):
             self._absorb(line)  # its continuation lines are the dump too
+            self._dump_end = line.number
             return
         level = line.level
         cause = self._catalogue.match(line.text, warning=level == "WARNING")
-        if cause is not None and cause.role.never_root:
+        if cause is not None and cause.role in (Role.CONSEQUENCE, Role.NOISE):
             if cause.role is Role.CONSEQUENCE:
                 self._consequence(line, fatal=cause.fatal)
             return
         if line.text[:1].isspace() or _LISTING.match(line.text):
             return
         erring = level in ("ERROR", "CRITICAL")
-        if cause is None and not signature_hit:
+        # A compiler's own error states a cause, whatever prefix it lacks (gcc writes
+        # straight to the process's stderr).
+        recognised = cause is not None or signature_hit or is_compiler_error(line.text)
+        if not recognised:
             if erring:
                 stream.pending_error = self._store(self._finding(line, Kind.ERROR, stream))
             return
@@ -342,17 +460,30 @@ class Triager:
             stream.pending_error = finding
 
     def _raised(self, raised: Raised, line: Line, stream: _Stream) -> None:
-        finding = _of_raised(raised, len(self._findings), stream, raised.relation)
+        finding = _of_raised(raised, self._next_seq(), stream, raised.relation)
         if stream.introducing is not None and stream.introduced == line.record:
             stream.introducing.header, stream.introducing = True, None
+        if raised.announced_by is not None:
+            self._introduced_by(raised.announced_by)
         if raised.line is not line:
             finding.after.append(line.raw)
         self._store(finding)
         self._message, self._message_end = finding, line.number
 
+    def _introduced_by(self, announcing: Line) -> None:
+        """The exception on ``announcing`` only introduced the one its message announced."""
+        for finding in reversed(self._findings):
+            if finding.line is announcing:
+                finding.header = True
+                return
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq - 1
+
     def _finding(self, line: Line, kind: Kind, stream: _Stream) -> Finding:
         return Finding(
-            seq=len(self._findings),
+            seq=self._next_seq(),
             line=line,
             kind=kind,
             process=line.process,
@@ -365,16 +496,50 @@ class Triager:
         if tier is Tier.CONSEQUENCE:
             self._consequence(finding.line, fatal=self._is_fatal(finding))
             return finding
+        if tier is Tier.REQUEST:
+            self._refuse(finding)
+            self._message, self._message_end = finding, finding.line.number
+            self._await_answer(finding)
+            return finding
         self._last_errors.append(finding.line.raw)
         if finding.kind is not Kind.ERROR:
             self._cause_seen = True
         if self._kept[tier] < MAX_PER_TIER:
             self._kept[tier] += 1
+            self._tier_of[finding.seq] = tier
             self._findings.append(finding)
             self._message, self._message_end = finding, finding.line.number
             stream = self._stream(finding.line.stream)
             stream.awaiting = [*stream.awaiting[-3:], finding]
+            self._await_answer(finding)
         return finding
+
+    def _await_answer(self, finding: Finding) -> None:
+        """A failure after start-up waits for the server's answer to the request it was in."""
+        if self._ready_line is not None and finding.line.number > self._ready_line:
+            self._unanswered.append(finding)
+
+    def _answered(self, status: int) -> None:
+        """The server answered the request the waiting failures belong to with ``status``.
+
+        A 4xx answer means the API server refused that request and went on serving: its
+        own failures are request errors, no longer candidates for the root cause.
+        """
+        for finding in self._unanswered:
+            finding.status = status
+            candidate = any(f is finding for f in self._findings)
+            if candidate and 400 <= status < 500 and same_process("APIServer", finding.process):
+                self._findings = [f for f in self._findings if f is not finding]
+                self._kept[self._tier_of.pop(finding.seq)] -= 1
+                self._refuse(finding)
+        self._unanswered.clear()
+
+    def _refuse(self, finding: Finding) -> None:
+        if finding.header:
+            return  # the ERROR line that introduced a refused request's traceback
+        self._refusals += 1
+        if len(self._refused) < MAX_REQUEST_ERRORS:
+            self._refused.append(finding)
 
     def _is_fatal(self, finding: Finding) -> bool:
         cause = self._catalogue.match(finding.statement(), finding.exception)
@@ -408,12 +573,17 @@ class Triager:
         found: list[Finding] = []
         for raised in self._reader.pending():
             stream = self._stream(raised.line.stream)
-            found.append(_of_raised(raised, len(self._findings) + len(found), stream, None))
+            found.append(_of_raised(raised, self._next_seq(), stream, None))
         return found
 
     def _facts(self) -> reasoning.LogFacts:
         notes = ("the input is not text: it holds binary data",) if self._source.binary else ()
+        # A refused request's message that turned out to introduce its traceback (V0 prints
+        # the message first) is not listed apart: the exception ending it is.
+        shown = [f for f in self._refused if not f.header]
         return reasoning.LogFacts(
+            request_errors=tuple(_request_error(f) for f in shown),
+            requests_refused=self._refusals - (len(self._refused) - len(shown)),
             lines_read=self._number,
             ready_line=self._ready_line,
             final_error=self._final_error,
@@ -422,6 +592,20 @@ class Triager:
             scenarios_seen=tuple(self._scenarios_seen),
             notes=notes,
         )
+
+
+def _next_answer(lines: Sequence[bytes], start: int) -> tuple[int, int | None]:
+    """The first access line from ``start`` on: its index and status (none: the end, None)."""
+    for index in range(start, len(lines)):
+        status = http_status(lines[index])
+        if status is not None:
+            return index, status
+    return len(lines), None
+
+
+def _request_error(finding: Finding) -> RequestError:
+    line = finding.line
+    return RequestError(line.raw, line.number, finding.headline(), finding.status)
 
 
 def _of_raised(raised: Raised, seq: int, stream: _Stream, relation: Relation | None) -> Finding:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from repromatrix.errors import ConfigError
 from repromatrix.triage import Role, builtin_catalogue, load_catalogue
 from repromatrix.triage.catalogue import parse_catalogue, required_literal, required_literals
+from repromatrix.triage.fixes import Change, Direction, FlagFix
 from support.triage import catalogue_examples
 
 # One message per category, as vLLM, PyTorch, NCCL, Docker or the kernel print it.
@@ -141,6 +142,132 @@ def test_a_catalogue_file_can_replace_the_builtin_one(tmp_path: Path) -> None:
     assert [c.category for c in catalogue.causes] == ["c"]
     with pytest.raises(ConfigError, match="cannot read"):
         load_catalogue(tmp_path / "missing.yaml")
+
+
+def test_every_problem_names_the_file_and_its_line() -> None:
+    body = """causes:
+  - category: a
+    title: A
+    role: cause
+    explanation: x
+    fix: y
+    patterns: [boom]
+    fix_flag: {}
+"""
+    with pytest.raises(ConfigError) as raised:
+        parse_catalogue(body, "bad.yaml")
+    (problem,) = raised.value.problems
+    assert (problem.file, problem.line) == ("bad.yaml", 8)
+    assert problem.message == "unknown key `fix_flag`. Perhaps you meant `fix_flags`?"
+
+
+# -- fix_flags: the fix as flag and environment changes -----------------------------------
+
+ENTRY = """causes:
+  - category: a
+    title: A
+    role: cause
+    explanation: x
+    fix: y
+    patterns: [boom]
+    fix_flags:
+"""
+
+
+def test_fix_flags_are_read_as_values_and_directions() -> None:
+    body = ENTRY + (
+        "      - flags: {max_model_len: lower}\n"
+        "      - flags: {enforce_eager: true, dtype: float16, max_num_seqs: 8}\n"
+        "      - flags: {disable_custom_all_reduce: true}\n"
+        "        env: {NCCL_P2P_DISABLE: 1, VLLM_CPU_KVCACHE_SPACE: raise}\n"
+    )
+    (cause,) = parse_catalogue(body, "x.yaml").causes
+    lower, values, both = cause.fix_flags
+    assert lower == FlagFix(flags=(Change("max_model_len", direction=Direction.LOWER),))
+    assert [(c.name, c.value) for c in values.flags] == [
+        ("enforce_eager", True),
+        ("dtype", "float16"),
+        ("max_num_seqs", 8),
+    ]
+    assert both.env == (
+        Change("NCCL_P2P_DISABLE", value="1"),
+        Change("VLLM_CPU_KVCACHE_SPACE", direction=Direction.RAISE),
+    )
+    assert both.describe() == (
+        "disable_custom_all_reduce=true, env NCCL_P2P_DISABLE=1, raise env VLLM_CPU_KVCACHE_SPACE"
+    )
+    assert lower.to_json() == {
+        "flags": [{"name": "max_model_len", "direction": "lower"}],
+        "env": [],
+    }
+
+
+@pytest.mark.parametrize(
+    ("fixes", "message"),
+    [
+        ("{flags: [max_model_len]}", "`flags` must map names to a value, `lower` or `raise`"),
+        (
+            "{flag: {max_model_len: lower}}",
+            "unknown key `flag` in a fix. Perhaps you meant `flags`?",
+        ),
+        (
+            "{flags: {--max-model-len: lower}}",
+            "`--max-model-len` is not the name of an engine argument (snake_case)",
+        ),
+        (
+            "{env: {nccl_p2p_disable: '1'}}",
+            "`nccl_p2p_disable` is not the name of an environment variable (UPPER_CASE)",
+        ),
+        (
+            "{flags: {max_model_len: [1, 2]}}",
+            "`max_model_len`: expected true, false, a number, a string, `lower` or `raise`, "
+            "not [1, 2]",
+        ),
+        (
+            "{env: {NCCL_P2P_DISABLE: true}}",
+            "`NCCL_P2P_DISABLE`: expected a string, a number, `lower` or `raise`, not True",
+        ),
+        ("{}", "a fix must be a mapping with `flags` and/or `env`"),
+    ],
+)
+def test_a_bad_fix_is_refused_at_its_line(fixes: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_catalogue(
+            ENTRY + f"      - flags: {{enforce_eager: true}}\n      - {fixes}\n", "x.yaml"
+        )
+    (problem,) = raised.value.problems
+    assert (problem.file, problem.line, problem.message) == ("x.yaml", 10, message)
+
+
+def test_a_bad_name_in_a_block_mapping_is_refused_at_its_own_line() -> None:
+    body = ENTRY + "      - flags:\n          max_model_len: lower\n          Max-Seqs: 8\n"
+    with pytest.raises(ConfigError) as raised:
+        parse_catalogue(body, "x.yaml")
+    (problem,) = raised.value.problems
+    assert (problem.line, problem.column) == (11, 11)
+
+
+def test_fix_flags_must_be_a_list() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_catalogue(ENTRY.replace("fix_flags:", "fix_flags: {max_model_len: lower}"), "x.yaml")
+    (problem,) = raised.value.problems
+    assert (problem.line, problem.message) == (
+        8,
+        "`fix_flags` must be a list of fixes, each with `flags` or `env`",
+    )
+
+
+def test_the_builtin_fixes_say_what_their_prose_says() -> None:
+    # Every flag or variable a fix changes is named in that cause's prose fix.
+    catalogue = builtin_catalogue()
+    assert catalogue.category("kv_cache_too_small").fix_flags[0].describe() == (  # type: ignore[union-attr]
+        "lower max_model_len"
+    )
+    for cause in catalogue.causes:
+        for fix in cause.fix_flags:
+            for change in (*fix.flags, *fix.env):
+                forms = (change.name, "--" + change.name.replace("_", "-"))
+                assert any(form in cause.fix for form in forms), (cause.category, change.name)
 
 
 # -- the prefilter: required literals -----------------------------------------------------

@@ -39,6 +39,10 @@ def test_the_text_answer_leads_with_the_cause(capsys: pytest.CaptureFixture[str]
         in out
     )
     assert "\nFix:\n  Lower max_model_len" in out
+    assert (
+        "Flag changes that may avoid it (each one a workaround):\n"
+        "  - lower max_model_len\n  - raise gpu_memory_utilization\n" in out
+    )
     assert "Documented scenario: cpu-kv-cache-too-small" in out
     assert "Workarounds:\n  - " in out
     assert (
@@ -61,6 +65,12 @@ def test_the_json_answer(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert data["line_number"] == 90
     assert data["signature_seen"] is True
+    assert data["fix_flags"][0] == {
+        "flags": [{"name": "max_model_len", "direction": "lower"}],
+        "env": [],
+    }
+    assert {"name": "VLLM_CPU_KVCACHE_SPACE", "direction": "raise"} in data["fix_flags"][3]["env"]
+    assert (data["request_errors"], data["requests_refused"]) == ([], 0)
 
 
 def test_standard_input_and_the_entry_point() -> None:
