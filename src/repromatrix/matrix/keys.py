@@ -23,6 +23,7 @@ from repromatrix.model import (
     Level,
     PullPolicy,
 )
+from repromatrix.vllm_facts import FACTS
 
 # The axes a rule can name: the parts of a cell id, in order, and its level (engine or probe).
 ID_PARTS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant")
@@ -226,6 +227,12 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("trigger", "trigger", "conditions on model.*, gpu.*, flags.*, launch.*, derived.*"),
             Key("launch", "section", "how vLLM is started", required=True, ref="launch"),
             Key("signatures", "sections", "what the crash prints", ref="signature"),
+            Key(
+                "reached",
+                "sections",
+                "what shows the crash's code path was entered (any one): a log line or a fact",
+                ref="reached",
+            ),
             Key("affected", "specifier", "PEP 440 specifier set of affected versions, or all"),
             Key("fixed", "specifier", "PEP 440 specifier set of fixed versions"),
             Key("variants", "sections", "workarounds and controls", ref="variant"),
@@ -277,6 +284,18 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
         ),
     ),
     Section(
+        "reached",
+        "evidence the crash's code path was entered: a log line (pattern, process) or a fact "
+        "triage reads (fact with equals or matches)",
+        (
+            Key("pattern", "regex", "a Python regular expression, searched in each log line"),
+            Key("process", "text", "the process that prints the line (as for a signature)"),
+            Key("fact", "choice", "a fact triage reads from the log", choices=tuple(FACTS)),
+            Key("equals", "scalar", "the fact's value, as vLLM prints it"),
+            Key("matches", "regex", "a Python regular expression searched in the fact's value"),
+        ),
+    ),
+    Section(
         "variant",
         "a workaround or control: a flag change on the trigger's launch",
         (
@@ -303,7 +322,10 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
 
 # Scenario keys a crash needs and a baseline must not have.
 CRASH_REQUIRED = ("trigger", "signatures", "affected")
-BASELINE_FORBIDDEN = ("trigger", "signatures", "affected", "fixed")
+BASELINE_FORBIDDEN = ("trigger", "signatures", "reached", "affected", "fixed")
+# The two forms of a ``reached`` entry: a log line, or a test of a fact.
+REACHED_LINE = ("pattern", "process")
+REACHED_FACT = ("fact", "equals", "matches")
 
 SECTIONS = {section.name: section for section in (*MATRIX_SECTIONS, *SCENARIO_SECTIONS)}
 
