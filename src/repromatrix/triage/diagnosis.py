@@ -8,10 +8,11 @@ hold escape sequences that a terminal would act on.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from repromatrix.results.store import RootCause
+from repromatrix.triage.facts import NO_FACTS, EngineFacts
 from repromatrix.visible import visible
 
 WIDTH = 92
@@ -33,7 +34,9 @@ class Diagnosis:
     appeared after decoding; ``line_number`` says where. ``final_error`` is the
     generic message vLLM ended on (``Engine core initialization failed``...), a
     consequence shown for context. ``signature_seen`` tells whether any line
-    matched the signatures of the scenarios triage was given.
+    matched the signatures of the scenarios triage was given. ``facts`` is what the
+    engine stated it chose and sized (``triage.facts``); ``reached_seen`` names the
+    scenarios whose ``reached`` evidence (a line or a fact) the log holds.
     """
 
     root_cause: RootCause | None
@@ -50,6 +53,8 @@ class Diagnosis:
     final_error: str | None = None
     lines_read: int = 0
     notes: tuple[str, ...] = ()
+    facts: EngineFacts = field(default_factory=lambda: NO_FACTS)
+    reached_seen: tuple[str, ...] = ()
 
     @property
     def category(self) -> str | None:
@@ -70,6 +75,11 @@ class Diagnosis:
         catalogue and the runner with a cell's scenarios agree; ``run.outcome`` calls it.
         """
         return scenario_id in self.scenarios_seen or self.scenario == scenario_id
+
+    def reached(self, scenario_id: str) -> bool:
+        """Whether this log shows ``scenario_id``'s code path entered: its crash shown, or any
+        of its ``reached`` evidence seen (the runner's ``not_reached`` asks this)."""
+        return self.shows(scenario_id) or scenario_id in self.reached_seen
 
     @property
     def layer(self) -> str | None:
@@ -96,6 +106,8 @@ class Diagnosis:
             "scenarios_seen": list(self.scenarios_seen),
             "lines_read": self.lines_read,
             "notes": list(self.notes),
+            "facts": dict(self.facts),
+            "reached": list(self.reached_seen),
         }
 
 
@@ -127,6 +139,7 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
         ]
     if diagnosis.excerpt:
         parts += ["Excerpt:", *(_indent_line(line, "  | ") for line in diagnosis.excerpt)]
+    parts += _facts_lines(diagnosis)
     return visible("\n".join(parts), multiline=True) + "\n"
 
 
@@ -137,8 +150,17 @@ def _no_cause(diagnosis: Diagnosis) -> str:
         parts += ["What to do:", _wrap(diagnosis.fix)]
     if diagnosis.last_errors:
         parts += ["Last error lines:", *(_indent_line(line) for line in diagnosis.last_errors)]
+    parts += _facts_lines(diagnosis)
     parts.append(f"({diagnosis.lines_read} lines read)")
     return visible("\n".join(parts), multiline=True) + "\n"
+
+
+def _facts_lines(diagnosis: Diagnosis) -> list[str]:
+    """What the engine stated, one ``name: value`` a line (nothing when it stated nothing)."""
+    if not diagnosis.facts:
+        return []
+    stated = (f"  {name}: {value}" for name, value in diagnosis.facts.items())
+    return ["The engine stated:", *stated]
 
 
 def _wrap(text: str) -> str:

@@ -42,8 +42,8 @@ from typing import BinaryIO
 
 from repromatrix.harness.harness import PROTOCOL_PREFIX
 from repromatrix.harness.oomwatch import LINE_PREFIX as HARNESS_LINE
-from repromatrix.model import Scenario
-from repromatrix.triage import reasoning
+from repromatrix.model import FactTest, Scenario
+from repromatrix.triage import facts, reasoning
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue, required_literals
 from repromatrix.triage.diagnosis import Diagnosis
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
@@ -60,7 +60,7 @@ from repromatrix.triage.logmodel import (
     parse_line,
     reparse,
 )
-from repromatrix.triage.signatures import ScenarioSignatures
+from repromatrix.triage.signatures import ScenarioSignatures, reached_lines
 from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader
 
 MAX_PER_TIER = 32
@@ -122,6 +122,13 @@ class Triager:
     ) -> None:
         self._catalogue = catalogue or builtin_catalogue()
         self._signatures = ScenarioSignatures(scenarios)
+        # What shows a scenario's code path entered: lines searched like signatures, and
+        # tests of the facts the engine states (``triage.facts``), judged at the end.
+        self._reached_lines = ScenarioSignatures(scenarios, reached_lines)
+        self._reached_facts = tuple(
+            (s.id, test) for s in scenarios for test in s.reached if isinstance(test, FactTest)
+        )
+        self._facts = facts.FactReader()
         self._warnings = WarningFilter(self._catalogue)
         self._splitter = LineSplitter()
         self._reader = TracebackReader()
@@ -144,6 +151,7 @@ class Triager:
         self._final_error: str | None = None
         self._last_errors: deque[str] = deque(maxlen=MAX_LAST_ERRORS)
         self._scenarios_seen: dict[str, None] = {}
+        self._reached_seen: dict[str, None] = {}
 
     @property
     def terminal(self) -> bool:
@@ -173,9 +181,11 @@ class Triager:
             self._split(rest)
         tail = self._splitter.flush()
         if tail is not None:
+            self._facts.feed(tail)
             self._lines([tail])
         findings = [*self._findings, *self._truncated()]
-        diagnosis = reasoning.diagnose(findings, self._facts(), self._catalogue, self._signatures)
+        reading = self._reading()
+        diagnosis = reasoning.diagnose(findings, reading, self._catalogue, self._signatures)
         return reasoning.with_oom_kill(diagnosis, self._catalogue) if oom_killed else diagnosis
 
     # -- reading ----------------------------------------------------------------------
@@ -183,9 +193,11 @@ class Triager:
     def _split(self, data: bytes) -> None:
         head, block = self._splitter.split(data)
         if head is not None:
+            self._facts.feed(head)
             self._lines([head])
         if block is None:
             return
+        self._facts.feed(block)
         lines = block.split(b"\n")
         if self._block_needs_lines(block):
             self._lines(lines)
@@ -199,12 +211,19 @@ class Triager:
         self._number = base + len(lines)
 
     def _block_needs_lines(self, block: bytes) -> bool:
-        """Whether a quiet line of ``block`` may matter (a readiness marker, a signature)."""
+        """Whether a quiet line of ``block`` may matter (a readiness marker, a signature, a
+        reached line)."""
         if self._ready_line is None and any(m in block for m in _READY_BYTES):
             return True
-        if not self._signatures:
-            return False
-        return self._signatures.block_may_hit(block.decode("utf-8", "replace"))
+        return self._watched and self._may_hit(block.decode("utf-8", "replace"))
+
+    @property
+    def _watched(self) -> bool:
+        """Whether any line pattern is watched for (signatures or reached lines)."""
+        return bool(self._signatures) or bool(self._reached_lines)
+
+    def _may_hit(self, text: str) -> bool:
+        return self._signatures.block_may_hit(text) or self._reached_lines.block_may_hit(text)
 
     def _lines(self, lines: list[bytes]) -> None:
         """Read every line, quiet ones included."""
@@ -220,14 +239,15 @@ class Triager:
     def _skippable_warning(self, raw: bytes) -> bool:
         if not self._warnings.skippable(raw):
             return False
-        return not self._signatures or not self._signatures.block_may_hit(decode(raw))
+        return not self._watched or not self._may_hit(decode(raw))
 
     def _quiet(self, number: int, raw: bytes) -> None:
         if self._ready_line is None and any(m in raw for m in _READY_BYTES):
             self._ready_line = number
-        if self._signatures:
+        if self._watched:
             line = parse_line(number, decode(raw))
             self._saw_scenarios(self._signatures.line_hits(line, quiet=True))
+            self._saw_reached(self._reached_lines.line_hits(line, quiet=True))
 
     def _line(self, number: int, raw: bytes) -> None:
         line = parse_line(number, decode(raw))
@@ -243,6 +263,8 @@ class Triager:
             self._ready_line = number
         hits = self._signatures.line_hits(line, quiet=False) if self._signatures else ()
         self._saw_scenarios(hits)
+        if self._reached_lines:
+            self._saw_reached(self._reached_lines.line_hits(line, quiet=False))
         adjacent = number == self._adjacent + 1
         if not line.text.strip():
             # Blank lines (doubled in many pastes) neither end a message nor start one.
@@ -403,6 +425,10 @@ class Triager:
         for scenario_id in ids:
             self._scenarios_seen[scenario_id] = None
 
+    def _saw_reached(self, ids: tuple[str, ...]) -> None:
+        for scenario_id in ids:
+            self._reached_seen[scenario_id] = None
+
     def _truncated(self) -> list[Finding]:
         """Asserts that end tracebacks the log cut off (read at the end, not kept)."""
         found: list[Finding] = []
@@ -411,9 +437,11 @@ class Triager:
             found.append(_of_raised(raised, len(self._findings) + len(found), stream, None))
         return found
 
-    def _facts(self) -> reasoning.LogFacts:
+    def _reading(self) -> reasoning.LogReading:
         notes = ("the input is not text: it holds binary data",) if self._source.binary else ()
-        return reasoning.LogFacts(
+        stated = self._facts.facts
+        by_fact = [sid for sid, test in self._reached_facts if facts.holds(test, stated)]
+        return reasoning.LogReading(
             lines_read=self._number,
             ready_line=self._ready_line,
             final_error=self._final_error,
@@ -421,6 +449,8 @@ class Triager:
             signature_seen=bool(self._scenarios_seen),
             scenarios_seen=tuple(self._scenarios_seen),
             notes=notes,
+            facts=stated,
+            reached_seen=tuple(dict.fromkeys([*self._reached_seen, *by_fact])),
         )
 
 
