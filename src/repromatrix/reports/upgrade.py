@@ -10,7 +10,10 @@ says, in terms of SAFETY rather than agreement with the documents:
   a flag change was observed ``avoided`` on the same image and configuration;
 - ``unsafe``: a documented crash was hit with no verified workaround, or the
   healthy baseline failed;
-- ``unknown``: nothing was decided (errors, timeouts, unreachable probes).
+- ``unknown``: nothing was decided (errors, timeouts, unreachable probes), or a
+  documented crash was not tested: every one of its trigger cells served without
+  its code path shown entered (``not_reached``), so neither ``safe`` nor
+  ``safe with a flag change`` can be said; those cells are listed (``not_reached``).
 
 Agreement with the documents stays a second dimension (``disagreements``).
 Cells that were only skipped (no such hardware here) are left out: the
@@ -98,6 +101,9 @@ class SafetyCell:
     failures: tuple[str, ...]  # cell ids of failures that are not a documented crash
     disagreements: int  # cells whose verdict disagrees with the documents
     cells: int
+    # Trigger (or baseline) cells of crashes no cell decided here, that did not reach the
+    # crash's code path: those crashes were not tested on this image and configuration.
+    not_reached: tuple[str, ...] = ()
 
     @property
     def words(self) -> str:
@@ -108,6 +114,8 @@ class SafetyCell:
             parts.append(f"hits {crash.scenario}" + (f", avoided with {fix}" if fix else ""))
         if self.failures:
             parts.append(f"{len(self.failures)} other failure(s)")
+        if self.not_reached:
+            parts.append(f"{len(self.not_reached)} crash check(s) not reached, so not tested")
         return "; ".join(parts)
 
     @property
@@ -199,15 +207,28 @@ def safety_cell(items: Sequence[Judged]) -> SafetyCell:
             and not (j.result.variant == TRIGGER and j.result.outcome is Outcome.HIT)
         )
     )
+    untested = tuple(
+        sorted(cell for scenario in by_scenario for cell in _not_reached(by_scenario[scenario]))
+    )
     decided = any(j.result.outcome in (Outcome.HIT, Outcome.AVOIDED) for j in items)
     if failures or any(not c.workarounds for c in crashes):
         safety = Safety.UNSAFE
+    elif untested:
+        safety = Safety.UNKNOWN
     elif crashes:
         safety = Safety.WORKAROUND
     else:
         safety = Safety.SAFE if decided else Safety.UNKNOWN
     disagreements = sum(1 for j in items if j.verdict in FAILING)
-    return SafetyCell(safety, crashes, failures, disagreements, len(items))
+    return SafetyCell(safety, crashes, failures, disagreements, len(items), untested)
+
+
+def _not_reached(items: Sequence[Judged]) -> tuple[str, ...]:
+    """One scenario's trigger cells that did not reach its code path, when none decided it."""
+    triggers = [j for j in items if j.result.variant in (TRIGGER, BASELINE)]
+    if any(j.result.outcome in (Outcome.HIT, Outcome.AVOIDED) for j in triggers):
+        return ()
+    return tuple(j.result.id for j in triggers if j.result.outcome is Outcome.NOT_REACHED)
 
 
 def _crash(items: Sequence[Judged]) -> Crash | None:
@@ -279,6 +300,7 @@ def upgrade_json(view: UpgradeView) -> list[dict[str, Any]]:
                 for crash in cell.crashes
             ],
             "other_failures": list(cell.failures),
+            "not_reached": list(cell.not_reached),
         }
         for lane in view.lanes
         for tag in lane.tags
