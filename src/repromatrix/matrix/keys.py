@@ -34,7 +34,7 @@ MODES = tuple(mode.value for mode in LaunchMode)
 BASE_SOURCES = ("debootstrap", "image")
 VARIANT_KINDS = ("workaround", "control")
 # Image variants a scenario can ask for (``build.render`` knows how to make each one).
-IMAGE_VARIANTS = ("no-libnuma",)
+IMAGE_VARIANTS = ("no-libnuma", "no-compiler")
 MODEL_INTS = MODEL_SHAPE
 PULL_POLICIES = tuple(policy.value for policy in PullPolicy)
 MODEL_FILES_CHOICES = tuple(MODEL_FILES)
@@ -272,7 +272,12 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("shm_size", "size", "the container's /dev/shm over the lane's, e.g. 1m"),
             Key("memory", "size", "a memory limit (swap included), e.g. 1500m (docker --memory)"),
             Key("port_taken", "boolean", "the harness holds vLLM's port before starting it"),
-            Key("image", "choice", "an image variant of the lane's image", choices=IMAGE_VARIANTS),
+            Key(
+                "image",
+                "choice_or_null",
+                "an image variant of the lane's image (null: the normal image, in a variant)",
+                choices=IMAGE_VARIANTS,
+            ),
         ),
     ),
     Section(

@@ -129,6 +129,8 @@ def value_schema(key: Key) -> Schema:
         schema = {"type": "integer", "minimum": key.minimum or 0}
     elif key.kind == "choice":
         schema = {"enum": list(key.choices)}
+    elif key.kind == "choice_or_null":
+        schema = {"enum": [*key.choices, None]}
     elif key.kind in ("section", "sections", "rules", "named"):
         schema = _nested(key)
     else:
