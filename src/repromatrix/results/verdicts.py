@@ -146,7 +146,8 @@ def result_version(result: CellResult) -> Version | None:
     """The vLLM version of a result: the one seen inside the image, else its tag's."""
     for text in (result.version, result.image_tag.removeprefix("v")):
         try:
-            return Version(text) if text else None
+            if text:
+                return Version(text)
         except InvalidVersion:
             continue
     return None
