@@ -18,6 +18,7 @@ from junitparser.xunit2 import JUnitXml
 from repromatrix.cli import main
 from repromatrix.model import Expected, Outcome
 from repromatrix.reports.diff import Change, diff, format_diff, to_json
+from repromatrix.reports.junit import read_facts
 from repromatrix.reports.move import build_move
 from repromatrix.reports.ranges import documented_ranges, range_evidence
 from repromatrix.reports.upgrade import Safety, build_upgrade
@@ -140,3 +141,6 @@ def test_the_reports_show_it_as_not_reached(run_dir: Path) -> None:
     [skipped] = case.result
     assert type(skipped).__name__ == "Skipped"
     assert skipped.message.startswith("not reached: ready and answered, but the crash's code")
+    listed = read_facts(case.system_out)
+    assert listed["observed"] == "not_reached" and listed["reached"] == "false"
+    assert json.loads(listed["engine_facts"])["compilation_mode"] == "NONE"
