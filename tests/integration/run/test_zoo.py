@@ -8,10 +8,18 @@ rows. Crash cells stop as soon as triage has seen their cause; avoided cells are
 healthy starts, so each scenario's avoided runs on one version only (alternating), which
 keeps the zoo's CI time near two crash starts per version plus one healthy start per
 scenario.
+
+``cpu-compiler-missing`` shows ``reached`` for real: its trigger crashes in the compile
+warm-up (the engine stated a compiling mode), its ``with-compiler`` control compiles and
+serves (reached, avoided), and its ``enforce-eager`` control serves in mode NONE: vLLM
+never asked for the missing compiler, so the cell did not test the crash (``not_reached``).
+Those three run on one version each, the crash on 0.32.0 only, to keep the cost near three
+engine starts.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -19,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from junitparser.xunit2 import JUnitXml
 
 from repromatrix.model import Outcome
 from repromatrix.results import store
@@ -66,6 +75,10 @@ ZOO = (
     Row("cpu-shm-too-small", "shm-2g", Outcome.AVOIDED, ("0.32.0",)),
     Row("cpu-libnuma-missing", "trigger", Outcome.HIT, BOTH),
     Row("cpu-libnuma-missing", "with-libnuma", Outcome.AVOIDED, ("0.31.0",)),
+    # Reached for real: the crash, the same path with a compiler, and a cell that never took it.
+    Row("cpu-compiler-missing", "trigger", Outcome.HIT, ("0.32.0",)),
+    Row("cpu-compiler-missing", "with-compiler", Outcome.AVOIDED, ("0.31.0",)),
+    Row("cpu-compiler-missing", "enforce-eager", Outcome.NOT_REACHED, ("0.32.0",)),
 )
 # The container scenarios' hits: the root cause's category and what the reason must name.
 CAUSES = {
@@ -74,6 +87,13 @@ CAUSES = {
     "cpu-shm-too-small": ("shm_too_small", "Insufficient space in /dev/shm"),
     "cpu-libnuma-missing": ("libnuma_missing", "libnuma.so.1"),
 }
+# The zoo scenarios whose workarounds pass the very check their crash fails, and say so.
+REACHED_WHEN_AVOIDED = (
+    "cpu-lora-rank-above-max",
+    "cpu-max-model-len-too-large",
+    "cpu-model-config-missing",
+    "cpu-compiler-missing",
+)
 CELLS = [(row, version) for row in ZOO for version in row.versions]
 
 
@@ -122,6 +142,7 @@ def test_the_zoo_cell_gives_its_real_outcome(
     result = zoo_run[cell_id(row, version)]
     assert result.version == version
     assert result.outcome is row.outcome, result.reason
+    assert result.facts.get("vllm_version") == version  # every result carries its facts
     if row.outcome is Outcome.HIT:
         assert result.root_cause is not None
         assert result.root_cause.scenario == row.scenario
@@ -129,6 +150,9 @@ def test_the_zoo_cell_gives_its_real_outcome(
     else:
         assert result.root_cause is None
         assert result.ready and result.answered
+        assert result.facts["kv_cache_tokens"] == "65536"  # the engine sized its KV cache
+    if row.scenario in REACHED_WHEN_AVOIDED:
+        assert result.reached is (row.outcome is not Outcome.NOT_REACHED)
 
 
 @pytest.mark.parametrize("version", BOTH)
@@ -140,6 +164,28 @@ def test_a_container_fault_is_named_by_its_cause(
     category, named = CAUSES[scenario]
     assert result.root_cause is not None and result.root_cause.category == category
     assert named in result.reason
+
+
+def test_a_cell_that_never_compiled_did_not_test_the_missing_compiler(
+    zoo_run: dict[str, CellResult], zoo_folder: Path
+) -> None:
+    row = Row("cpu-compiler-missing", "enforce-eager", Outcome.NOT_REACHED, ("0.32.0",))
+    untested = zoo_run[cell_id(row, "0.32.0")]
+    assert untested.expected.value == "hit"  # the trigger holds: no compiler in the image
+    assert untested.facts["compilation_mode"] == "NONE"
+    assert "compilation_mode NONE" in untested.reason
+    crashed = zoo_run[cell_id(Row(row.scenario, "trigger", Outcome.HIT, BOTH), "0.32.0")]
+    assert crashed.facts["compilation_mode"] == "DYNAMO_TRACE_ONCE"
+    compiled = zoo_run[cell_id(Row(row.scenario, "with-compiler", Outcome.AVOIDED, BOTH), "0.31.0")]
+    assert compiled.facts["compilation_mode"] == "DYNAMO_TRACE_ONCE"
+    # The run's reports keep it apart: JUnit skips it with the reason, compat.json counts it.
+    junit = JUnitXml.fromfile(str(zoo_folder / "junit.xml"))
+    [case] = [c for s in junit for c in s if c.classname == f"{row.scenario}.enforce-eager"]
+    [skipped] = case.result
+    assert type(skipped).__name__ == "Skipped"
+    assert skipped.message.startswith("not reached: ")
+    document = json.loads((zoo_folder / "compat.json").read_text())
+    assert document["summary"]["not_reached"] == 1
 
 
 @pytest.mark.parametrize("version", BOTH)
