@@ -74,6 +74,9 @@ READY_MARKERS = (
     "init engine (profile, create kv cache, warmup model) took",
 )
 _READY_BYTES = tuple(m.encode() for m in READY_MARKERS)
+# The API server is up and start-up is over: uvicorn says so once everything (the engine, the
+# LoRA modules, the multimodal warm-up) is done. Facts and reached lines are start-up's.
+SERVING_MARKERS = (b"Application startup complete", b"Uvicorn running on")
 _OWN_PROTOCOL = PROTOCOL_PREFIX
 _LISTING = re.compile(r"-+> *\d+ ")
 READ_CHUNK = 1 << 20  # what a whole log is read in: memory stays bounded
@@ -146,6 +149,7 @@ class Triager:
         self._source = ByteSource()
         self._bytes_read = 0
         self._ready_line: int | None = None
+        self._serving_line: int | None = None  # the line that says the server serves
         self._fatal_seen = False
         self._cause_seen = False
         self._final_error: str | None = None
@@ -181,7 +185,7 @@ class Triager:
             self._split(rest)
         tail = self._splitter.flush()
         if tail is not None:
-            self._facts.feed(tail)
+            self._read_facts(tail)
             self._lines([tail])
         findings = [*self._findings, *self._truncated()]
         reading = self._reading()
@@ -193,11 +197,11 @@ class Triager:
     def _split(self, data: bytes) -> None:
         head, block = self._splitter.split(data)
         if head is not None:
-            self._facts.feed(head)
+            self._read_facts(head)
             self._lines([head])
         if block is None:
             return
-        self._facts.feed(block)
+        self._read_facts(block)
         lines = block.split(b"\n")
         if self._block_needs_lines(block):
             self._lines(lines)
@@ -215,6 +219,8 @@ class Triager:
         reached line)."""
         if self._ready_line is None and any(m in block for m in _READY_BYTES):
             return True
+        if self._starting and any(m in block for m in SERVING_MARKERS):
+            return True
         return self._watched and self._may_hit(block.decode("utf-8", "replace"))
 
     @property
@@ -222,8 +228,33 @@ class Triager:
         """Whether any line pattern is watched for (signatures or reached lines)."""
         return bool(self._signatures) or bool(self._reached_lines)
 
+    @property
+    def _starting(self) -> bool:
+        """Whether the server has not said it is serving yet (``SERVING_MARKERS``).
+
+        The engine states what it chose and sized, and enters a crash's code path, while
+        it starts; after that, facts and reached lines are no longer searched for (a log
+        can be gigabytes of requests). Lines are judged in order, whatever the chunks.
+        """
+        return self._serving_line is None
+
+    def _read_facts(self, lines: bytes) -> None:
+        """Read the facts of ``lines`` before the line that says the server is serving."""
+        if not self._starting:
+            return
+        serving = [at for at in map(lines.find, SERVING_MARKERS) if at >= 0]
+        if serving:
+            lines = lines[: lines.rfind(b"\n", 0, min(serving)) + 1]
+        self._facts.feed(lines)
+
+    def _note_serving(self, number: int, raw: bytes) -> None:
+        if self._serving_line is None and any(m in raw for m in SERVING_MARKERS):
+            self._serving_line = number
+
     def _may_hit(self, text: str) -> bool:
-        return self._signatures.block_may_hit(text) or self._reached_lines.block_may_hit(text)
+        if self._signatures.block_may_hit(text):
+            return True
+        return self._starting and self._reached_lines.block_may_hit(text)
 
     def _lines(self, lines: list[bytes]) -> None:
         """Read every line, quiet ones included."""
@@ -244,10 +275,12 @@ class Triager:
     def _quiet(self, number: int, raw: bytes) -> None:
         if self._ready_line is None and any(m in raw for m in _READY_BYTES):
             self._ready_line = number
+        self._note_serving(number, raw)
         if self._watched:
             line = parse_line(number, decode(raw))
             self._saw_scenarios(self._signatures.line_hits(line, quiet=True))
-            self._saw_reached(self._reached_lines.line_hits(line, quiet=True))
+            if self._starting:
+                self._saw_reached(self._reached_lines.line_hits(line, quiet=True))
 
     def _line(self, number: int, raw: bytes) -> None:
         line = parse_line(number, decode(raw))
@@ -261,9 +294,10 @@ class Triager:
             return
         if self._ready_line is None and any(m in line.raw for m in READY_MARKERS):
             self._ready_line = number
+        self._note_serving(number, raw)
         hits = self._signatures.line_hits(line, quiet=False) if self._signatures else ()
         self._saw_scenarios(hits)
-        if self._reached_lines:
+        if self._reached_lines and self._starting:
             self._saw_reached(self._reached_lines.line_hits(line, quiet=False))
         adjacent = number == self._adjacent + 1
         if not line.text.strip():

@@ -10,8 +10,8 @@ keeps the zoo's CI time near two crash starts per version plus one healthy start
 scenario.
 
 ``cpu-compiler-missing`` shows ``reached`` for real: its trigger crashes in the compile
-warm-up (the engine stated a compiling mode), its ``with-compiler`` control compiles and
-serves (reached, avoided), and its ``enforce-eager`` control serves in mode NONE: vLLM
+warm-up (the engine stated a compiling mode), its ``with-compiler`` workaround compiles
+and serves (reached, avoided), and its ``enforce-eager`` control serves in mode NONE: vLLM
 never asked for the missing compiler, so the cell did not test the crash (``not_reached``).
 Those three run on one version each, the crash on 0.32.0 only, to keep the cost near three
 engine starts.

@@ -31,7 +31,7 @@ from support.upgrade import schema
 
 
 def crashed_then_untested() -> list[CellResult]:
-    """0.31.0 hits the crash; 0.32.0's trigger serves without compiling, its control compiles."""
+    """0.31.0 hits the crash; 0.32.0's trigger serves without compiling, its workaround compiles."""
     return [
         decided("0.31.0", CRASHED),
         decided("0.32.0", NOT_COMPILED),
@@ -64,7 +64,7 @@ def test_an_image_whose_trigger_was_not_reached_is_never_safe() -> None:
     [configuration] = lane.configurations
     cell = lane.cell("0.32.0", configuration)
     assert cell is not None
-    assert cell.safety is Safety.UNKNOWN  # the control avoided it: "safe" before reached
+    assert cell.safety is Safety.UNKNOWN  # the workaround avoided it: "safe" before reached
     assert cell.not_reached == (results[1].id,)
     assert cell.words == "unknown; 1 crash check(s) not reached, so not tested"
 

@@ -160,3 +160,16 @@ def test_triage_text_names_what_the_engine_stated(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "The engine stated:\n  vllm_version: 0.32.0\n" in out
     assert "  compilation_mode: DYNAMO_TRACE_ONCE\n" in out
+
+
+@pytest.mark.parametrize("size", [1, 1 << 20])
+def test_what_is_stated_after_the_server_serves_is_no_start_up_fact(size: int) -> None:
+    log = (
+        b"INFO [punica_selector.py:20] Using PunicaWrapperCPU.\n"
+        b"INFO:     Application startup complete.\n"
+        b"INFO [gpu_worker.py:760] Available KV cache memory: 61.2 GiB\n"
+    )
+    triager = Triager()
+    for at in range(0, len(log), size):
+        triager.feed(log[at : at + size])
+    assert triager.diagnose().facts == {"kernel_path": "PunicaWrapperCPU"}
