@@ -61,6 +61,9 @@ class Outcome(enum.StrEnum):
     SKIPPED = "skipped"
     # A probe that could not reach the decisive code path on this vLLM version.
     UNREACHABLE = "unreachable"
+    # An engine that served without the crash while none of the scenario's evidence that its
+    # code path was entered showed: the cell did not test the crash.
+    NOT_REACHED = "not_reached"
 
 
 class ScenarioKind(enum.StrEnum):
@@ -255,6 +258,21 @@ class Signature:
 
 
 @dataclass(frozen=True)
+class FactTest:
+    """A test of one fact triage reads from a log (``vllm_facts.FACTS``): its value equals a
+    text, or a regular expression is found in it."""
+
+    fact: str
+    equals: str | None = None
+    matches: str | None = None  # a Python regular expression, searched in the value
+
+
+# Evidence that a scenario's code path was entered: a log line (a pattern and the process
+# that prints it, like a signature), or a fact triage read.
+Evidence: TypeAlias = Signature | FactTest
+
+
+@dataclass(frozen=True)
 class ContainerOptions:
     """What a scenario (or one of its variants) changes about the cell's container and harness.
 
@@ -300,6 +318,15 @@ class Variant:
     # The model folder's files for this variant (``MODEL_FILES``), overriding the launch's.
     model_files: str | None = None
     container: ContainerOptions = NO_CONTAINER_OPTIONS  # overrides on the launch's
+
+    @property
+    def needs_reach(self) -> bool:
+        """Whether this variant's ``avoided`` needs its scenario's code path shown entered.
+
+        Not for a workaround: it may avoid the crash by leaving that path (another
+        kernel forced), and that is what it is tested for.
+        """
+        return self.kind != "workaround"
 
 
 @dataclass(frozen=True)
@@ -370,6 +397,8 @@ class Scenario:
     baseline: bool = False  # a healthy baseline: no crash expected anywhere
     kind: ScenarioKind = ScenarioKind.DEFECT
     file: str = ""
+    # What shows the crash's code path was entered (any one seen is enough); none: no claim.
+    reached: tuple[Evidence, ...] = ()
 
 
 @dataclass(frozen=True)

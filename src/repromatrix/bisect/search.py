@@ -1,8 +1,10 @@
 """The search itself, pure: which versions to try next, and the transitions the outcomes show.
 
 Versions are given in order (oldest first). Only ``hit`` and ``avoided`` are
-decisive; any other outcome (``unreachable``, ``other_failure``, ``timeout``,
-``infra_error``, ``skipped``) sets its version aside, like ``git bisect skip``.
+decisive; any other outcome (``unreachable``, ``not_reached``: the cell did not
+test the crash, ``other_failure``, ``timeout``, ``infra_error``, ``skipped``) sets
+its version aside, like ``git bisect skip``: a version whose engine never entered
+the crash's code path is never read as its fix.
 The search assumes an outcome holds between two decisive versions that agree,
 and bisects between two that differ until they are neighbours (only set-aside
 versions between them): every transition it reports is then backed by the two
@@ -17,8 +19,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from repromatrix.model import Outcome
-
-DECISIVE = frozenset({Outcome.HIT, Outcome.AVOIDED})
+from repromatrix.results.verdicts import DECISIVE
 
 # Runs the cells of some versions; returns the outcome of each (a missing one is an infra error).
 Oracle = Callable[[Sequence[str]], Mapping[str, Outcome]]

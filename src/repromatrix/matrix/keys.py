@@ -25,6 +25,7 @@ from repromatrix.model import (
     PullPolicy,
     ScenarioKind,
 )
+from repromatrix.vllm_facts import FACTS
 
 # The axes a rule can name: the parts of a cell id, in order, and its level (engine or probe).
 ID_PARTS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant")
@@ -36,7 +37,7 @@ BASE_SOURCES = ("debootstrap", "image")
 VARIANT_KINDS = ("workaround", "control")
 SCENARIO_KINDS = tuple(kind.value for kind in ScenarioKind)
 # Image variants a scenario can ask for (``build.render`` knows how to make each one).
-IMAGE_VARIANTS = ("no-libnuma",)
+IMAGE_VARIANTS = ("no-libnuma", "no-compiler")
 MODEL_INTS = MODEL_SHAPE
 USABLE_DOC = "memory per GPU as the driver reports it (nvidia-smi memory.total, MiB)"
 # What each of the memory estimate's facts is (``matrix.memory``), for the docs and schema.
@@ -258,6 +259,12 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("trigger", "trigger", "conditions on model.*, gpu.*, flags.*, launch.*, derived.*"),
             Key("launch", "section", "how vLLM is started", required=True, ref="launch"),
             Key("signatures", "sections", "what the crash prints", ref="signature"),
+            Key(
+                "reached",
+                "sections",
+                "what shows the crash's code path was entered (any one): a log line or a fact",
+                ref="reached",
+            ),
             Key("affected", "specifier", "PEP 440 specifier set of affected versions, or all"),
             Key("fixed", "specifier", "PEP 440 specifier set of fixed versions"),
             Key("variants", "sections", "workarounds and controls", ref="variant"),
@@ -308,7 +315,12 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("shm_size", "size", "the container's /dev/shm over the lane's, e.g. 1m"),
             Key("memory", "size", "a memory limit (swap included), e.g. 1500m (docker --memory)"),
             Key("port_taken", "boolean", "the harness holds vLLM's port before starting it"),
-            Key("image", "choice", "an image variant of the lane's image", choices=IMAGE_VARIANTS),
+            Key(
+                "image",
+                "choice_or_null",
+                "an image variant of the lane's image (null: the normal image, in a variant)",
+                choices=IMAGE_VARIANTS,
+            ),
         ),
     ),
     Section(
@@ -317,6 +329,18 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
         (
             Key("pattern", "regex", "a Python regular expression", required=True),
             Key("process", "text", "EngineCore, Worker, APIServer, ..."),
+        ),
+    ),
+    Section(
+        "reached",
+        "evidence the crash's code path was entered: a log line (pattern, process) or a fact "
+        "triage reads (fact with equals or matches)",
+        (
+            Key("pattern", "regex", "a Python regular expression, searched in each log line"),
+            Key("process", "text", "the process that prints the line (as for a signature)"),
+            Key("fact", "choice", "a fact triage reads from the log", choices=tuple(FACTS)),
+            Key("equals", "scalar", "the fact's value, as vLLM prints it"),
+            Key("matches", "regex", "a Python regular expression searched in the fact's value"),
         ),
     ),
     Section(
@@ -348,7 +372,10 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
 
 # Scenario keys a crash needs and a baseline must not have.
 CRASH_REQUIRED = ("trigger", "signatures", "affected")
-BASELINE_FORBIDDEN = ("trigger", "signatures", "affected", "fixed")
+BASELINE_FORBIDDEN = ("trigger", "signatures", "reached", "affected", "fixed")
+# The two forms of a ``reached`` entry: a log line, or a test of a fact.
+REACHED_LINE = ("pattern", "process")
+REACHED_FACT = ("fact", "equals", "matches")
 
 SECTIONS = {section.name: section for section in (*MATRIX_SECTIONS, *SCENARIO_SECTIONS)}
 

@@ -1,4 +1,5 @@
-"""The smaller parts of a scenario file: signatures, source, probe and container options.
+"""The smaller parts of a scenario file: signatures, reached evidence, source, probe and
+container options.
 
 ``scenarios`` reads the file as a whole; these readers record their problems in
 the same ``Reader``, so every problem of a file is still reported at once.
@@ -11,10 +12,19 @@ from types import MappingProxyType
 
 from repromatrix.errors import suggest
 from repromatrix.grammars import check_env_name, unsafe_regex
-from repromatrix.matrix.keys import IMAGE_VARIANTS, section
+from repromatrix.matrix.keys import IMAGE_VARIANTS, REACHED_FACT, section
 from repromatrix.matrix.lanes import SHM_PATTERN
 from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, YSeq, describe
-from repromatrix.model import ContainerOptions, Lane, Probe, Signature, Source
+from repromatrix.model import (
+    ContainerOptions,
+    Evidence,
+    FactTest,
+    Lane,
+    Probe,
+    Signature,
+    Source,
+)
+from repromatrix.vllm_facts import FACTS
 from repromatrix.vllm_processes import KNOWN_PROCESSES, same_process
 
 PROGRAM_PATTERN = re.compile(r"[a-z][a-z0-9_]*\.py")
@@ -32,12 +42,82 @@ def read_signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]
         keys = section("signature")
         reader.keys(body, keys.names, "a signature", required=keys.required)
         pattern = read_pattern(body.get("pattern"), "`pattern`", reader)
-        if pattern is None:
-            continue
-        signatures.append(Signature(pattern, _process(body.get("process"), reader)))
+        if pattern is not None:
+            process = _process(body.get("process"), "a signature's", reader)
+            signatures.append(Signature(pattern, process))
     if not signatures and isinstance(node, YSeq) and not node.items:
         reader.error(node.where, "`signatures` must list at least one pattern")
     return tuple(signatures)
+
+
+def read_reached(node: YNode | None, reader: Reader) -> tuple[Evidence, ...]:
+    """The ``reached`` list: log lines (as signatures are written) or tests of a fact."""
+    if node is None:
+        return ()
+    found: list[Evidence] = []
+    for item in reader.sequence(node, "`reached`") or ():
+        body = reader.mapping(item, "a `reached` entry")
+        if body is None:
+            continue
+        reader.keys(body, section("reached").names, "a `reached` entry")
+        evidence = _fact_test(body, reader) if "fact" in _keys(body) else _line(body, reader)
+        if evidence is not None:
+            found.append(evidence)
+    if not found and isinstance(node, YSeq) and not node.items:
+        reader.error(node.where, "`reached` must list at least one line or fact (or be left out)")
+    return tuple(found)
+
+
+def _keys(body: YMap) -> set[str]:
+    return {entry.key for entry in body}
+
+
+def _line(body: YMap, reader: Reader) -> Signature | None:
+    """A ``reached`` log line: ``pattern`` and, optionally, the ``process`` printing it."""
+    if "pattern" not in _keys(body):
+        reader.error(body.where, "a `reached` entry needs `pattern` (a log line) or `fact`")
+        return None
+    pattern = _pattern(body, "pattern", reader)
+    process = _process(body.get("process"), "a `reached` line's", reader)
+    return Signature(pattern, process) if pattern is not None else None
+
+
+def _fact_test(body: YMap, reader: Reader) -> FactTest | None:
+    """A ``reached`` fact: a name triage reads, with exactly one of ``equals`` or ``matches``."""
+    keys = _keys(body)
+    for key in ("pattern", "process"):
+        if (node := body.get(key)) is not None:
+            reader.error(node.where, f"`{key}` belongs to a log line, not to a `fact` entry")
+    tests = [key for key in REACHED_FACT[1:] if key in keys]
+    if len(tests) != 1:
+        reader.error(body.where, "a `fact` entry needs exactly one of `equals` or `matches`")
+    fact = _text(body, "fact", reader)
+    if fact is not None and fact not in FACTS:
+        node = body.get("fact") or body
+        message = f"unknown fact `{fact}`: triage reads {', '.join(FACTS)}."
+        reader.error(node.where, message + suggest(fact, FACTS))
+        fact = None
+    equals = _equals(body.get("equals"), reader)
+    matches = _pattern(body, "matches", reader) if "matches" in keys else None
+    if fact is None or len(tests) != 1 or (equals is None and matches is None):
+        return None
+    return FactTest(fact, equals=equals, matches=matches)
+
+
+def _equals(node: YNode | None, reader: Reader) -> str | None:
+    """The value a fact must equal: text or a number, compared as the text vLLM prints."""
+    if node is None:
+        return None
+    value = node.value if isinstance(node, YScalar) else None
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return str(value)
+    reader.error(node.where, f"`equals` must be text or a number, not {describe(node)}")
+    return None
+
+
+def _pattern(body: YMap, key: str, reader: Reader) -> str | None:
+    """``body``'s ``key`` as a regular expression (``read_pattern``)."""
+    return read_pattern(body.get(key), f"`{key}`", reader)
 
 
 def read_pattern(node: YNode | None, what: str, reader: Reader) -> str | None:
@@ -73,7 +153,7 @@ def read_env(node: YNode | None, what: str, reader: Reader) -> dict[str, str]:
     return env
 
 
-def _process(node: YNode | None, reader: Reader) -> str | None:
+def _process(node: YNode | None, whose: str, reader: Reader) -> str | None:
     """A process name that matches some process vLLM prints (``EngineCore``, ``Worker``...)."""
     if node is None:
         return None
@@ -82,7 +162,7 @@ def _process(node: YNode | None, reader: Reader) -> str | None:
         return name
     reader.error(
         node.where,
-        f"unknown process `{name}`: a signature's process is one vLLM prints, such as "
+        f"unknown process `{name}`: {whose} process is one vLLM prints, such as "
         f"APIServer, EngineCore, Worker or VllmWorker.{suggest(name, KNOWN_PROCESSES)}",
     )
     return None

@@ -23,6 +23,7 @@ from repromatrix.matrix.scenario_parts import (
     read_lanes,
     read_pattern,
     read_probe,
+    read_reached,
     read_signatures,
     read_source,
 )
@@ -151,6 +152,7 @@ def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
         trigger=_trigger(body.get("trigger"), reader),
         launch=_launch(body.get("launch"), reader),
         signatures=read_signatures(body.get("signatures"), reader),
+        reached=read_reached(body.get("reached"), reader),
         affected=_specifiers(body.get("affected"), "`affected`", reader) or NO_VERSION,
         fixed=_specifiers(body.get("fixed"), "`fixed`", reader),
         variants=_variants(body.get("variants"), reader, BASELINE if baseline else TRIGGER),

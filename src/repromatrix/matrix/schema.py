@@ -20,6 +20,8 @@ from repromatrix.matrix.keys import (
     CRASH_REQUIRED,
     LANES,
     MATRIX_SECTIONS,
+    REACHED_FACT,
+    REACHED_LINE,
     SCENARIO_SECTIONS,
     Key,
     Section,
@@ -113,6 +115,7 @@ def value_schema(key: Key) -> Schema:
         "specifier": {"type": ["string", "null"]},
         "regex": {"type": "string", "format": "regex"},
         "gpu_name": {"type": "string", "minLength": 1},
+        "scalar": {"type": ["string", "number"]},
         "program": {"type": "string", "pattern": _whole(PROGRAM_PATTERN.pattern)},
         "texts": _one_or_list(TEXT),
         "integers": _one_or_list({"type": "integer", "minimum": 1}),
@@ -127,6 +130,8 @@ def value_schema(key: Key) -> Schema:
         schema = {"type": "integer", "minimum": key.minimum or 0}
     elif key.kind == "choice":
         schema = {"enum": list(key.choices)}
+    elif key.kind == "choice_or_null":
+        schema = {"enum": [*key.choices, None]}
     elif key.kind in ("section", "sections", "rules", "named"):
         schema = _nested(key)
     else:
@@ -166,7 +171,20 @@ def section_schema(section: Section) -> Schema:
         schema["minProperties"] = 1
     if section.name == "scenario":
         schema.update(_baseline_rule())
+    if section.name == "reached":
+        schema["oneOf"] = _reached_forms()
     return schema
+
+
+def _reached_forms() -> list[Schema]:
+    """A ``reached`` entry is a log line (``pattern``) or a fact with ``equals`` or ``matches``."""
+    line = {"required": ["pattern"], "not": {"anyOf": [{"required": [k]} for k in REACHED_FACT]}}
+    tests = [
+        {"required": ["fact", test], "not": {"anyOf": [{"required": [k]} for k in others]}}
+        for test in REACHED_FACT[1:]
+        for others in [(*REACHED_LINE, *(t for t in REACHED_FACT[1:] if t != test))]
+    ]
+    return [line, *tests]
 
 
 def _baseline_rule() -> Schema:

@@ -12,16 +12,19 @@ in compat.md, compat.html and compat.json):
 - ``still_hit_with_workaround``: still hit, and the candidate has a verified
   workaround in the same configuration (only the move looks workarounds up);
 - ``unknown``: one side did not decide (infrastructure error, skip,
-  unreachable probe) or has no such cell;
+  unreachable probe, an engine that did not reach the crash's code path) or has
+  no such cell: never a fix, and counted by why (``undecided``);
 - ``still_avoided``: fine on both.
 
 The candidate is worse when any pair is newly hit: ``repromatrix diff``
-then exits 1, so CI can gate an upgrade on it.
+then exits 1, so CI can gate an upgrade on it. The gate names what it could not
+decide too: a candidate whose cells did not test the crash is not "fixed".
 """
 
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -32,7 +35,7 @@ from repromatrix.model import Outcome
 from repromatrix.results.store import CellResult
 from repromatrix.results.verdicts import cause_line, one_line
 
-DIFF_SCHEMA_VERSION = 2
+DIFF_SCHEMA_VERSION = 3  # 3: ``undecided``, the unknown pairs counted by why
 # The outcomes of an image that did not serve: the upgrade gate and the upgrade view agree.
 BROKEN = frozenset({Outcome.HIT, Outcome.OTHER_FAILURE, Outcome.TIMEOUT})
 NO_CELL = "no cell"
@@ -133,6 +136,13 @@ class UpgradeDiff:
         """The pairs with one kind of change."""
         return tuple(p for p in self.pairs if p.change is change)
 
+    @property
+    def undecided(self) -> dict[str, int]:
+        """The unknown pairs counted by why: the outcome (or ``no cell``) of the side that
+        did not decide, the candidate's when neither did; most first."""
+        found = Counter(_undecided_side(p) for p in self.of(Change.UNKNOWN))
+        return dict(found.most_common())
+
 
 def classify(baseline: CellResult | None, candidate: CellResult | None) -> Change:
     """What two outcomes alone say the upgrade does to one pair (one of ``OUTCOME_CHANGES``)."""
@@ -182,10 +192,22 @@ def _outcome(result: CellResult | None) -> str:
     return result.outcome.value if result else NO_CELL
 
 
+def _undecided_side(pair: Pair) -> str:
+    decided = {Outcome.AVOIDED, *BROKEN}
+    after = pair.candidate
+    if after is None or after.outcome not in decided:
+        return _outcome(after)
+    return _outcome(pair.baseline)
+
+
 def format_diff(upgrade: UpgradeDiff) -> str:
     """The answer for a person: the verdict first, then each kind of change with its cells."""
     verdict = "WORSE" if upgrade.worse else "not worse"
-    lines = [f"upgrade {upgrade.baseline} -> {upgrade.candidate}: the candidate is {verdict}"]
+    head = f"upgrade {upgrade.baseline} -> {upgrade.candidate}: the candidate is {verdict}"
+    if undecided := upgrade.undecided:
+        why = ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in undecided.items())
+        head += f"; {sum(undecided.values())} pair(s) undecided ({why})"
+    lines = [head]
     for change in OUTCOME_CHANGES:
         pairs = upgrade.of(change)
         lines += ["", f"{CHANGE_TITLES[change]} ({len(pairs)})"]
@@ -211,6 +233,7 @@ def to_json(upgrade: UpgradeDiff) -> dict[str, Any]:
         "candidate": upgrade.candidate,
         "worse": upgrade.worse,
         "counts": {c.value: len(upgrade.of(c)) for c in OUTCOME_CHANGES},
+        "undecided": upgrade.undecided,
         "pairs": [_pair_json(p) for p in upgrade.pairs],
     }
 

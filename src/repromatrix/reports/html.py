@@ -46,6 +46,7 @@ class LevelView:
     process: str
     log: str
     excerpt: str | None
+    facts: str = ""  # what the engine stated: ``name value`` pairs
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ def format_html(
             cell_href=lambda cell_id: "#c-" + cell_id,
             cells=table.cells,
             counts=[(v.value, LABELS[v], n) for v, n in table.counts.items()],
+            not_reached=table.not_reached,
             problems=problems,
             sections=sections,
             gpus=sorted({s.gpu for s in sections}),
@@ -171,6 +173,7 @@ _TONES = {
     Outcome.AVOIDED: "avoided",
     Outcome.OTHER_FAILURE: "failure",
     Outcome.TIMEOUT: "failure",
+    Outcome.NOT_REACHED: "not_reached",
 }
 
 
@@ -200,4 +203,5 @@ def _level_view(judged: Judged, excerpt: str | None) -> LevelView:
         process=(cause.process or "") if cause else "",
         log=log_path(r.id),
         excerpt=excerpt,
+        facts=" · ".join(f"{name} {value}" for name, value in r.facts.items()),
     )

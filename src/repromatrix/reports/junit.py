@@ -6,7 +6,8 @@ classname of ``<scenario>.<variant>`` and a name of
 ``<lane>/<image-tag>/<gpu>/<model>/<flagset>`` (with ``@probe`` for probe
 cells): the pair is unique exactly when the cell id is. Verdict mismatches
 become ``<failure>`` with the root cause as message, infrastructure trouble
-``<error>``, skips and unreachable probes ``<skipped>``. Problems with the
+``<error>``, skips, unreachable probes and engines that did not reach the
+crash's code path (``not_reached``) ``<skipped>`` with the reason. Problems with the
 run's files become errored cases of a ``repromatrix`` suite, so that a CI
 job cannot pass over a corrupt shard unseen (notices, such as a retried
 cell that merge replaced, are skipped cases).
@@ -35,7 +36,7 @@ import junitparser
 from junitparser import Error, Failure, Skipped
 from junitparser.xunit2 import JUnitXml, TestCase, TestSuite
 
-from repromatrix.model import Level
+from repromatrix.model import Level, Outcome
 from repromatrix.reports.table import log_path
 from repromatrix.results.problems import NOTICES
 from repromatrix.results.store import CellResult, atomic_write
@@ -90,6 +91,8 @@ def facts(judged: Judged) -> dict[str, str]:
         "root_cause_process": (cause.process or "") if cause else "",
         "root_cause_category": (cause.category or "") if cause else "",
         "reason": r.reason,
+        "reached": "" if r.reached is None else str(r.reached).lower(),
+        "engine_facts": json.dumps(dict(r.facts)) if r.facts else "",
         "host": r.host,
         "finished_at": r.finished_at,
         "log": log_path(r.id),
@@ -120,7 +123,7 @@ def _result_element(judged: Judged) -> Failure | Error | Skipped | None:
         element = Failure(message, verdict.value)
     elif verdict is Verdict.ERROR:
         element = Error(message, "infra_error")
-    elif verdict in (Verdict.SKIPPED, Verdict.UNREACHABLE):
+    elif verdict in (Verdict.SKIPPED, Verdict.UNREACHABLE) or _not_reached(judged):
         element = Skipped(message)
     else:
         return None
@@ -133,7 +136,14 @@ def _message(judged: Judged) -> str:
         return judged.explanation
     if judged.verdict is Verdict.UNREACHABLE:
         return f"probe unreachable: {judged.result.reason}"
+    if _not_reached(judged):
+        return f"not reached: {judged.result.reason}"
     return judged.cause or judged.result.reason or judged.explanation
+
+
+def _not_reached(judged: Judged) -> bool:
+    """An engine cell that did not test its crash: skipped, its verdict unknown."""
+    return judged.result.outcome is Outcome.NOT_REACHED
 
 
 def _system_out(judged: Judged, excerpt: str | None) -> str:

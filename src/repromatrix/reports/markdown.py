@@ -47,6 +47,7 @@ SYMBOLS: Mapping[Outcome, str] = MappingProxyType(
         Outcome.INFRA_ERROR: "⚠️",
         Outcome.SKIPPED: "⏭️",
         Outcome.UNREACHABLE: "🚫",
+        Outcome.NOT_REACHED: "⛔",
     }
 )
 PROBE_MARK = "🔬"
@@ -60,8 +61,9 @@ VERDICT_MARKS: Mapping[Verdict, str] = MappingProxyType(
 )
 LEGEND = (
     "💥 crash hit · ✅ avoided · ❌ other failure · ⏱️ timeout · ⚠️ infrastructure error · "
-    "⏭️ skipped · 🚫 probe could not reach the code path · 🔬 probe level (vLLM's own code "
-    "called on the trigger's shapes, no engine start) · ❔ no documented expectation · "
+    "⏭️ skipped · 🚫 probe could not reach the code path · ⛔ not reached: the engine served "
+    "but nothing showed the crash's code path entered (not tested) · 🔬 probe level (vLLM's "
+    "own code called on the trigger's shapes, no engine start) · ❔ no documented expectation · "
     "**OUTSIDE RANGE** hit where the documents say unaffected (the range is too narrow) · "
     "**REGRESSION** hit again after an older version was seen fixed · **UNEXPECTED FIX** "
     "avoided where the documents say affected"
@@ -115,7 +117,8 @@ def _head(
     table: Table, problems: Sequence[RunProblem], findings: Findings, *, compact: bool = False
 ) -> str:
     counts = " · ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in table.counts.items())
-    lines = [f"# {escape(findings.title)}", "", f"{table.cells} cells: {counts or '-'}"]
+    unreached = f" ({table.not_reached} of them not reached)" if table.not_reached else ""
+    lines = [f"# {escape(findings.title)}", "", f"{table.cells} cells: {counts or '-'}{unreached}"]
     lines += upgrade_lines(findings, compact=compact)
     if problems:
         lines += ["", f"**{len(problems)} problem(s) with this run's files:**", ""]
@@ -234,7 +237,10 @@ def _entry_text(entry: Entry | None, detail: Detail) -> str:
 
 def _level_text(judged: Judged, detail: Detail) -> str:
     mark = PROBE_MARK if judged.level is Level.PROBE else ""
-    text = mark + SYMBOLS[judged.result.outcome] + VERDICT_MARKS.get(judged.verdict, "")
+    outcome = judged.result.outcome
+    # A cell that did not test its crash says so by its symbol, not by the "no expectation" mark.
+    verdict = "" if outcome is Outcome.NOT_REACHED else VERDICT_MARKS.get(judged.verdict, "")
+    text = mark + SYMBOLS[outcome] + verdict
     if detail is Detail.FULL and judged.cause:
         text += " " + escape(shorten(judged.cause, CAUSE_CHARS))
     return text

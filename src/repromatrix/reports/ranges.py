@@ -17,7 +17,7 @@ import difflib
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class RangeEvidence:
     suggested_affected: str | None
     suggested_fixed: str | None
     words: str
+    not_reached: tuple[str, ...] = ()  # versions whose trigger cells did not test the crash
 
     @property
     def disagrees(self) -> bool:
@@ -81,6 +82,7 @@ class RangeEvidence:
             "mixed": list(self.mixed),
             "outside_range": list(self.outside),
             "avoided_in_range": list(self.missed),
+            "not_reached": list(self.not_reached),
             "agrees": not self.disagrees,
             "suggested": None
             if self.suggested_affected is None
@@ -143,18 +145,41 @@ def load_documents(directory: Path | None) -> dict[str, Documented]:
 def range_evidence(
     judged: Sequence[Judged], documents: Mapping[str, Documented]
 ) -> tuple[RangeEvidence, ...]:
-    """One ``RangeEvidence`` per scenario with a decisive trigger cell, by scenario id."""
+    """One ``RangeEvidence`` per scenario with a decisive or a not-reached trigger cell, by
+    scenario id."""
     seen: dict[str, dict[Version, set[Outcome]]] = defaultdict(lambda: defaultdict(set))
     expected: dict[str, dict[Version, set[Expected]]] = defaultdict(lambda: defaultdict(set))
+    unreached: dict[str, set[Version]] = defaultdict(set)
     for item in judged:
         r = item.result
         version = result_version(r)
-        if r.variant != TRIGGER or r.outcome not in DECISIVE or version is None:
+        if r.variant != TRIGGER or version is None:
             continue
-        seen[r.scenario][version].add(r.outcome)
-        expected[r.scenario][version].add(r.expected)
+        if r.outcome is Outcome.NOT_REACHED:
+            unreached[r.scenario].add(version)
+        elif r.outcome in DECISIVE:
+            seen[r.scenario][version].add(r.outcome)
+            expected[r.scenario][version].add(r.expected)
     return tuple(
-        _evidence(name, seen[name], expected[name], documents.get(name)) for name in sorted(seen)
+        _with_unreached(
+            _evidence(name, seen[name], expected[name], documents.get(name)),
+            unreached[name] - set(seen[name]),
+        )
+        for name in sorted({*seen, *unreached})
+    )
+
+
+def _with_unreached(evidence: RangeEvidence, versions: set[Version]) -> RangeEvidence:
+    """The evidence with the versions whose trigger cells only did not test the crash."""
+    if not versions:
+        return evidence
+    names = tuple(str(v) for v in sorted(versions))
+    words = f"not reached on {_list(sorted(versions))} (no evidence either way)"
+    decided = evidence.hit or evidence.avoided or evidence.mixed
+    return replace(
+        evidence,
+        not_reached=names,
+        words=f"{evidence.words}; {words}" if decided else words,
     )
 
 
@@ -321,7 +346,7 @@ def patched(text: str, affected: str, fixed: str | None) -> str:
     values = {"affected": affected, "fixed": fixed}
     present = set(_KEY.findall(text))
 
-    def replace(match: re.Match[str]) -> str:
+    def put(match: re.Match[str]) -> str:
         key = match.group(1)
         value = values[key]
         line = f'{key}: "{value}"' if value else ""
@@ -329,7 +354,7 @@ def patched(text: str, affected: str, fixed: str | None) -> str:
             line += f'\nfixed: "{fixed}"'
         return line
 
-    out = _KEY.sub(replace, text)
+    out = _KEY.sub(put, text)
     return re.sub(r"\n\n\n+", "\n\n", out)
 
 

@@ -27,7 +27,7 @@ from repromatrix.model import Level, Outcome
 from repromatrix.results.store import LOG_FILE, cell_dir
 from repromatrix.results.verdicts import DECISIVE, Judged, RunProblem, Verdict, tally
 
-COMPAT_SCHEMA_VERSION = 3
+COMPAT_SCHEMA_VERSION = 4  # 4: not-reached cells (the upgrade view, ranges, summary), facts
 
 
 @dataclass(frozen=True, order=True)
@@ -132,11 +132,13 @@ class Section:
 
 @dataclass(frozen=True)
 class Table:
-    """Every section, and the verdict counts over all cells."""
+    """Every section, and the verdict counts over all cells (``not_reached``: the engine
+    cells among them that did not test their crash, counted apart from their ``unknown``)."""
 
     sections: tuple[Section, ...]
     counts: Mapping[Verdict, int]
     cells: int
+    not_reached: int = 0
 
 
 def build_table(judged: Iterable[Judged]) -> Table:
@@ -154,7 +156,8 @@ def build_table(judged: Iterable[Judged]) -> Table:
         if r.version:
             versions[setup].setdefault(r.image_tag, r.version)
     sections = tuple(_section(setup, grouped[setup], versions[setup]) for setup in sorted(grouped))
-    return Table(sections, MappingProxyType(tally(everything)), len(everything))
+    unreached = sum(1 for j in everything if j.result.outcome is Outcome.NOT_REACHED)
+    return Table(sections, MappingProxyType(tally(everything)), len(everything), unreached)
 
 
 def _section(
@@ -214,6 +217,7 @@ def compat_json(
         "summary": {
             "cells": table.cells,
             "verdicts": {verdict.value: count for verdict, count in table.counts.items()},
+            "not_reached": table.not_reached,
         },
         "problems": [p.to_json() for p in problems],
         "cells": [cell_json(j) for j in sorted(judged, key=lambda j: j.result.id)],

@@ -10,7 +10,10 @@ says, in terms of SAFETY rather than agreement with the documents:
   a flag change was observed ``avoided`` on the same image and configuration;
 - ``unsafe``: a documented crash was hit with no verified workaround, or the
   healthy baseline failed;
-- ``unknown``: nothing was decided (errors, timeouts, unreachable probes).
+- ``unknown``: nothing was decided (errors, timeouts, unreachable probes), or a
+  documented crash was not tested: every one of its trigger cells served without
+  its code path shown entered (``not_reached``), so neither ``safe`` nor
+  ``safe with a flag change`` can be said; those cells are listed (``not_reached``).
 
 A scenario of kind ``startup-interruption`` (seed 004: the matrix itself
 interrupts the start) hits every image it interrupts, so its trigger cells
@@ -105,6 +108,9 @@ class SafetyCell:
     cells: int
     # Start-up interruptions the matrix staged and saw hit here: not held against the image.
     staged: tuple[str, ...] = ()
+    # Trigger (or baseline) cells of crashes no cell decided here, that did not reach the
+    # crash's code path: those crashes were not tested on this image and configuration.
+    not_reached: tuple[str, ...] = ()
 
     @property
     def words(self) -> str:
@@ -117,6 +123,8 @@ class SafetyCell:
             parts.append(f"{len(self.failures)} other failure(s)")
         if self.staged:
             parts.append(f"staged start-up interruption shown: {', '.join(self.staged)}")
+        if self.not_reached:
+            parts.append(f"{len(self.not_reached)} crash check(s) not reached, so not tested")
         return "; ".join(parts)
 
     @property
@@ -221,15 +229,36 @@ def safety_cell(everything: Sequence[Judged], staged: Collection[str] = ()) -> S
             and not (j.result.variant == TRIGGER and j.result.outcome is Outcome.HIT)
         )
     )
+    untested = tuple(
+        sorted(cell for scenario in by_scenario for cell in _not_reached(by_scenario[scenario]))
+    )
     decided = any(j.result.outcome in (Outcome.HIT, Outcome.AVOIDED) for j in items)
     if failures or any(not c.workarounds for c in crashes):
         safety = Safety.UNSAFE
+    elif untested:
+        safety = Safety.UNKNOWN
     elif crashes:
         safety = Safety.WORKAROUND
     else:
         safety = Safety.SAFE if decided else Safety.UNKNOWN
     disagreements = sum(1 for j in everything if j.verdict in FAILING)
-    return SafetyCell(safety, crashes, failures, disagreements, len(everything), tuple(shown))
+    return SafetyCell(
+        safety,
+        crashes,
+        failures,
+        disagreements,
+        len(everything),
+        staged=tuple(shown),
+        not_reached=untested,
+    )
+
+
+def _not_reached(items: Sequence[Judged]) -> tuple[str, ...]:
+    """One scenario's trigger cells that did not reach its code path, when none decided it."""
+    triggers = [j for j in items if j.result.variant in (TRIGGER, BASELINE)]
+    if any(j.result.outcome in (Outcome.HIT, Outcome.AVOIDED) for j in triggers):
+        return ()
+    return tuple(j.result.id for j in triggers if j.result.outcome is Outcome.NOT_REACHED)
 
 
 def _crash(items: Sequence[Judged]) -> Crash | None:
@@ -302,6 +331,7 @@ def upgrade_json(view: UpgradeView) -> list[dict[str, Any]]:
             ],
             "other_failures": list(cell.failures),
             "staged_interruptions": list(cell.staged),
+            "not_reached": list(cell.not_reached),
         }
         for lane in view.lanes
         for tag in lane.tags

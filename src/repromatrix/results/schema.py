@@ -24,7 +24,10 @@ from repromatrix.matrix.yamlsrc import NAME_PATTERN
 from repromatrix.model import Expected, Lane, Level, Outcome
 from repromatrix.results.problems import ProblemKind
 
-SCHEMA_VERSION = 1
+# 2: ``facts`` (what the engine stated it chose and sized), ``reached`` (whether the
+# scenario's code path was shown entered) and the ``not_reached`` outcome. A result of
+# version 1 reads as one without facts that makes no claim about reaching.
+SCHEMA_VERSION = 2
 MAX_RESULT_BYTES = 8 * 1024 * 1024  # far above any real result; a bigger file is not one
 
 
@@ -82,6 +85,9 @@ class CellResult:
     started_at: str = ""  # ISO 8601, UTC
     finished_at: str = ""  # ISO 8601, UTC; set by the store when the result is saved
     host: str = ""  # the machine that ran the cell; set by the store when empty
+    # Schema version 2.
+    facts: Mapping[str, str] = field(default_factory=dict)  # triage.facts, as the log stated
+    reached: bool | None = None  # the scenario's `reached` evidence seen; None: no claim
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -90,6 +96,7 @@ class CellResult:
         data["outcome"] = self.outcome.value
         data["expected"] = self.expected.value
         data["flags"] = dict(self.flags)
+        data["facts"] = dict(self.facts)
         return data
 
     @classmethod
@@ -296,6 +303,18 @@ def _flags(value: object) -> dict[str, Any]:
     return dict(value)
 
 
+def _optional_flag(value: object) -> bool | None:
+    return None if value is None else _flag(value)
+
+
+def _facts(value: object) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError(f"must be an object of fact names and text, not {_describe(value)}")
+    return dict(value)
+
+
 def _root_cause(value: object) -> RootCause | None:
     if value is None:
         return None
@@ -349,5 +368,7 @@ _CHECKS: dict[str, Callable[[object], Any]] = {
     "started_at": _time,
     "finished_at": _time,
     "host": _text,
+    "facts": _facts,
+    "reached": _optional_flag,
 }
 _REQUIRED = frozenset({"id", "outcome", "expected", "lane", "level", "image", *_ID_FIELDS})

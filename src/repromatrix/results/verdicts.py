@@ -9,8 +9,9 @@ older version after being hit on an even older one (fixed, then broken
 again), ``unexpected_fix`` when a crash documented as present is avoided (the
 scenario's version range may be wrong), ``fail`` for a failure of another kind, ``error`` when the
 infrastructure never let the cell run. Cells whose expectation is unknown
-(``nightly``) and probes that cannot reach their decisive code path get
-verdicts of their own: they are reported, never counted against an image.
+(``nightly``), engines whose scenario's code path was not shown reached
+(``not_reached``: ``unknown``) and probes that cannot reach their decisive code
+path get verdicts of their own: they are reported, never counted against an image.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Verdict(enum.StrEnum):
     FAIL = "fail"
     ERROR = "error"
     SKIPPED = "skipped"
-    UNKNOWN = "unknown"  # ran, but the documents say nothing for this version
+    UNKNOWN = "unknown"  # ran, but nothing decided: no expectation, or the path not reached
     UNREACHABLE = "unreachable"  # a probe that could not reach the decisive code path
 
 
@@ -84,6 +85,7 @@ _OUTCOME_VERDICTS: Mapping[Outcome, Verdict] = MappingProxyType(
         Outcome.SKIPPED: Verdict.SKIPPED,
         Outcome.INFRA_ERROR: Verdict.ERROR,
         Outcome.UNREACHABLE: Verdict.UNREACHABLE,
+        Outcome.NOT_REACHED: Verdict.UNKNOWN,
         Outcome.OTHER_FAILURE: Verdict.FAIL,
         Outcome.TIMEOUT: Verdict.FAIL,
     }
@@ -144,7 +146,8 @@ def result_version(result: CellResult) -> Version | None:
     """The vLLM version of a result: the one seen inside the image, else its tag's."""
     for text in (result.version, result.image_tag.removeprefix("v")):
         try:
-            return Version(text) if text else None
+            if text:
+                return Version(text)
         except InvalidVersion:
             continue
     return None
@@ -242,6 +245,8 @@ def explain(judged: Judged) -> str:
                 "expected hit, observed avoided: the scenario's documented version range "
                 "may be wrong for this version" + _evidence(judged)
             )
+        case Verdict.UNKNOWN if result.outcome is Outcome.NOT_REACHED:
+            return f"the cell did not test the crash (expected {expected}): {result.reason}"
         case Verdict.UNKNOWN:
             return f"observed {observed}; the documents give no expectation for this version"
         case Verdict.UNREACHABLE:

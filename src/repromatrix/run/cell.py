@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from repromatrix.backends.base import Backend, Execution, Placement, Prepared
 from repromatrix.backends.harness_spec import build_spec
@@ -54,11 +54,13 @@ def make_watcher(cell: Cell) -> tuple[Callable[[bytes], bool], Triager]:
 
 @dataclass(frozen=True)
 class CellRun:
-    """What running one cell gave: the decision, the backend's facts, the harness's status."""
+    """What running one cell gave: the decision, the backend's facts, the harness's status,
+    and what the engine stated it chose and sized (``triage.facts``)."""
 
     decision: Decision
     execution: Execution
     status: HarnessStatus | None = None
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 def execute_cell(
@@ -81,7 +83,8 @@ def execute_cell(
         triager.feed(report)
         execution = replace(execution, log=execution.log + report)
     diagnosis = triager.diagnose(oom_killed=execution.oom_killed)
-    return CellRun(outcome.decide(cell, execution, status, diagnosis), execution, status)
+    decision = outcome.decide(cell, execution, status, diagnosis)
+    return CellRun(decision, execution, status, diagnosis.facts)
 
 
 # vLLM's executor names the process that got SIGKILL: "Worker proc VllmWorker-0 died
@@ -168,4 +171,6 @@ def cell_result(
         ),
         run_id=run_id,
         started_at=started_at,
+        facts=dict(run.facts),
+        reached=run.decision.reached,
     )

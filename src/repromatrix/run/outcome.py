@@ -2,22 +2,30 @@
 
 Pure functions over plain values. The backend reports facts (``Execution``),
 the harness reports what it saw inside the container (its last
-``@@repromatrix-status`` line), triage names the root cause in the log; this
-module is the one place that turns those into ``hit`` / ``avoided`` / ... with
-a one-line reason a person can act on.
+``@@repromatrix-status`` line), triage names the root cause in the log and what
+the engine stated it chose; this module is the one place that turns those into
+``hit`` / ``avoided`` / ... with a one-line reason a person can act on.
+
+An engine that served without the signature is ``avoided`` only where the
+cell's scenario makes no claim about its code path, or where its ``reached``
+evidence was seen; otherwise the cell did not test the crash: ``not_reached``,
+the engine cell's counterpart of a probe's ``unreachable``. A workaround is
+exempt (it may avoid the crash by leaving that path), and a failure of another
+kind stays ``other_failure``; both record ``reached`` all the same.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from repromatrix.backends.base import Execution
 from repromatrix.harness.harness import STATUS_PREFIX
-from repromatrix.model import Cell, Level, Outcome
+from repromatrix.model import Cell, FactTest, Level, Outcome, Scenario, Signature
 from repromatrix.results.store import RootCause
+from repromatrix.triage.facts import describe
 
 STATUS_MARK = STATUS_PREFIX.encode()
 PROBE_OUTCOMES = {
@@ -45,6 +53,13 @@ class DiagnosisLike(Protocol):
 
     def shows(self, scenario_id: str) -> bool:
         """Whether the log shows that scenario's crash (``triage.Diagnosis.shows``)."""
+
+    def reached(self, scenario_id: str) -> bool:
+        """Whether the log shows that scenario's code path entered (``Diagnosis.reached``)."""
+
+    @property
+    def facts(self) -> Mapping[str, str]:
+        """What the engine stated it chose and sized (``triage.facts``)."""
 
 
 @dataclass(frozen=True)
@@ -75,11 +90,17 @@ class HarnessStatus:
 
 @dataclass(frozen=True)
 class Decision:
-    """An outcome, why, and the root cause behind it (None when nothing failed)."""
+    """An outcome, why, and the root cause behind it (None when nothing failed).
+
+    ``reached``: whether the code path of every scenario the cell tests that makes a
+    claim about it (``Scenario.reached``) was shown entered; None when none makes one
+    or the engine never ran.
+    """
 
     outcome: Outcome
     reason: str
     root_cause: RootCause | None = None
+    reached: bool | None = None
 
 
 def parse_status(log: bytes) -> HarnessStatus | None:
@@ -165,6 +186,13 @@ def decide(
         return infra_error(execution.infra_error)
     if cell.level is Level.PROBE:
         return _decide_probe(execution, status, diagnosis)
+    decision = _decide_engine(cell, execution, status, diagnosis)
+    return replace(decision, reached=reached(cell, diagnosis))
+
+
+def _decide_engine(
+    cell: Cell, execution: Execution, status: HarnessStatus | None, diagnosis: DiagnosisLike
+) -> Decision:
     cause = diagnosis.root_cause
     shown = hit_scenario(cell, diagnosis)
     if shown is not None:
@@ -173,9 +201,60 @@ def decide(
         return _timeout(cell, cause)
     if execution.oom_killed:
         return Decision(Outcome.OTHER_FAILURE, OOM_CAUSE.line, cause or OOM_CAUSE)
+    unreached = not_reached(cell, diagnosis)
     if status is not None and status.ready and status.answered and not execution.stopped_early:
+        if unreached and cell.variant.needs_reach:
+            return Decision(Outcome.NOT_REACHED, _not_reached_reason(unreached, diagnosis))
         return Decision(Outcome.AVOIDED, "ready and answered; the signature never appeared")
-    return Decision(Outcome.OTHER_FAILURE, _failure_reason(execution, status, cause), cause)
+    reason = _failure_reason(execution, status, cause)
+    if unreached:
+        reason += f" (the code path of {', '.join(s.id for s in unreached)} was not reached)"
+    return Decision(Outcome.OTHER_FAILURE, reason, cause)
+
+
+def claims(cell: Cell) -> tuple[Scenario, ...]:
+    """The scenarios this cell tests that say what shows their code path entered."""
+    if cell.level is Level.PROBE:
+        return ()
+    return tuple(s for s in cell.watched if s.reached and not s.baseline)
+
+
+def reached(cell: Cell, diagnosis: DiagnosisLike) -> bool | None:
+    """Whether every claiming scenario's code path was shown entered (None: no claim)."""
+    claiming = claims(cell)
+    if not claiming:
+        return None
+    return all(diagnosis.reached(s.id) for s in claiming)
+
+
+def not_reached(cell: Cell, diagnosis: DiagnosisLike) -> tuple[Scenario, ...]:
+    """The claiming scenarios whose code path the log does not show entered."""
+    return tuple(s for s in claims(cell) if not diagnosis.reached(s.id))
+
+
+def _not_reached_reason(unreached: tuple[Scenario, ...], diagnosis: DiagnosisLike) -> str:
+    """Why the cell did not test the crash: the evidence looked for, and what was stated."""
+    wanted = "; ".join(f"{s.id}: {_evidence(s)}" for s in unreached)
+    stated = [
+        f"{test.fact} {diagnosis.facts[test.fact]}"
+        for s in unreached
+        for test in s.reached
+        if isinstance(test, FactTest) and test.fact in diagnosis.facts
+    ]
+    said = f"; the engine stated {', '.join(dict.fromkeys(stated))}" if stated else ""
+    return f"ready and answered, but the crash's code path was not shown reached ({wanted}){said}"
+
+
+def _evidence(scenario: Scenario) -> str:
+    """The scenario's reached evidence in words: ``a line `...` or compilation_mode ...``."""
+    words = []
+    for entry in scenario.reached:
+        if isinstance(entry, Signature):
+            where = f" from {entry.process}" if entry.process else ""
+            words.append(f"a line `{entry.pattern}`{where}")
+        else:
+            words.append(describe(entry))
+    return " or ".join(words)
 
 
 def hit_scenario(cell: Cell, diagnosis: DiagnosisLike) -> str | None:

@@ -8,10 +8,11 @@ hold escape sequences that a terminal would act on.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from repromatrix.results.store import RootCause
+from repromatrix.triage.facts import NO_FACTS, EngineFacts
 from repromatrix.triage.fixes import FlagFix
 from repromatrix.visible import visible
 
@@ -48,6 +49,9 @@ class Diagnosis:
     are the first requests the running server refused (``requests_refused`` counts
     them all): never the root cause, whatever else the log shows. ``fix_flags`` are the
     catalogue's fix for the cause as flag and environment changes, one workaround each.
+    ``facts`` is what the engine stated it chose and sized (``triage.facts``);
+    ``reached_seen`` names the scenarios whose ``reached`` evidence (a line or a fact)
+    the log holds.
     """
 
     root_cause: RootCause | None
@@ -67,6 +71,8 @@ class Diagnosis:
     notes: tuple[str, ...] = ()
     request_errors: tuple[RequestError, ...] = ()
     requests_refused: int = 0
+    facts: EngineFacts = field(default_factory=lambda: NO_FACTS)
+    reached_seen: tuple[str, ...] = ()
 
     @property
     def category(self) -> str | None:
@@ -87,6 +93,11 @@ class Diagnosis:
         catalogue and the runner with a cell's scenarios agree; ``run.outcome`` calls it.
         """
         return scenario_id in self.scenarios_seen or self.scenario == scenario_id
+
+    def reached(self, scenario_id: str) -> bool:
+        """Whether this log shows ``scenario_id``'s code path entered: its crash shown, or any
+        of its ``reached`` evidence seen (the runner's ``not_reached`` asks this)."""
+        return self.shows(scenario_id) or scenario_id in self.reached_seen
 
     @property
     def layer(self) -> str | None:
@@ -116,6 +127,8 @@ class Diagnosis:
             "notes": list(self.notes),
             "request_errors": [asdict(error) for error in self.request_errors],
             "requests_refused": self.requests_refused,
+            "facts": dict(self.facts),
+            "reached": list(self.reached_seen),
         }
 
 
@@ -151,6 +164,7 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
     if diagnosis.excerpt:
         parts += ["Excerpt:", *(_indent_line(line, "  | ") for line in diagnosis.excerpt)]
     parts += _refused(diagnosis)
+    parts += _facts_lines(diagnosis)
     return visible("\n".join(parts), multiline=True) + "\n"
 
 
@@ -162,6 +176,7 @@ def _no_cause(diagnosis: Diagnosis) -> str:
     if diagnosis.last_errors and not diagnosis.requests_refused:
         parts += ["Last error lines:", *(_indent_line(line) for line in diagnosis.last_errors)]
     parts += _refused(diagnosis)
+    parts += _facts_lines(diagnosis)
     parts.append(f"({diagnosis.lines_read} lines read)")
     return visible("\n".join(parts), multiline=True) + "\n"
 
@@ -176,6 +191,14 @@ def _refused(diagnosis: Diagnosis) -> list[str]:
     if diagnosis.requests_refused > len(diagnosis.request_errors):
         lines.append(f"  ... and {diagnosis.requests_refused - len(diagnosis.request_errors)} more")
     return lines
+
+
+def _facts_lines(diagnosis: Diagnosis) -> list[str]:
+    """What the engine stated, one ``name: value`` a line (nothing when it stated nothing)."""
+    if not diagnosis.facts:
+        return []
+    stated = (f"  {name}: {value}" for name, value in diagnosis.facts.items())
+    return ["The engine stated:", *stated]
 
 
 def _wrap(text: str) -> str:

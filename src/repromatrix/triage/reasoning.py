@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from repromatrix.model import Scenario
 from repromatrix.results.store import RootCause
 from repromatrix.triage.catalogue import Catalogue, Cause, Role
 from repromatrix.triage.diagnosis import Diagnosis, RequestError
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
+from repromatrix.triage.facts import NO_FACTS, EngineFacts
 from repromatrix.triage.logmodel import Line, is_compiler_error
 from repromatrix.triage.signatures import ScenarioSignatures
 
@@ -69,7 +70,7 @@ _REFUSED_FIX = (
 
 
 @dataclass(frozen=True)
-class LogFacts:
+class LogReading:
     """What the reader learnt about the log besides its findings."""
 
     lines_read: int = 0
@@ -81,6 +82,8 @@ class LogFacts:
     notes: tuple[str, ...] = ()
     request_errors: tuple[RequestError, ...] = ()  # the first requests the server refused
     requests_refused: int = 0  # how many it refused in all
+    facts: EngineFacts = field(default_factory=lambda: NO_FACTS)  # what the engine stated
+    reached_seen: tuple[str, ...] = ()  # scenarios whose reached evidence was seen
 
 
 def rank(finding: Finding, catalogue: Catalogue) -> Tier:
@@ -163,17 +166,17 @@ def _past_lookups(first: Finding, live: Sequence[Finding]) -> Finding:
 
 def diagnose(
     findings: Sequence[Finding],
-    facts: LogFacts,
+    reading: LogReading,
     catalogue: Catalogue,
     signatures: ScenarioSignatures,
 ) -> Diagnosis:
-    """Name the root cause of the log described by ``findings`` and ``facts``."""
+    """Name the root cause of the log described by ``findings`` and ``reading``."""
     root = choose(findings, catalogue)
     if root is None:
-        return _without_cause(facts)
+        return _without_cause(reading)
     cause = _category(root, catalogue)
     scenario = signatures.scenario_of(root.evidence(), root.process)
-    layer = cause.layer if cause and cause.layer else _phase(root, facts)
+    layer = cause.layer if cause and cause.layer else _phase(root, reading)
     line, message = stated_by(root)
     root_cause = RootCause(
         line=line.raw,
@@ -192,17 +195,19 @@ def diagnose(
         fix_flags=cause.fix_flags if cause else (),
         workarounds=_workarounds(scenario),
         excerpt=excerpt(root),
-        last_errors=facts.last_errors,
-        signature_seen=facts.signature_seen,
+        last_errors=reading.last_errors,
+        signature_seen=reading.signature_seen,
         title=cause.title if cause else None,
         scenario_title=scenario.title if scenario else None,
         line_number=line.number,
-        scenarios_seen=facts.scenarios_seen,
-        final_error=facts.final_error,
-        lines_read=facts.lines_read,
-        notes=facts.notes,
-        request_errors=facts.request_errors,
-        requests_refused=facts.requests_refused,
+        scenarios_seen=reading.scenarios_seen,
+        final_error=reading.final_error,
+        lines_read=reading.lines_read,
+        notes=reading.notes,
+        facts=reading.facts,
+        reached_seen=reading.reached_seen,
+        request_errors=reading.request_errors,
+        requests_refused=reading.requests_refused,
     )
 
 
@@ -218,21 +223,16 @@ def with_oom_kill(diagnosis: Diagnosis, catalogue: Catalogue) -> Diagnosis:
         category="host_oom",
         layer=diagnosis.layer or "engine_startup",
     )
-    return Diagnosis(
+    return replace(
+        diagnosis,
         root_cause=cause,
         explanation=entry.explanation if entry else "",
         fix=entry.fix if entry else "",
         fix_flags=entry.fix_flags if entry else (),
-        excerpt=diagnosis.excerpt,
-        last_errors=diagnosis.last_errors,
-        signature_seen=diagnosis.signature_seen,
+        workarounds=(),
         title=entry.title if entry else None,
-        scenarios_seen=diagnosis.scenarios_seen,
-        final_error=diagnosis.final_error,
-        lines_read=diagnosis.lines_read,
-        notes=diagnosis.notes,
-        request_errors=diagnosis.request_errors,
-        requests_refused=diagnosis.requests_refused,
+        scenario_title=None,
+        line_number=None,
     )
 
 
@@ -279,8 +279,8 @@ def excerpt(finding: Finding) -> tuple[str, ...]:
     return tuple(_clip(line) for line in lines[-MAX_EXCERPT:])
 
 
-def _phase(finding: Finding, facts: LogFacts) -> str:
-    ready = facts.ready_line is not None and finding.line.number > facts.ready_line
+def _phase(finding: Finding, reading: LogReading) -> str:
+    ready = reading.ready_line is not None and finding.line.number > reading.ready_line
     return "first_request" if ready else "engine_startup"
 
 
@@ -312,36 +312,40 @@ def _workarounds(scenario: Scenario | None) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _without_cause(facts: LogFacts) -> Diagnosis:
-    fix = _NO_CAUSE_FIX if facts.final_error or facts.last_errors else ""
-    if facts.notes:
+def _without_cause(reading: LogReading) -> Diagnosis:
+    fix = _NO_CAUSE_FIX if reading.final_error or reading.last_errors else ""
+    if reading.notes:
         explanation = "This input does not look like a text log; it was not read."
-    elif facts.requests_refused:
-        refused = facts.requests_refused
+    elif reading.requests_refused:
+        refused = reading.requests_refused
         explanation = (
             f"The server started and served requests; {refused} "
             f"{'request was' if refused == 1 else 'requests were'} refused (request errors, "
             "not a failure of the server or of its start-up)."
         )
         fix = _REFUSED_FIX
-    elif facts.final_error:
+    elif reading.final_error:
         explanation = _NO_CAUSE
-    elif facts.last_errors:
+    elif reading.last_errors:
         explanation = "The error lines below name no cause triage recognises."
     else:
-        explanation = "No error was found in this log." if facts.lines_read else "The log is empty."
+        explanation = (
+            "No error was found in this log." if reading.lines_read else "The log is empty."
+        )
     return Diagnosis(
         root_cause=None,
         explanation=explanation,
         fix=fix,
-        last_errors=facts.last_errors,
-        signature_seen=facts.signature_seen,
-        scenarios_seen=facts.scenarios_seen,
-        final_error=facts.final_error,
-        lines_read=facts.lines_read,
-        notes=facts.notes,
-        request_errors=facts.request_errors,
-        requests_refused=facts.requests_refused,
+        last_errors=reading.last_errors,
+        signature_seen=reading.signature_seen,
+        scenarios_seen=reading.scenarios_seen,
+        final_error=reading.final_error,
+        lines_read=reading.lines_read,
+        notes=reading.notes,
+        facts=reading.facts,
+        reached_seen=reading.reached_seen,
+        request_errors=reading.request_errors,
+        requests_refused=reading.requests_refused,
     )
 
 

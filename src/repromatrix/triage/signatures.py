@@ -1,7 +1,10 @@
 """Scenario signatures: the patterns of the scenario files, searched in a log.
 
 A signature is a regular expression searched in each line, optionally tied to
-the process that prints it (``EngineCore``, ``Worker``, ``APIServer``), compared
+the process that prints it. A scenario's ``reached`` lines are written and
+searched the same way (``ScenarioSignatures(scenarios, reached_lines)``); only
+what a hit means differs: the crash, or its code path entered. A pattern is tied
+to the process that prints it (``EngineCore``, ``Worker``, ``APIServer``), compared
 by family (``vllm_processes.same_process``). A line without a process prefix (a
 V0 log, a pasted excerpt) may have come from any process and so satisfies every
 process constraint.
@@ -14,11 +17,11 @@ per-line search finds.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from repromatrix.errors import ConfigError, Problem
-from repromatrix.model import Scenario
+from repromatrix.model import Scenario, Signature
 from repromatrix.triage.logmodel import Line
 from repromatrix.vllm_processes import same_process
 
@@ -31,20 +34,35 @@ class _Signature:
     process: str | None
 
 
-class ScenarioSignatures:
-    """The compiled signatures of a set of scenarios."""
+def signatures_of(scenario: Scenario) -> tuple[Signature, ...]:
+    """A scenario's signatures: the lines that show its crash."""
+    return scenario.signatures
 
-    def __init__(self, scenarios: Sequence[Scenario]) -> None:
+
+def reached_lines(scenario: Scenario) -> tuple[Signature, ...]:
+    """A scenario's ``reached`` lines: those that show its code path was entered."""
+    return tuple(entry for entry in scenario.reached if isinstance(entry, Signature))
+
+
+class ScenarioSignatures:
+    """The compiled signatures (or other line patterns, ``patterns``) of a set of scenarios."""
+
+    def __init__(
+        self,
+        scenarios: Sequence[Scenario],
+        patterns: Callable[[Scenario], Sequence[Signature]] = signatures_of,
+    ) -> None:
         problems: list[Problem] = []
         compiled: list[_Signature] = []
         for scenario in scenarios:
-            for signature in scenario.signatures:
+            for signature in patterns(scenario):
                 try:
                     regex = re.compile(signature.pattern)
                     block = re.compile(signature.pattern, re.MULTILINE)
                 except re.error as exc:
                     where = scenario.file or scenario.id
-                    problems.append(Problem(where, 0, 0, f"bad signature pattern: {exc}"))
+                    message = f"bad pattern `{signature.pattern}`: {exc}"
+                    problems.append(Problem(where, 0, 0, message))
                     continue
                 compiled.append(_Signature(scenario, regex, block, signature.process))
         if problems:

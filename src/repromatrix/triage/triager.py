@@ -49,8 +49,8 @@ from typing import BinaryIO
 
 from repromatrix.harness.harness import PROTOCOL_PREFIX
 from repromatrix.harness.oomwatch import LINE_PREFIX as HARNESS_LINE
-from repromatrix.model import Scenario
-from repromatrix.triage import reasoning
+from repromatrix.model import FactTest, Scenario
+from repromatrix.triage import facts, reasoning
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue, required_literals
 from repromatrix.triage.diagnosis import Diagnosis, RequestError
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
@@ -70,7 +70,7 @@ from repromatrix.triage.logmodel import (
     parse_line,
     reparse,
 )
-from repromatrix.triage.signatures import ScenarioSignatures
+from repromatrix.triage.signatures import ScenarioSignatures, reached_lines
 from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader, is_traceback_line
 from repromatrix.vllm_processes import same_process
 
@@ -88,6 +88,9 @@ READY_MARKERS = (
     "init engine (profile, create kv cache, warmup model) took",
 )
 _READY_BYTES = tuple(m.encode() for m in READY_MARKERS)
+# The API server is up and start-up is over: uvicorn says so once everything (the engine, the
+# LoRA modules, the multimodal warm-up) is done. Facts and reached lines are start-up's.
+SERVING_MARKERS = (b"Application startup complete", b"Uvicorn running on")
 _OWN_PROTOCOL = PROTOCOL_PREFIX
 _LISTING = re.compile(r"-+> *\d+ ")
 READ_CHUNK = 1 << 20  # what a whole log is read in: memory stays bounded
@@ -136,6 +139,13 @@ class Triager:
     ) -> None:
         self._catalogue = catalogue or builtin_catalogue()
         self._signatures = ScenarioSignatures(scenarios)
+        # What shows a scenario's code path entered: lines searched like signatures, and
+        # tests of the facts the engine states (``triage.facts``), judged at the end.
+        self._reached_lines = ScenarioSignatures(scenarios, reached_lines)
+        self._reached_facts = tuple(
+            (s.id, test) for s in scenarios for test in s.reached if isinstance(test, FactTest)
+        )
+        self._facts = facts.FactReader()
         self._warnings = WarningFilter(self._catalogue)
         self._splitter = LineSplitter()
         self._reader = TracebackReader()
@@ -161,11 +171,13 @@ class Triager:
         self._source = ByteSource()
         self._bytes_read = 0
         self._ready_line: int | None = None
+        self._serving_line: int | None = None  # the line that says the server serves
         self._fatal_seen = False
         self._cause_seen = False
         self._final_error: str | None = None
         self._last_errors: deque[str] = deque(maxlen=MAX_LAST_ERRORS)
         self._scenarios_seen: dict[str, None] = {}
+        self._reached_seen: dict[str, None] = {}
 
     @property
     def terminal(self) -> bool:
@@ -195,9 +207,11 @@ class Triager:
             self._split(rest)
         tail = self._splitter.flush()
         if tail is not None:
+            self._read_facts(tail)
             self._lines([tail])
         findings = [*self._findings, *self._truncated()]
-        diagnosis = reasoning.diagnose(findings, self._facts(), self._catalogue, self._signatures)
+        reading = self._reading()
+        diagnosis = reasoning.diagnose(findings, reading, self._catalogue, self._signatures)
         return reasoning.with_oom_kill(diagnosis, self._catalogue) if oom_killed else diagnosis
 
     # -- reading ----------------------------------------------------------------------
@@ -205,9 +219,11 @@ class Triager:
     def _split(self, data: bytes) -> None:
         head, block = self._splitter.split(data)
         if head is not None:
+            self._read_facts(head)
             self._lines([head])
         if block is None:
             return
+        self._read_facts(block)
         lines = block.split(b"\n")
         if self._block_needs_lines(block):
             self._lines(lines)
@@ -228,14 +244,48 @@ class Triager:
         self._last_raw = lines[-1]
 
     def _block_needs_lines(self, block: bytes) -> bool:
-        """Whether a quiet line of ``block`` may matter (a readiness marker, a signature)."""
+        """Whether a quiet line of ``block`` may matter (a readiness marker, a signature, a
+        reached line)."""
         if self._ready_line is None and any(m in block for m in _READY_BYTES):
             return True
         if self._unanswered and b"HTTP/" in block:
             return True
-        if not self._signatures:
-            return False
-        return self._signatures.block_may_hit(block.decode("utf-8", "replace"))
+        if self._starting and any(m in block for m in SERVING_MARKERS):
+            return True
+        return self._watched and self._may_hit(block.decode("utf-8", "replace"))
+
+    @property
+    def _watched(self) -> bool:
+        """Whether any line pattern is watched for (signatures or reached lines)."""
+        return bool(self._signatures) or bool(self._reached_lines)
+
+    @property
+    def _starting(self) -> bool:
+        """Whether the server has not said it is serving yet (``SERVING_MARKERS``).
+
+        The engine states what it chose and sized, and enters a crash's code path, while
+        it starts; after that, facts and reached lines are no longer searched for (a log
+        can be gigabytes of requests). Lines are judged in order, whatever the chunks.
+        """
+        return self._serving_line is None
+
+    def _read_facts(self, lines: bytes) -> None:
+        """Read the facts of ``lines`` before the line that says the server is serving."""
+        if not self._starting:
+            return
+        serving = [at for at in map(lines.find, SERVING_MARKERS) if at >= 0]
+        if serving:
+            lines = lines[: lines.rfind(b"\n", 0, min(serving)) + 1]
+        self._facts.feed(lines)
+
+    def _note_serving(self, number: int, raw: bytes) -> None:
+        if self._serving_line is None and any(m in raw for m in SERVING_MARKERS):
+            self._serving_line = number
+
+    def _may_hit(self, text: str) -> bool:
+        if self._signatures.block_may_hit(text):
+            return True
+        return self._starting and self._reached_lines.block_may_hit(text)
 
     def _lines(self, lines: list[bytes]) -> None:
         """Read every line, quiet ones included."""
@@ -252,7 +302,7 @@ class Triager:
     def _skippable_warning(self, raw: bytes) -> bool:
         if not self._warnings.skippable(raw):
             return False
-        return not self._signatures or not self._signatures.block_may_hit(decode(raw))
+        return not self._watched or not self._may_hit(decode(raw))
 
     def _quiet(self, number: int, raw: bytes) -> None:
         if self._ready_line is None and any(m in raw for m in _READY_BYTES):
@@ -261,9 +311,12 @@ class Triager:
             status = http_status(raw)
             if status is not None:
                 self._answered(status)
-        if self._signatures:
+        self._note_serving(number, raw)
+        if self._watched:
             line = parse_line(number, decode(raw))
             self._saw_scenarios(self._signatures.line_hits(line, quiet=True))
+            if self._starting:
+                self._saw_reached(self._reached_lines.line_hits(line, quiet=True))
 
     def _line(self, number: int, raw: bytes, before: bytes | None = None) -> None:
         """Read a line that is not INFO or DEBUG; ``before`` is the raw line before it."""
@@ -278,10 +331,13 @@ class Triager:
             return
         if self._ready_line is None and any(m in line.raw for m in READY_MARKERS):
             self._ready_line = number
+        self._note_serving(number, raw)
         if self._dump_piece(line, before):
             return
         hits = self._signatures.line_hits(line, quiet=False) if self._signatures else ()
         self._saw_scenarios(hits)
+        if self._reached_lines and self._starting:
+            self._saw_reached(self._reached_lines.line_hits(line, quiet=False))
         adjacent = number == self._adjacent + 1
         if not line.text.strip():
             # Blank lines (doubled in many pastes) neither end a message nor start one.
@@ -568,6 +624,10 @@ class Triager:
         for scenario_id in ids:
             self._scenarios_seen[scenario_id] = None
 
+    def _saw_reached(self, ids: tuple[str, ...]) -> None:
+        for scenario_id in ids:
+            self._reached_seen[scenario_id] = None
+
     def _truncated(self) -> list[Finding]:
         """Asserts that end tracebacks the log cut off (read at the end, not kept)."""
         found: list[Finding] = []
@@ -576,12 +636,14 @@ class Triager:
             found.append(_of_raised(raised, self._next_seq(), stream, None))
         return found
 
-    def _facts(self) -> reasoning.LogFacts:
+    def _reading(self) -> reasoning.LogReading:
         notes = ("the input is not text: it holds binary data",) if self._source.binary else ()
         # A refused request's message that turned out to introduce its traceback (V0 prints
         # the message first) is not listed apart: the exception ending it is.
         shown = [f for f in self._refused if not f.header]
-        return reasoning.LogFacts(
+        stated = self._facts.facts
+        by_fact = [sid for sid, test in self._reached_facts if facts.holds(test, stated)]
+        return reasoning.LogReading(
             request_errors=tuple(_request_error(f) for f in shown),
             requests_refused=self._refusals - (len(self._refused) - len(shown)),
             lines_read=self._number,
@@ -591,6 +653,8 @@ class Triager:
             signature_seen=bool(self._scenarios_seen),
             scenarios_seen=tuple(self._scenarios_seen),
             notes=notes,
+            facts=stated,
+            reached_seen=tuple(dict.fromkeys([*self._reached_seen, *by_fact])),
         )
 
 

@@ -132,6 +132,8 @@ def test_kv_cache_too_small_is_a_real_hit(cpu_run, version: str):
     assert result.root_cause.process == "EngineCore"
     assert "To serve at least one request with the model's max seq len" in result.root_cause.line
     assert not result.ready and not result.answered
+    assert result.reached is True  # the signature is the code path's own evidence
+    assert result.facts["vllm_version"] == version  # the engine's own statement
     assert result.version == version  # read inside the image: the cell was cut short
     log = (results.cell_dir(cpu_run.run_dir, result.id) / results.LOG_FILE).read_text()
     assert f"version {version}" in log  # vLLM's own banner: the image's real version ran
@@ -144,6 +146,9 @@ def test_the_workaround_is_really_avoided(cpu_run, version: str):
     assert result.ready and result.answered
     assert result.flags["max_model_len"] == 64
     assert result.version == version
+    # The engine sized the KV cache it was short of before (the scenario's reached evidence).
+    assert result.facts["kv_cache_tokens"] == "128"
+    assert result.reached is True
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -152,6 +157,9 @@ def test_the_healthy_baseline_serves_a_completion(cpu_run, version: str):
     assert result.outcome is Outcome.AVOIDED, result.reason
     assert result.answered and result.timings.ready_s > 0 and result.timings.request_s > 0
     assert result.version == version
+    assert result.reached is None  # a baseline predicting no crash makes no claim
+    assert result.facts["compilation_mode"] == "DYNAMO_TRACE_ONCE"
+    assert result.facts["kv_cache_tokens"] == "65536"
     assert result.image_digest is not None and result.image_digest.startswith("sha256:")
 
 

@@ -108,6 +108,19 @@ def test_an_image_variant_has_its_own_key_dockerfile_and_tag():
     )
 
 
+def test_the_image_without_a_compiler_purges_g_plus_plus_last():
+    cells = zoo_cells("cpu-compiler-missing")
+    variant, normal = cells["trigger"].image, cells["with-compiler"].image
+    assert (variant.key, normal.key) == ("cpu-0.32.0-no-compiler", "cpu-0.32.0")
+    assert cells["enforce-eager"].image == variant
+    runtime = load_matrix(REPO / "matrix.yaml").lanes[Lane.CPU].runtime
+    purged = render_files(variant, runtime)["Dockerfile"].decode()
+    plain = render_files(normal, runtime)["Dockerfile"].decode()
+    assert "RUN dpkg --purge --force-depends g++\n" in purged
+    assert "dpkg --purge" not in plain
+    assert instructions(purged.split("RUN dpkg")[0]) == instructions(plain.split("\nENV ")[0])
+
+
 def instructions(dockerfile: str) -> list[str]:
     return [line for line in dockerfile.splitlines() if line and not line.startswith("#")]
 
@@ -138,7 +151,7 @@ def test_bad_container_options_are_each_reported(tmp_path: Path):
         load_scenario(write(tmp_path, "bad.yaml", BAD))
     text = str(info.value)
     assert "`shm_size` must be a size like `2g` or `512m`" in text
-    assert "unknown image variant `no-libnum`: one of no-libnuma. Perhaps you meant" in text
+    assert "unknown image variant `no-libnum`: one of no-libnuma, no-compiler. Perhaps" in text
     assert "`port_taken`" in text
     assert "swap" in text
     assert "a variant must change something: `flags`, `env`, `model_files`, `container`" in text

@@ -51,7 +51,9 @@ def test_the_zoo_folder_plans_alone_with_a_hit_and_an_avoided_per_scenario_and_v
     for version in ("0.27.1", "0.30.0", "0.31.0", "0.32.0"):
         for scenario in ids:
             mine = [c for c in cells if c.image.tag == version and c.scenario.id == scenario]
-            assert sorted(c.expected for c in mine) == [Expected.AVOIDED, Expected.HIT]
+            # One of each at least: cpu-compiler-missing adds a control expected to hit that
+            # does not test the crash (eager mode compiles nothing).
+            assert {c.expected for c in mine} == {Expected.AVOIDED, Expected.HIT}
 
 
 @pytest.mark.usefixtures("in_repo")
@@ -153,8 +155,8 @@ def test_preparing_the_zoo_asks_for_each_adapter_rank_and_makes_each_folder(
     cells = [c for c in zoo_cells() if c.image.tag == "0.32.0"]
     tiny_folder(tmp_path)
     backend = RecordingBackend()
-    # Every image the cells need (the no-libnuma variant is an image of its own), made as
-    # a run makes them; the model is made by the first image job, with every rank.
+    # Every image the cells need (the no-libnuma and no-compiler variants are images of their
+    # own), made as a run makes them; the model is made by the first image job, with every rank.
     jobs = ImageJobs(
         backend,  # type: ignore[arg-type]
         cells,
@@ -163,7 +165,7 @@ def test_preparing_the_zoo_asks_for_each_adapter_rank_and_makes_each_folder(
     )
     made = {key: jobs.make(key) for key in jobs.images}
     contexts = {c.id: cell_context(c, made[c.image.key], tmp_path) for c in cells}
-    assert len(jobs.images) == 2
+    assert len(jobs.images) == 3
     assert [list(ranks) for ranks in backend.ranks] == [[8, 64]]
     tiny = tiny_model_for(cells[0].model, tmp_path)
     lora = contexts[cell(cells, "0.32.0", "cpu-lora-rank-above-max", "trigger").id]

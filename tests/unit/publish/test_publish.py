@@ -17,7 +17,9 @@ from repromatrix.model import Outcome
 from repromatrix.publish.site import cell_page
 from repromatrix.publish.site import publish as site_publish
 from repromatrix.reports.findings import ReportOptions
+from repromatrix.results.store import write_result
 from support import paths
+from support.reach import NOT_COMPILED, decided
 from support.upgrade import cpu_probes, gpu_run, schema, write_gpu_run
 
 REPO = paths.ROOT
@@ -149,3 +151,22 @@ def test_baseline_and_candidate_go_together(
     assert "--baseline and --candidate go together" in capsys.readouterr().err
     assert main(["report", str(run), "--baseline", "v0.31.0", "--candidate", "v0.32.0"]) == 0
     assert "## What changes if we move from v0.31.0 to v0.32.0" in (run / "compat.md").read_text()
+
+
+def test_a_cell_page_shows_what_the_engine_stated_and_whether_it_reached_the_path(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "results" / "reach"
+    untested = decided("0.32.0", NOT_COMPILED)
+    write_result(run, untested, NOT_COMPILED.read_bytes())
+    out = tmp_path / "site"
+    assert (
+        main(["publish", str(run), "--out", str(out), "--scenarios", str(REPO / "scenarios")]) == 0
+    )
+    history = json.loads((out / "history.json").read_text())
+    jsonschema.validate(history, schema("history.schema.json"))
+    page = " ".join(" ".join(parse(out / cell_page("reach", untested.id)).text).split())
+    assert "not reached (expected hit; verdict unknown)" in page
+    assert "its code path was not shown entered" in page
+    assert "compilation_mode NONE" in page
+    assert "kv_cache_tokens 65536" in page

@@ -134,7 +134,7 @@ def test_text_answer() -> None:
 
 def test_json_answer() -> None:
     document = to_json(diff(cpu_results(), "0.31.0", "0.32.0"))
-    assert document["schema_version"] == 2
+    assert document["schema_version"] == 3
     assert document["worse"] is False
     assert document["counts"] == {
         "newly_hit": 0,

@@ -205,6 +205,7 @@ def test_every_outcome_maps_to_one_result_element(tmp_path: Path) -> None:
         "infra_error": ["Error"],
         "skipped": ["Skipped"],
         "unreachable": ["Skipped"],
+        "not_reached": ["Skipped"],
     }
 
 

@@ -23,7 +23,7 @@ from support.reports import KV_CAUSE, MOE_CAUSE, result
 
 H, A, U = Expected.HIT, Expected.AVOIDED, Expected.UNKNOWN
 
-# The whole decision table: 7 outcomes x 3 expectations.
+# The whole decision table: 8 outcomes x 3 expectations.
 TABLE = [
     (Outcome.HIT, H, Verdict.PASS),
     (Outcome.HIT, A, Verdict.OUTSIDE_RANGE),  # on its own: no sign it was ever fixed
@@ -46,6 +46,10 @@ TABLE = [
     (Outcome.UNREACHABLE, H, Verdict.UNREACHABLE),
     (Outcome.UNREACHABLE, A, Verdict.UNREACHABLE),
     (Outcome.UNREACHABLE, U, Verdict.UNREACHABLE),
+    # The engine served but the crash's code path was not shown entered: nothing decided.
+    (Outcome.NOT_REACHED, H, Verdict.UNKNOWN),
+    (Outcome.NOT_REACHED, A, Verdict.UNKNOWN),
+    (Outcome.NOT_REACHED, U, Verdict.UNKNOWN),
 ]
 
 

@@ -1,7 +1,8 @@
 """Precision: real logs of healthy starts give no root cause.
 
 tests/data/logs/healthy holds real logs of the CPU lane's cells whose engine
-started and answered a completion (outcome ``avoided``), across vLLM versions.
+started and answered a completion (outcome ``avoided``, or ``not_reached`` where the
+engine never took its scenario's path), across vLLM versions.
 Their WARNING lines, config dumps and the noise of the harness stopping the
 server (vLLM's shutdown force-kills the EngineCore: an EngineDeadError in the
 output handler) must not be taken for a cause, with or without the documented

