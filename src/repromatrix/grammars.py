@@ -38,6 +38,9 @@ MAX_NAME = 255
 SUITE = re.compile(r"[a-z][a-z0-9-]{0,63}")
 # A Debian package name (Debian policy 5.6.1).
 APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+# A Hugging Face revision: a branch, a tag (``v1.0``, ``refs/pr/1``) or a commit. It names a
+# file under the cache's ``refs/`` and follows ``--revision``: no ``..``, no empty segment.
+REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*")
 # A run's id names its folder under --results: no separator, no dot first (``..``), 64 at most.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 MIRROR_SCHEMES = ("http", "https", "file")
@@ -104,6 +107,14 @@ def check_model_source(value: str) -> str | None:
     if value.startswith("-"):
         return "it starts with `-` and would be read as an option"
     return None
+
+
+def check_revision(value: str) -> str | None:
+    """A Hugging Face revision (branch, tag or commit): it names a file under the cache's
+    ``refs/`` and follows ``--revision``."""
+    if REVISION.fullmatch(value) and ".." not in value and len(value) <= MAX_NAME:
+        return None
+    return _text_problem(value) or "it is not a branch, tag or commit like main or v1.0"
 
 
 def check_suite(value: str) -> str | None:

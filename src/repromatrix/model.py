@@ -130,6 +130,7 @@ class Adapter:
     source: str | None = None  # HF repo id
     path: str | None = None  # absolute host folder, mounted read-only
     line: int = 0  # where matrix.yaml gives it, for errors
+    revision: str | None = None  # the repo's branch, tag or commit (None: main)
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ class Model:
     path: str | None = None  # GPU lane: a local folder instead of a repo id
     adapters: tuple[Adapter, ...] = ()
     path_line: int = 0  # where matrix.yaml gives ``path``, for errors
+    revision: str | None = None  # GPU lane: the repo's branch, tag or commit (None: main)
 
     @property
     def dtype_bytes(self) -> int:
