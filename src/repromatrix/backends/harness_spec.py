@@ -81,7 +81,7 @@ ENVIRONMENT_ARGV = ("python3", "-m", "vllm.collect_env")
 # How the published images' entrypoints start the OpenAI server: the CLI's subcommand (its
 # positional argument is the model), or the module (older tags).
 SERVE = ("vllm", "serve")
-SERVER_MODULE = ("-m", harness.SERVER_MODULE)
+MODULE_LAUNCH = ("-m", harness.SERVER_MODULE)
 
 
 def server_launcher(entrypoint: Sequence[str] | None) -> tuple[str, ...]:
@@ -95,7 +95,7 @@ def server_launcher(entrypoint: Sequence[str] | None) -> tuple[str, ...]:
     argv = tuple(str(part) for part in entrypoint or ())
     if len(argv) >= 2 and PurePosixPath(argv[-2]).name == SERVE[0] and argv[-1] == SERVE[1]:
         return argv
-    if len(argv) >= 3 and argv[-2:] == SERVER_MODULE:
+    if len(argv) >= 3 and argv[-2:] == MODULE_LAUNCH:
         return argv
     return ()
 

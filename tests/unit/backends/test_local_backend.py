@@ -97,6 +97,24 @@ def test_the_cell_never_gets_the_token_and_one_it_prints_is_redacted(tmp_path: P
     assert b"hf_s3" not in b"".join(seen) and b"<redacted>" in b"".join(seen)
 
 
+def test_the_environment_report_runs_vllms_collector_offline_without_secrets(
+    tmp_path: Path,
+) -> None:
+    # A stand-in for the venv's python: says how it was called and what it was given.
+    fake = tmp_path / "venv" / "bin" / "python3"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/sh\necho "argv $*"\necho "offline=$HF_HUB_OFFLINE token=[$HF_TOKEN]"\n')
+    fake.chmod(0o755)
+    environ = {"PATH": "/usr/bin:/bin", "HF_TOKEN": "hf_s3"}
+    backend = LocalBackend(tmp_path / "venvs", environ=environ, workdir=False)
+    report = backend.environment_report(Prepared("k", str(tmp_path / "venv")))
+    assert report.text == "argv -m vllm.collect_env\noffline=1 token=[]\n"
+    fake.write_text("#!/bin/sh\necho 'No module named vllm.collect_env'\nexit 1\n")
+    failed = backend.environment_report(Prepared("k", str(tmp_path / "venv")))
+    assert failed.text is None and failed.error is not None
+    assert "exit code 1" in failed.error and "No module named" in failed.error
+
+
 # Real vLLM from here on: one engine start costs 20-40 s of both cores, so only a few.
 
 

@@ -137,9 +137,10 @@ def test_the_docker_container_gets_exactly_the_scheduled_gpus(tmp_path: Path):
     assert kwargs["environment"]["NVIDIA_VISIBLE_DEVICES"] == f"{UUIDS['2']},{UUIDS['3']}"
     rehearsal = replace(ContainerSettings(), devices=False)
     backend.settings[Lane.GPU] = rehearsal
-    assert "device_requests" not in backend.call_for(
-        gpu, {}, Prepared("k", "i"), placement
-    ).create_kwargs()
+    assert (
+        "device_requests"
+        not in backend.call_for(gpu, {}, Prepared("k", "i"), placement).create_kwargs()
+    )
 
 
 def test_the_pool_lends_the_runs_gpus_as_every_other_stage_sees_them(
