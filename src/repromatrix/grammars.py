@@ -44,6 +44,9 @@ MAX_NAME = 255
 SUITE = re.compile(r"[a-z][a-z0-9-]{0,63}")
 # A Debian package name (Debian policy 5.6.1).
 APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+# A Hugging Face revision: a branch, a tag (``v1.0``, ``refs/pr/1``) or a commit. It names a
+# file under the cache's ``refs/`` and follows ``--revision``: no ``..``, no empty segment.
+REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*")
 MIRROR_SCHEMES = ("http", "https", "file")
 _REPEATS = (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT)
 _NO_BACKTRACK = (_sre_constants.POSSESSIVE_REPEAT, _sre_constants.ATOMIC_GROUP)
@@ -118,6 +121,14 @@ def check_model_source(value: str) -> str | None:
     if value.startswith("-"):
         return "it starts with `-` and would be read as an option"
     return None
+
+
+def check_revision(value: str) -> str | None:
+    """A Hugging Face revision (branch, tag or commit): it names a file under the cache's
+    ``refs/`` and follows ``--revision``."""
+    if REVISION.fullmatch(value) and ".." not in value and len(value) <= MAX_NAME:
+        return None
+    return _text_problem(value) or "it is not a branch, tag or commit like main or v1.0"
 
 
 def check_suite(value: str) -> str | None:

@@ -159,6 +159,7 @@ class Adapter:
     source: str | None = None  # HF repo id
     path: str | None = None  # absolute host folder, mounted read-only
     line: int = 0  # where matrix.yaml gives it, for errors
+    revision: str | None = None  # the repo's branch, tag or commit (None: main)
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,7 @@ class Model:
     # linear-attention or KV-sharing layers, 0 to leave the KV cache out of estimates.
     full_attention_layers: int | None = None
     line: int = 0  # where matrix.yaml gives the model, for problems
+    revision: str | None = None  # GPU lane: the repo's branch, tag or commit (None: main)
 
     @property
     def dtype_bytes(self) -> int:

@@ -1,8 +1,10 @@
-"""The secrets a cell may need (``HF_TOKEN``), and how they are kept out of everything written.
+"""The host's secrets (``HF_TOKEN``), and how they are kept out of everything written.
 
-Secrets are read from the host environment when a cell starts and handed to
-it as environment variables only: never to a spec, a Dockerfile, a layer, a
-log, a result or the dry-run output.
+``repromatrix prepare`` is the one step that needs a secret: the hub client
+reads ``HF_TOKEN`` from its environment to fetch gated models. No cell is given
+one (its network is off): not a container, a local harness, a spec, a
+Dockerfile, a layer, a log, a result or the dry-run output. What the host has is
+still redacted wherever output goes, should a program print one.
 
 A process may print a token in two writes, so redaction works on the joined
 stream, never chunk by chunk: ``StreamRedactor`` holds back the end of what it

@@ -155,6 +155,16 @@ class Handler(BaseHTTPRequestHandler):
 HTTPServer((known.host, known.port), Handler).serve_forever()
 """
 
+# vLLM's console script as the images' entrypoint runs it (``vllm serve MODEL ...``): it says
+# how it was called, then serves as the stand-in module does.
+STANDIN_CLI = """#!{python}
+import json, runpy, sys
+print("standin cli " + json.dumps(sys.argv[1:]), flush=True)
+assert sys.argv[1] == "serve", sys.argv
+sys.argv = [sys.argv[0], "--model", sys.argv[2], *sys.argv[3:]]
+runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__")
+"""
+
 STANDIN_PROBE = """
 import json, sys
 params = json.loads(sys.argv[1])
@@ -166,7 +176,8 @@ print("@@repromatrix-probe " + json.dumps(result))
 
 
 def install_standin(root: Path) -> Path:
-    """Write the stand-in ``vllm`` package and a probes folder under ``root``; return root."""
+    """Write the stand-in ``vllm`` package, its console script (``bin/vllm``) and a probes
+    folder under ``root``; return root."""
     server = root / "vllm" / "entrypoints" / "openai"
     server.mkdir(parents=True)
     (root / "vllm" / "__init__.py").write_text(STANDIN_INIT)
@@ -178,6 +189,9 @@ def install_standin(root: Path) -> Path:
     (root / "vllm" / "lora" / "request.py").write_text(STANDIN_LORA)
     (root / "probes").mkdir()
     (root / "probes" / "standin_probe.py").write_text(STANDIN_PROBE)
+    (root / "bin").mkdir()
+    (root / "bin" / "vllm").write_text(STANDIN_CLI.format(python=sys.executable))
+    (root / "bin" / "vllm").chmod(0o755)
     return root
 
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends.base import Execution, Placement, Prepared, Watcher
+from repromatrix.backends.base import EnvironmentReport, Execution, Placement, Prepared, Watcher
 from repromatrix.model import Cell, Image, Model
 from repromatrix.models.tinymodel import TinyModel, tiny_model_for
 from repromatrix.results import store
 from repromatrix.run.cells import Pacing, run_cells
+from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import ModelNeed, model_needs
 from repromatrix.run.progress import Progress
@@ -39,6 +40,9 @@ class Recorder:
     make: Callable[[Image], Prepared] = lambda image: Prepared(image.key, f"img-{image.key}")
     # Why the GPUs of a placement are busy (None: idle), as the Docker backend would say.
     busy: Callable[[Placement], str | None] = lambda _placement: None
+    # What vLLM's environment collector prints in each image (None: it fails).
+    report: Callable[[Prepared], str | None] = lambda p: f"vLLM Version : in {p.image_key}\n"
+    reported: list[str] = field(default_factory=list)  # the image keys reports were made of
     models: list[tuple[str, str, tuple[int, ...]]] = field(default_factory=list)
     name: str = "recorder"
     running: dict[str, Placement | None] = field(default_factory=dict)
@@ -91,6 +95,12 @@ class Recorder:
     def vllm_version(self, prepared: Prepared) -> str | None:
         return f"version-in-{prepared.image_key}"
 
+    def environment_report(self, prepared: Prepared) -> EnvironmentReport:
+        with self.lock:
+            self.reported.append(prepared.image_key)
+        text = self.report(prepared)
+        return EnvironmentReport(text, None if text else "collect_env exited with code 1")
+
     def make_model(
         self, model: Model, prepared: Prepared, models_root: Path, lora_ranks: Sequence[int] = ()
     ) -> TinyModel:
@@ -112,12 +122,14 @@ def run(
     out: io.StringIO | None = None,
     pacing: Pacing | None = None,
     skips: Mapping[str, str] | None = None,
+    reports: EnvironmentReports | None = None,
 ) -> dict[str, int]:
     """The cell stage as a run calls it: the images made by image jobs of the same pool."""
     progress = Progress(len(cells), out=out or io.StringIO())
     return run_cells(
         backend, cells, skips or {}, host, RunFolder("t", tmp_path),
         models_root=tmp_path / "models", progress=progress, pacing=pacing or Pacing(),
+        reports=reports,
     )  # fmt: skip
 
 

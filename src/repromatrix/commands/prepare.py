@@ -1,15 +1,19 @@
 """``repromatrix prepare``: put what the selected cells read into the runner's HF cache.
 
-Run on the runner, with the network, before ``repromatrix run`` (whose cells stay
-offline). It checks every local model and adapter folder the cells need, then
-downloads each HF repo they read (models, adapters) into the HF cache the GPU
-lane mounts, saying how far it got.
+Run on the runner, with the network and ``HF_TOKEN``, before ``repromatrix run``
+(whose cells stay offline and never see the token). It checks every local model
+and adapter folder the cells need, then downloads each HF repo they read (models,
+adapters, each at its pinned revision, only the files vLLM reads) into the HF
+cache the GPU lane mounts, saying how far it got. ``--check`` downloads nothing:
+it is the pre-flight before the cells, failing (exit 3) with every repo the cache
+cannot serve offline.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +23,9 @@ from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
-from repromatrix.matrix.sources import Downloader, check_local, downloads, fetch
+from repromatrix.matrix.sources import Download, Downloader, check_local, downloads, fetch
 from repromatrix.model import Lane
+from repromatrix.models.hfhub import cache_problems, hub_downloader
 
 HUB = "hub"  # the HF cache's repo folder under HF_HOME (what the container's HF_HOME holds)
 
@@ -43,11 +48,17 @@ def add_parser(subparsers: Any) -> None:
         metavar="DIR",
         help="HF_HOME to fill (default: the GPU lane's runtime.hf_cache)",
     )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="download nothing: fail (exit 3) naming each repo the cache cannot serve offline",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, download: Downloader | None = None) -> int:
-    """Check folders, then download; exit 3 naming each repo that could not be fetched."""
+    """Check folders, then download (or with ``--check`` only check the cache); exit 3 naming
+    each repo that could not be fetched (or is not in the cache)."""
     matrix, scenarios = load_inputs(args.matrix, args.scenarios)
     lane = Lane(args.lane) if args.lane else None
     cells = plan(matrix, scenarios, lane, Selector(args.only, args.skip))
@@ -59,15 +70,28 @@ def run(args: argparse.Namespace, download: Downloader | None = None) -> int:
         print("prepare: the selected cells read no HF repo", file=sys.stderr)
         return EXIT_OK
     cache = hf_home(args.hf_cache, matrix) / HUB
+    if args.check:
+        return check(wanted, cache)
     if download is None:
-        from repromatrix.models.hfhub import hub_downloader  # noqa: PLC0415 (optional package)
-
-        download = hub_downloader()
+        download = hub_downloader()  # needs huggingface_hub, only here
     failures = fetch(wanted, cache, download, lambda line: print(line, file=sys.stderr))
     if failures:
         lines = "\n  ".join(failures)
         raise InfraError(f"prepare: {len(failures)} of {len(wanted)} repos not fetched:\n  {lines}")
     print(f"prepare: {len(wanted)} repos in {cache}", file=sys.stderr)
+    return EXIT_OK
+
+
+def check(wanted: Sequence[Download], cache: Path) -> int:
+    """The pre-flight: every repo of ``wanted`` is in ``cache``; ``InfraError`` naming the rest."""
+    problems = cache_problems(wanted, cache)
+    if problems:
+        lines = "\n  ".join(problems)
+        raise InfraError(
+            f"prepare --check: {len(problems)} of {len(wanted)} repos cannot be read offline "
+            f"(run `repromatrix prepare` with the network first):\n  {lines}"
+        )
+    print(f"prepare --check: all {len(wanted)} repos are in {cache}", file=sys.stderr)
     return EXIT_OK
 
 

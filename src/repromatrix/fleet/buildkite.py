@@ -1,7 +1,12 @@
 """``plan --format buildkite``: the plan as a dynamic Buildkite pipeline.
 
 One command step per job (see ``fleet.jobs``) on the agent queue named by its
-GPU's runner label, each uploading its results as artifacts; a ``wait`` that
+GPU's runner label, each uploading its results as artifacts. A GPU job first
+fetches the models and adapters its cells read into the runner's HF cache
+(``repromatrix prepare``: the one command that keeps ``HF_TOKEN`` from the
+agent's environment) and checks that the cache holds them all (``prepare
+--check``), then runs its cells with every secret taken out of the
+environment; a ``wait`` that
 continues past failures; then one step that downloads every shard, merges
 them, annotates the build with the compatibility table and, given a baseline
 and a candidate, runs the upgrade gate and annotates its answer, failing the
@@ -25,10 +30,16 @@ import yaml
 
 from repromatrix.fleet.jobs import FleetJob, run_arguments
 from repromatrix.grammars import buildkite_literal
+from repromatrix.model import Lane
+from repromatrix.secret_env import SECRET_ENV
 
 VENV = ".repromatrix-venv"
 RUN_PREFIX = "bk-${BUILDKITE_BUILD_NUMBER}"
 REPORT_QUEUE = "default"
+# What `prepare` downloads with (the `prepare` extra of pyproject.toml; a test keeps them equal).
+HUB_CLIENT = "huggingface_hub>=0.20"
+# Every command after `prepare` runs without the secrets the agent's environment holds.
+WITHOUT_SECRETS = "env " + " ".join(f"-u {name}" for name in SECRET_ENV)
 
 
 @dataclass(frozen=True)
@@ -44,9 +55,11 @@ class PipelineInputs:
     report_queue: str = REPORT_QUEUE
 
 
-def install_commands(package: str) -> list[str]:
-    """Return the commands that install repromatrix into a virtualenv (PEP 668 safe)."""
-    return [f"python3 -m venv {VENV}", f"{VENV}/bin/pip install -q {_quoted(package)}"]
+def install_commands(package: str, *extra: str) -> list[str]:
+    """Return the commands that install repromatrix (and ``extra`` requirements) into a
+    virtualenv (PEP 668 safe)."""
+    wanted = " ".join(_quoted(item) for item in (package, *extra))
+    return [f"python3 -m venv {VENV}", f"{VENV}/bin/pip install -q {wanted}"]
 
 
 def scenario_arguments(folders: tuple[str, ...]) -> str:
@@ -57,19 +70,35 @@ def scenario_arguments(folders: tuple[str, ...]) -> str:
 def job_step(index: int, job: FleetJob, inputs: PipelineInputs) -> dict[str, Any]:
     """Return the command step that runs one job's cells on its GPU's agent queue."""
     run_id = f"{RUN_PREFIX}-{index}"
-    run = (
-        f"{VENV}/bin/repromatrix run --lane {job.lane} --run-id {run_id} "
+    cells = (
         f"--matrix {_quoted(inputs.matrix)} {scenario_arguments(inputs.scenarios)}"
         f"{buildkite_literal(run_arguments(job.only))}"
     )
+    run = f"{VENV}/bin/repromatrix run --lane {job.lane} --run-id {run_id} {cells}"
+    if job.lane == Lane.GPU.value:
+        commands = [*install_commands(inputs.package, HUB_CLIENT), *prepare_commands(cells)]
+        commands.append(f"{WITHOUT_SECRETS} {run}")
+    else:
+        commands = [*install_commands(inputs.package), run]
     return {
         "label": f":test_tube: {buildkite_literal(job.name)}",
         "key": f"cells-{index}",
         "agents": {"queue": buildkite_literal(job.runner)},
         "timeout_in_minutes": inputs.job_minutes,
-        "commands": [*install_commands(inputs.package), run],
+        "commands": commands,
         "artifact_paths": [f"results/{run_id}/**/*"],
     }
+
+
+def prepare_commands(cells: str) -> list[str]:
+    """A GPU runner's models and adapters, before its ``cells`` run: fetched into its HF
+    cache (the one command given ``HF_TOKEN``), then the pre-flight that the cache holds
+    every one of them (it fails the step naming what is missing)."""
+    selection = f"--lane {Lane.GPU.value} {cells}"
+    return [
+        f"{VENV}/bin/repromatrix prepare {selection}",
+        f"{WITHOUT_SECRETS} {VENV}/bin/repromatrix prepare --check {selection}",
+    ]
 
 
 def report_command(inputs: PipelineInputs) -> str:

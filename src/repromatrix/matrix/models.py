@@ -7,8 +7,9 @@ to it, each a repo id or a local folder:
 
     qwen3-30b-a3b:
       source: Qwen/Qwen3-30B-A3B
+      revision: 0123456789abcdef0123456789abcdef01234567  # optional: a branch, tag or commit
       adapters:
-        my-adapter: {source: org/qwen3-lora}
+        my-adapter: {source: org/qwen3-lora, revision: v1}
         local-adapter: {path: ./adapters/qwen3}
 
 A relative ``path`` is taken from the matrix file's folder, ``~`` is the home
@@ -21,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from repromatrix.grammars import check_model_source
+from repromatrix.grammars import check_model_source, check_revision
 from repromatrix.matrix.keys import section
 from repromatrix.matrix.yamlsrc import Location, Reader, YEntry, YMap, YNode
 from repromatrix.model import DTYPE_BYTES, MODEL_SHAPE, MODEL_SIZES, Adapter, Lane, Model
@@ -45,6 +46,7 @@ def read_model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
     node = body.get("architecture")
     architecture = reader.text(node, "`architecture`") if node is not None else None
     source, path = _weights(lane, entry.key, body, reader)
+    revision = _revision(body, path is not None or lane is Lane.CPU, reader)
     adapters = _adapters(lane, body.get("adapters"), reader)
     moe, multimodal = _bool(body, "moe", reader), _bool(body, "multimodal", reader)
     line = path_node.where.line if (path_node := body.get("path")) is not None else 0
@@ -62,6 +64,7 @@ def read_model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
         full_attention_layers=full_attention,
         architecture=architecture,
         line=entry.where.line,
+        revision=revision,
         **facts,
     )
 
@@ -165,9 +168,22 @@ def _adapters(lane: Lane, node: YNode | None, reader: Reader) -> tuple[Adapter, 
             message = f"`source` `{repo}` is not an HF repo id like org/name (a folder: use `path`)"
             reader.error(source.where if source is not None else value.where, message)
         folder = _folder(path, reader) if path is not None else None
+        revision = _revision(value, path is not None, reader)
         if name is not None and (repo or folder):
-            adapters.append(Adapter(name, repo, folder, entry.where.line))
+            adapters.append(Adapter(name, repo, folder, entry.where.line, revision))
     return tuple(adapters)
+
+
+def _revision(body: YMap, local: bool, reader: Reader) -> str | None:
+    """The pinned ``revision`` of a repo id; a local folder or a CPU recipe has none to pin."""
+    node = body.get("revision")
+    if node is None:
+        return None
+    if local:
+        message = "`revision` pins an HF repo (a GPU model's `source`); a folder or recipe has none"
+        reader.error(node.where, message)
+        return None
+    return reader.grammar(node, "`revision`", check_revision)
 
 
 def _bool(body: YMap, key: str, reader: Reader) -> bool:

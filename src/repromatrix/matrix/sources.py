@@ -4,8 +4,8 @@ Pure over cells (the folder test is a parameter). ``check_adapters`` runs when
 a plan is made: a scenario that sends its request through a LoRA adapter needs
 that adapter on the cell's model. ``check_local`` runs on the runner, before
 any image is pulled or started: every local model or adapter folder exists.
-``downloads`` lists the HF repos ``repromatrix prepare`` fetches into the HF
-cache, so the cells themselves stay offline.
+``downloads`` lists the HF repos (each at its pinned revision) ``repromatrix
+prepare`` fetches into the HF cache, so the cells themselves stay offline.
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ class Download:
     repo_id: str
     kind: str  # "model" | "adapter"
     used_by: tuple[str, ...]  # model names, for the progress lines
+    revision: str | None = None  # the matrix's pin (None: main)
+
+    @property
+    def label(self) -> str:
+        """``org/name`` or ``org/name@revision``, for messages."""
+        return self.repo_id + (f"@{self.revision}" if self.revision else "")
 
 
 def _needs_weights(cell: Cell) -> bool:
@@ -75,22 +81,29 @@ def check_local(
 
 
 def downloads(cells: Sequence[Cell]) -> tuple[Download, ...]:
-    """The HF repos the cells read, models first, each once, in a stable order."""
-    found: dict[tuple[str, str], set[str]] = {}
+    """The HF repos the cells read (at each revision), models first, each once, in a stable
+    order."""
+    found: dict[tuple[str, str, str], set[str]] = {}
     for cell in cells:
         if not _needs_weights(cell):
             continue
         if cell.model.path is None:
-            found.setdefault(("model", cell.model.source), set()).add(cell.model.name)
+            key = ("model", cell.model.source, cell.model.revision or "")
+            found.setdefault(key, set()).add(cell.model.name)
         adapter = cell.adapter
         if adapter is not None and adapter.source is not None:
-            found.setdefault(("adapter", adapter.source), set()).add(cell.model.name)
-    order = sorted(found, key=lambda key: (key[0] != "model", key[1]))
-    return tuple(Download(repo, kind, tuple(sorted(found[kind, repo]))) for kind, repo in order)
+            key = ("adapter", adapter.source, adapter.revision or "")
+            found.setdefault(key, set()).add(cell.model.name)
+    order = sorted(found, key=lambda key: (key[0] != "model", key[1], key[2]))
+    return tuple(
+        Download(repo, kind, tuple(sorted(found[kind, repo, rev])), rev or None)
+        for kind, repo, rev in order
+    )
 
 
-# (repo_id, cache_dir) -> the snapshot folder; ``build.hfhub.hub_downloader`` is the real one.
-Downloader = Callable[[str, Path], Path]
+# (what to fetch, the hub cache folder) -> the snapshot folder; ``models.hfhub.hub_downloader``
+# is the real one.
+Downloader = Callable[[Download, Path], Path]
 
 
 def fetch(
@@ -107,13 +120,13 @@ def fetch(
     failures = []
     for number, item in enumerate(wanted, start=1):
         users = ", ".join(item.used_by)
-        say(f"prepare: [{number}/{len(wanted)}] {item.kind} {item.repo_id} (for {users})")
+        say(f"prepare: [{number}/{len(wanted)}] {item.kind} {item.label} (for {users})")
         try:
-            folder = download(item.repo_id, cache)
+            folder = download(item, cache)
         # The downloader is a network client: any error it raises is this repo's failure.
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
-            failures.append(f"{item.repo_id}: {reason}")
+            failures.append(f"{item.label}: {reason}")
             say(f"prepare:   failed: {reason}")
         else:
             say(f"prepare:   in the cache: {folder}")

@@ -102,6 +102,20 @@ def ensure_model_files(tiny: TinyModel, files: str) -> Path:
     return target
 
 
+def content_hash(folder: Path) -> str:
+    """A tiny model's revision, as a result records it: the SHA-256 of the names and bytes of
+    the files served from ``folder`` (its ``adapters/`` left out: each has its own)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        name = path.relative_to(folder)
+        if name.parts[0] == "adapters":
+            continue
+        data = path.read_bytes()
+        digest.update(f"{name.as_posix()}\0{len(data)}\0".encode())
+        digest.update(data)
+    return "sha256:" + digest.hexdigest()
+
+
 def recipe(model: Model) -> dict[str, Any]:
     """The generator's recipe for ``model``; raises ``ConfigError`` for an unknown recipe."""
     if model.source not in RECIPES:

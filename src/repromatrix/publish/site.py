@@ -8,7 +8,10 @@ from GitHub Pages alike:
 - ``scenarios/<id>.html``: a scenario's source documents, signatures,
   documented and observed ranges, and per image a timeline strip over runs;
 - ``cells/<run>/<cell>.html``: one cell run's root cause, process, excerpt,
-  digest and timings, and since when the cell behaves like this;
+  digest and timings, where it ran (host, GPUs, model and adapter revisions,
+  the image's environment report), and since when the cell behaves like this;
+- ``environment/<run>/<image>-<hash>.txt``: vLLM's environment report of each
+  image on each runner, as the run saved it;
 - ``history.json``: every cell's outcome in every run, for machines.
 
 A site and its history may have been tampered with: the history is checked
@@ -43,9 +46,11 @@ from repromatrix.reports.findings import Findings, ReportOptions, build_findings
 from repromatrix.reports.heatmap import heat_maps
 from repromatrix.reports.html import environment
 from repromatrix.reports.move import LISTED
+from repromatrix.reports.runners import gpu_words
 from repromatrix.reports.upgrade import SAFETY_LABELS, TRIGGER, Configuration
 from repromatrix.reports.write import EXCERPT_LIMITS, load_excerpts, write_page
-from repromatrix.results.store import atomic_write, read_run
+from repromatrix.results.schema import ENVIRONMENT_DIR
+from repromatrix.results.store import atomic_write, read_environment, read_run
 from repromatrix.results.verdicts import Judged, judge_all
 from repromatrix.visible import escape_json
 
@@ -59,6 +64,7 @@ class Run:
     id: str
     judged: tuple[Judged, ...]
     excerpts: Mapping[str, str]
+    environments: Mapping[str, str]  # environment report path in the run -> its text
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,11 @@ def cell_page(run: str, cell_id: str) -> str:
     return f"cells/{run}/{cell_id.replace('/', '~')}.html"
 
 
+def environment_page(run: str, report: str) -> str:
+    """Where a run's environment report (its path in the run folder) is, from the site root."""
+    return f"{ENVIRONMENT_DIR}/{run}/{report.removeprefix(ENVIRONMENT_DIR + '/')}"
+
+
 def read_runs(folders: Sequence[Path]) -> tuple[tuple[Run, ...], tuple[str, ...]]:
     """Read every run folder as one run (a merge of shards too), named by ``run_name``, and
     say every problem of each folder (a result that could not be read is named, not dropped).
@@ -105,6 +116,7 @@ def read_runs(folders: Sequence[Path]) -> tuple[tuple[Run, ...], tuple[str, ...]
     cells: dict[str, list[Judged]] = defaultdict(list)
     excerpts: dict[str, dict[str, str]] = defaultdict(dict)
     problems: list[str] = []
+    environments: dict[str, dict[str, str]] = defaultdict(dict)
     for folder in folders:
         loaded = read_run(folder)
         problems += [f"{folder}/{problem}" for problem in loaded.problems]
@@ -118,8 +130,21 @@ def read_runs(folders: Sequence[Path]) -> tuple[tuple[Run, ...], tuple[str, ...]
             )
         cells[run] += judged
         excerpts[run].update(load_excerpts(folder, judged, EXCERPT_LIMITS, EXCERPT_BUDGET))
-    runs = tuple(Run(r, tuple(cells[r]), excerpts[r]) for r in sorted(cells) if cells[r])
+        environments[run].update(read_environments(folder, judged))
+    runs = tuple(
+        Run(r, tuple(cells[r]), excerpts[r], environments[r]) for r in sorted(cells) if cells[r]
+    )
     return runs, tuple(problems)
+
+
+def read_environments(folder: Path, judged: Sequence[Judged]) -> dict[str, str]:
+    """The environment reports the results of ``folder`` point at, where they are readable."""
+    found = {}
+    for report in sorted({j.result.environment for j in judged if j.result.environment}):
+        text = read_environment(folder, report)
+        if text is not None:
+            found[report] = text
+    return found
 
 
 def publish(
@@ -166,6 +191,7 @@ def _write_site(runs: Sequence[Run], out: Path, options: ReportOptions) -> int:
     site = _Site(out, history, options)
     for run in runs:
         pages += site.cell_pages(run)
+        site.environments(run)
     pages += site.scenario_pages(newest, findings[newest.id])
     site.index(newest, findings[newest.id])
     atomic_write(inside(out, out / HISTORY_FILE), _json(history.to_json()))
@@ -213,6 +239,7 @@ class _Site:
             findings=findings,
             heat_maps=heat_maps(run.judged),
             cell_href=lambda cell_id: href(run.id, cell_id),
+            environment_href=lambda report: environment_page(run.id, report),
             runs=list(reversed(self.history.runs)),
             scenarios=sorted({_part(c, 5) for c in self.history.cells}),
             changed=self._changed(run),
@@ -241,8 +268,22 @@ class _Site:
                 since=self.history.since(r.id),
                 points=self.history.cells.get(r.id, ()),
                 scenario_page=f"scenarios/{r.scenario}.html",
+                environment_page=self._environment_page(run, r.environment),
+                gpus=[gpu_words(gpu) for gpu in r.runner_gpus],
             )
         return len(run.judged)
+
+    @staticmethod
+    def _environment_page(run: Run, report: str | None) -> str | None:
+        """The site's copy of a cell's environment report, when the run folder had it."""
+        if report is None or report not in run.environments:
+            return None
+        return environment_page(run.id, report)
+
+    def environments(self, run: Run) -> None:
+        """The run's environment reports, as text files beside the pages."""
+        for report, text in run.environments.items():
+            atomic_write(self.out / environment_page(run.id, report), text.encode("utf-8"))
 
     def scenario_pages(self, newest: Run, findings: Findings) -> int:
         """One page per scenario in the history."""

@@ -1,4 +1,5 @@
-"""What the reports say above the detailed table: title, upgrade view, move, ranges, skips.
+"""What the reports say above the detailed table: title, upgrade view, move, ranges, skips, and
+where the cells ran.
 
 Pure once the documents are loaded: ``build_findings`` turns judged cells and
 ``ReportOptions`` into ``Findings``, which compat.md, compat.html,
@@ -18,6 +19,7 @@ from typing import Any
 from repromatrix.model import Outcome, ScenarioKind
 from repromatrix.reports.move import MoveSummary, build_move, move_json
 from repromatrix.reports.ranges import Documented, RangeEvidence, load_documents, range_evidence
+from repromatrix.reports.runners import RunnerSummary, runner_summaries, runners_json
 from repromatrix.reports.upgrade import UpgradeView, build_upgrade, upgrade_json
 from repromatrix.results.store import plan_matrix
 from repromatrix.results.verdicts import Judged, one_line
@@ -55,6 +57,7 @@ class Findings:
     move: MoveSummary | None
     ranges: tuple[RangeEvidence, ...]
     skipped: tuple[SkipGroup, ...]
+    runners: tuple[RunnerSummary, ...] = ()
 
 
 def default_options(run_dir: Path) -> ReportOptions:
@@ -78,6 +81,7 @@ def build_findings(judged: Sequence[Judged], folder: str, options: ReportOptions
         move,
         range_evidence(judged, options.documents),
         skip_groups(judged),
+        runner_summaries(judged),
     )
 
 
@@ -145,4 +149,5 @@ def findings_json(findings: Findings) -> dict[str, Any]:
         "skipped": [
             {"lane": g.lane, "reason": g.reason, "cells": g.count} for g in findings.skipped
         ],
+        "runners": runners_json(findings.runners),
     }

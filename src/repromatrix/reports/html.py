@@ -121,6 +121,7 @@ def format_html(
             change_titles={c.value: t for c, t in CHANGE_TITLES.items()},
             changes=LISTED,
             cell_href=lambda cell_id: "#c-" + cell_id,
+            environment_href=lambda path: path,  # compat.html lies in the run folder
             cells=table.cells,
             counts=[(v.value, LABELS[v], n) for v, n in table.counts.items()],
             not_reached=table.not_reached,

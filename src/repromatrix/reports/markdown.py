@@ -164,6 +164,21 @@ def upgrade_lines(findings: Findings, *, compact: bool = False) -> list[str]:
             f"- {escape(g.lane)} lane, {g.count} cell(s): {escape(g.reason)}"
             for g in findings.skipped
         ]
+    return lines + _runner_lines(findings)
+
+
+def _runner_lines(findings: Findings) -> list[str]:
+    """Where it ran: each runner's GPUs, images (digest, vLLM, environment report), models."""
+    if not findings.runners:
+        return []
+    lines = ["", "## Where it ran", ""]
+    for runner in findings.runners:
+        gpus = "; ".join(escape(words) for words in runner.gpu_lines) or "no GPU"
+        lines.append(f"- **{escape(runner.host)}** ({runner.cells} cells): {gpus}")
+        for image in runner.images:
+            reports = ", ".join(f"`{path}`" for path in image.environments)
+            lines.append(f"  - {escape(image.words)}" + (f"; {reports}" if reports else ""))
+        lines += [f"  - model {escape(m)}: revision `{rev}`" for m, rev in runner.models]
     return lines
 
 

@@ -27,7 +27,7 @@ from repromatrix.model import Level, Outcome
 from repromatrix.results.store import LOG_FILE, cell_dir
 from repromatrix.results.verdicts import DECISIVE, Judged, RunProblem, Verdict, tally
 
-COMPAT_SCHEMA_VERSION = 4  # 4: not-reached cells (the upgrade view, ranges, summary), facts
+COMPAT_SCHEMA_VERSION = 4  # 4: not-reached cells, facts, where each cell ran (runners)
 
 
 @dataclass(frozen=True, order=True)

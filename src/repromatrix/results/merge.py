@@ -1,7 +1,8 @@
 """Combine result shards from many runners into one run folder.
 
 Each GPU runner of a fleet runs its share of the matrix and uploads its run
-folder; ``merge`` copies every cell into one folder, so the reports of the
+folder; ``merge`` copies every cell (and the environment report its result
+points at) into one folder, so the reports of the
 merged folder are those of a single run of all the shards' cells. When
 several shards hold the same cell (a job retried in a later attempt, or two
 runners given the same cell), one copy is kept: a copy that ran over one the
@@ -28,6 +29,7 @@ from repromatrix.results.store import (
     PLAN_FILE,
     CellResult,
     copy_cell,
+    copy_environment,
     read_run,
     write_merge_record,
     write_plan,
@@ -200,6 +202,9 @@ def merge(shards: Sequence[Path], out: Path) -> MergeResult:
         for left_out in copy_cell(choice.kept.shard, out, cell_id):
             where = f"{choice.kept.shard}/cells/{cell_id}"
             problems.append(RunProblem(ProblemKind.CORRUPT, where, left_out))
+        if (report := choice.kept.result.environment) is not None:
+            for left_out in copy_environment(choice.kept.shard, out, report):
+                problems.append(RunProblem(ProblemKind.CORRUPT, str(choice.kept.shard), left_out))
         if len(copies[cell_id]) > 1:
             choices.append(choice)
     problems += [p for c in choices if (p := c.problem()) is not None]

@@ -6,12 +6,19 @@ field's type, every identifier by the same grammar as when it was made (the
 cell id by the planner's, the run id by the run's), and that the id agrees
 with the fields it is made of. A file that does not fit raises one
 ``ResultProblem`` whose message names every field that is wrong.
+
+Version 2 says where a cell ran: the runner's GPUs it was given (``runner_gpus``,
+each as the runner read it), the model and adapter revisions it read
+(``model_revision``, ``adapter_revision``) and the image's environment report in
+the run folder (``environment``). Results of version 1 stay readable: those
+fields are absent there, and read as unknown.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
@@ -27,8 +34,16 @@ from repromatrix.results.problems import ProblemKind
 # 2: ``facts`` (what the engine stated it chose and sized), ``reached`` (whether the
 # scenario's code path was shown entered) and the ``not_reached`` outcome. A result of
 # version 1 reads as one without facts that makes no claim about reaching.
+# Also in 2: where the cell ran (``runner_gpus``), the model and adapter revisions it read
+# and its image's environment report (``environment``); unknown in a result of version 1.
 SCHEMA_VERSION = 2
 MAX_RESULT_BYTES = 8 * 1024 * 1024  # far above any real result; a bigger file is not one
+
+
+# A value of a runner GPU's facts: text, a number, a flag, or unknown.
+GpuFact = str | int | float | bool | None
+ENVIRONMENT_DIR = "environment"  # environment reports, beside cells/ in a run folder
+ENVIRONMENT_FILE = re.compile(rf"{ENVIRONMENT_DIR}/[A-Za-z0-9][A-Za-z0-9._-]{{0,200}}\.txt")
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,14 @@ class CellResult:
     facts: Mapping[str, str] = field(default_factory=dict)  # triage.facts, as the log stated
     reached: bool | None = None  # the scenario's `reached` evidence seen; None: no claim
     schema_version: int = SCHEMA_VERSION
+    # Where it ran (schema 2): the runner's GPUs the cell was given, as the runner read each
+    # (index, name, uuid, memory, driver, CUDA, ...: whatever it knows).
+    runner_gpus: tuple[Mapping[str, GpuFact], ...] = ()
+    # The commit of the HF cache snapshot read (a repo id), the content hash of the CPU
+    # lane's tiny model; None for a local folder or where nothing was read.
+    model_revision: str | None = None
+    adapter_revision: str | None = None
+    environment: str | None = None  # the image's environment report, relative to the run
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON-ready form written to ``result.json``."""
@@ -97,6 +120,7 @@ class CellResult:
         data["expected"] = self.expected.value
         data["flags"] = dict(self.flags)
         data["facts"] = dict(self.facts)
+        data["runner_gpus"] = [dict(gpu) for gpu in self.runner_gpus]
         return data
 
     @classmethod
@@ -126,6 +150,11 @@ def is_cell_id(text: object) -> bool:
         and parts[0] in {lane.value for lane in Lane}
         and all(NAME_PATTERN.fullmatch(part) for part in parts)
     )
+
+
+def is_environment_path(text: object) -> bool:
+    """Whether ``text`` names an environment report in a run folder (a safe relative path)."""
+    return isinstance(text, str) and bool(ENVIRONMENT_FILE.fullmatch(text)) and ".." not in text
 
 
 def parse_result(data: bytes) -> CellResult:
@@ -336,6 +365,28 @@ def _timings(value: object) -> Timings:
     return Timings(**{k: _seconds(v) for k, v in value.items() if k in known})
 
 
+def _gpus(value: object) -> tuple[dict[str, GpuFact], ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"must be a list of GPUs, not {_describe(value)}")
+    gpus = []
+    for item in value:
+        if not isinstance(item, dict) or not all(isinstance(k, str) for k in item):
+            raise ValueError(f"must hold objects of GPU facts, not {_describe(item)}")
+        bad = [k for k, v in item.items() if not isinstance(v, str | int | float | bool | None)]
+        if bad:
+            raise ValueError(f"GPU fact `{bad[0]}` must be text, a number or null")
+        gpus.append(dict(item))
+    return tuple(gpus)
+
+
+def _environment(value: object) -> str | None:
+    if value is None:
+        return None
+    if not is_environment_path(value):
+        raise ValueError(f"{str(value)[:80]!r} is not environment/<name>.txt")
+    return str(value)
+
+
 def _describe(value: object) -> str:
     if value is None:
         return "null"
@@ -370,5 +421,9 @@ _CHECKS: dict[str, Callable[[object], Any]] = {
     "host": _text,
     "facts": _facts,
     "reached": _optional_flag,
+    "runner_gpus": _gpus,
+    "model_revision": _optional_text,
+    "adapter_revision": _optional_text,
+    "environment": _environment,
 }
 _REQUIRED = frozenset({"id", "outcome", "expected", "lane", "level", "image", *_ID_FIELDS})

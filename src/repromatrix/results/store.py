@@ -4,6 +4,8 @@ Layout of a run::
 
     results/<run>/plan.json                         the cell ids the run means to run
     results/<run>/cells/<cell-id-as-path>/result.json, log.txt
+    results/<run>/environment/<image-key>-<hash>.txt  vLLM's environment report of an image
+                                                    on the runner (results point at it)
     results/<run>/merge.json                        what ``merge`` found (merged runs only)
 
 Every file is written to a new temporary name and renamed, so an interrupted
@@ -21,6 +23,7 @@ or a device is named, not read.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import socket
@@ -36,16 +39,18 @@ from repromatrix.files import LeadsOut, inside, replace_file
 from repromatrix.grammars import check_run_id
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.schema import (
+    ENVIRONMENT_DIR,
     SCHEMA_VERSION,
     CellResult,
     ResultProblem,
     RootCause,
     Timings,
     is_cell_id,
+    is_environment_path,
     parse_result,
     whole_text,
 )
-from repromatrix.secret_env import redact, secrets_from
+from repromatrix.secret_env import redact, redact_text, secrets_from
 
 # The result values are defined in ``schema`` and handed out here with the files they live in.
 __all__ = [
@@ -62,16 +67,19 @@ __all__ = [
     "atomic_write",
     "cell_dir",
     "copy_cell",
+    "copy_environment",
     "finished_ids",
     "log_file",
     "merge_problems",
     "never_ran",
+    "read_environment",
     "read_file",
     "read_plan",
     "read_results",
     "read_run",
     "run_folder",
     "unfinished_cells",
+    "write_environment",
     "write_merge_record",
     "write_plan",
     "write_result",
@@ -83,6 +91,7 @@ LOG_FILE = "log.txt"
 PLAN_FILE = "plan.json"  # the ids a run means to run, written when it starts
 MERGE_FILE = "merge.json"  # what ``merge`` found: shards, replaced copies, problems
 _MAX_JSON_BYTES = 8 * 1024 * 1024
+_MAX_ENVIRONMENT_BYTES = 4 * 1024 * 1024  # collect_env prints a few KiB; pip lists can be long
 _MAX_LOG_BYTES = 1 << 31  # the runner bounds logs far below this; merge copies nothing bigger
 
 
@@ -143,6 +152,48 @@ def write_result(run_dir: Path, result: CellResult, log: bytes) -> Path:
         (folder / LOG_FILE).unlink(missing_ok=True)
         raise
     return folder
+
+
+def environment_path(image_key: str, text: str) -> str:
+    """Where an image's environment report goes in a run folder, relative to it: named by
+    the image and the report's content, so shards of several runners merge without a clash."""
+    name = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in image_key)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    return f"{ENVIRONMENT_DIR}/{name.lstrip('.-_') or 'image'}-{digest}.txt"
+
+
+def write_environment(run_dir: Path, image_key: str, text: str) -> str:
+    """Save an image's environment report (secrets redacted); return its path in the run."""
+    redacted = redact_text(text)
+    relative = environment_path(image_key, redacted)
+    path = run_dir / relative
+    if not path.is_file():  # the same report, saved by an earlier image job or attempt
+        atomic_write(inside(run_dir, path), redacted.encode("utf-8"))
+    return relative
+
+
+def read_environment(run_dir: Path, relative: str) -> str | None:
+    """The environment report a result points at, or None when it is not readable here."""
+    if not is_environment_path(relative):
+        return None
+    try:
+        data = read_file(run_dir / relative, limit=_MAX_ENVIRONMENT_BYTES)
+    except Unreadable:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def copy_environment(source_run: Path, out: Path, relative: str) -> list[str]:
+    """Copy one environment report into ``out`` (once); return why it was left out."""
+    target = out / relative
+    if not is_environment_path(relative) or os.path.lexists(target):
+        return []
+    try:
+        data = read_file(source_run / relative, limit=_MAX_ENVIRONMENT_BYTES)
+    except Unreadable as exc:
+        return [f"{relative}: {exc}"]
+    atomic_write(inside(out, target), data)
+    return []
 
 
 def write_plan(run_dir: Path, cell_ids: Iterable[str], matrix: str | None = None) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from repromatrix.backends.base import Backend, Execution, Placement, Prepared
@@ -18,6 +18,7 @@ from repromatrix.backends.harness_spec import build_spec
 from repromatrix.errors import RepromatrixError
 from repromatrix.harness.oomwatch import LINE_PREFIX
 from repromatrix.model import Cell
+from repromatrix.results.schema import GpuFact
 from repromatrix.results.store import CellResult, Timings
 from repromatrix.run import outcome
 from repromatrix.run.outcome import Decision, HarnessStatus
@@ -26,12 +27,18 @@ from repromatrix.triage import Triager
 
 @dataclass(frozen=True)
 class CellContext:
-    """What one cell needs beyond itself: its prepared image and the path of its model."""
+    """What one cell needs beyond itself: its prepared image and the path of its model, and
+    what the run knows of them before the cell starts."""
 
     prepared: Prepared | None
     model_path: str
     adapter_path: str | None = None
     image_version: str | None = None  # vLLM's version as read inside the image
+    environment: str | None = None  # the image's environment report, relative to the run
+    # The revisions the host knows (the CPU lane's tiny model by its content hash); a GPU
+    # cell's repo ids are resolved by the harness in its container's HF cache instead.
+    model_revision: str | None = None
+    adapter_revision: str | None = None
 
 
 NOT_RUN = Execution(exit_code=None, log=b"")
@@ -68,7 +75,12 @@ def execute_cell(
 ) -> CellRun:
     """Run one cell on ``backend`` (on ``placement``) and decide its outcome from the facts."""
     assert context.prepared is not None
-    spec = build_spec(cell, context.model_path, adapter_path=context.adapter_path)
+    spec = build_spec(
+        cell,
+        context.model_path,
+        adapter_path=context.adapter_path,
+        launcher=context.prepared.launcher,
+    )
     watch, triager = make_watcher(cell)
     execution = backend.execute(cell, spec, context.prepared, watch, placement)
     # What the backend kept after the watcher last read still counts: the output drained
@@ -134,12 +146,19 @@ def run_cell(
 
 
 def cell_result(
-    cell: Cell, run: CellRun, *, context: CellContext | None, run_id: str, started_at: str
+    cell: Cell,
+    run: CellRun,
+    *,
+    context: CellContext | None,
+    run_id: str,
+    started_at: str,
+    gpus: Sequence[Mapping[str, GpuFact]] = (),
 ) -> CellResult:
-    """The saved form of one cell's outcome (``context`` None: it never got a usable image)."""
+    """The saved form of one cell's outcome (``context`` None: it never got a usable image),
+    ``gpus`` the runner's GPUs it was given, as the runner read them."""
     status, execution = run.status, run.execution
-    prepared = context.prepared if context is not None else None
-    image_version = context.image_version if context is not None else None
+    known = context or CellContext(None, "")
+    prepared = known.prepared
     return CellResult(
         id=cell.id,
         outcome=run.decision.outcome,
@@ -154,7 +173,7 @@ def cell_result(
         scenario=cell.scenario.id,
         variant=cell.variant.name,
         flags=dict(cell.flags),
-        version=(status.vllm_version if status else None) or image_version,
+        version=(status.vllm_version if status else None) or known.image_version,
         image_digest=prepared.digest if prepared else None,
         root_cause=run.decision.root_cause,
         reason=run.decision.reason,
@@ -173,4 +192,8 @@ def cell_result(
         started_at=started_at,
         facts=dict(run.facts),
         reached=run.decision.reached,
+        runner_gpus=tuple(dict(gpu) for gpu in gpus),
+        model_revision=(status.model_revision if status else None) or known.model_revision,
+        adapter_revision=(status.adapter_revision if status else None) or known.adapter_revision,
+        environment=known.environment,
     )

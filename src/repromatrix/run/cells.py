@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -29,9 +29,11 @@ from repromatrix.errors import InfraError, UsageError
 from repromatrix.gpu_identity import driver_shortfall
 from repromatrix.model import Cell, Expected, Lane, Level, Outcome
 from repromatrix.results import store
+from repromatrix.results.schema import GpuFact
 from repromatrix.results.store import CellResult, now_iso
 from repromatrix.run import outcome
 from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, cell_result, run_cell
+from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import ImageJobs, ImageReady, cell_context
 from repromatrix.run.pool import DependencyFailed, Done, Pool, Skipped, Ticket, Work
@@ -56,6 +58,7 @@ class Ran:
     started_at: str
     run: CellRun
     context: CellContext | None = None  # None: it never got a usable image
+    gpus: tuple[Mapping[str, GpuFact], ...] = ()  # the runner's GPUs it was given
 
 
 class BackendDown(Exception):
@@ -72,8 +75,10 @@ def run_cells(
     models_root: Path,
     progress: Progress,
     pacing: Pacing = Pacing(),
+    reports: EnvironmentReports | None = None,
 ) -> dict[str, int]:
-    """Run ``cells`` on ``backend``, their images made as they go, and count their outcomes.
+    """Run ``cells`` on ``backend``, their images made as they go (with their environment
+    ``reports``), and count their outcomes.
 
     The cells ``skips`` names are saved as skipped first, summarised in one line
     per lane and reason. When a cell fails because the backend itself died (the
@@ -85,7 +90,9 @@ def run_cells(
     save_skipped([cell for cell in cells if cell.id in skips], skips, folder, counts, progress)
     runnable = [cell for cell in cells if cell.id not in skips]
     progress.total = progress.to_run = len(runnable)
-    images = ImageJobs(backend, runnable, models_root=models_root, note=progress.note)
+    images = ImageJobs(
+        backend, runnable, models_root=models_root, note=progress.note, reports=reports
+    )
     try:
         interrupted = run_pooled(
             backend,
@@ -164,6 +171,13 @@ def placement_of(allocation: Allocation, runner: Runner) -> Placement:
     return Placement(gpu_ids=gpus if allocation.gpu_ids else None, core_ids=allocation.core_ids)
 
 
+def lent_gpus(gpu_ids: Sequence[str], runner: Runner) -> tuple[dict[str, GpuFact], ...]:
+    """The runner's GPUs ``gpu_ids`` as the runner read each (every field it has); an id it
+    does not list (a MIG id, a GPU named to a runner without nvidia-smi) as the id alone."""
+    listed = {gpu.index: gpu for gpu in runner.gpus}
+    return tuple(asdict(listed[i]) if i in listed else {"index": i} for i in gpu_ids)
+
+
 def jobs_for(cells: Sequence[Cell], runner: Runner, pacing: Pacing, images: ImageJobs) -> list[Job]:
     """One job per cell (after its image's job) and one per image; in a rehearsal GPU cells
     run on the CPU and need the host to themselves."""
@@ -186,9 +200,10 @@ def work_for(backend: Backend, cell: Cell, runner: Runner, models_root: Path) ->
             raise TypeError(f"{cell.id} started without its image job's value")  # a bug of ours
         context = cell_context(cell, ticket.before, models_root)
         placement = placement_of(ticket.allocation, runner)
+        gpus = lent_gpus(ticket.allocation.gpu_ids, runner)
         if (refused := gpu_refusal(backend, cell, context, placement, runner)) is not None:
-            return Ran(started_at, CellRun(outcome.infra_error(refused), NOT_RUN), context)
-        return Ran(started_at, run_cell(backend, cell, context, placement), context)
+            return Ran(started_at, CellRun(outcome.infra_error(refused), NOT_RUN), context, gpus)
+        return Ran(started_at, run_cell(backend, cell, context, placement), context, gpus)
 
     return work
 
@@ -225,7 +240,12 @@ def ended_run(done: Done[Ran | ImageReady]) -> Ran:
 def save(folder: RunFolder, cell: Cell, ran: Ran, counts: dict[str, int]) -> CellResult:
     """Write one cell's result and log now, and count its outcome."""
     result = cell_result(
-        cell, ran.run, context=ran.context, run_id=folder.run_id, started_at=ran.started_at
+        cell,
+        ran.run,
+        context=ran.context,
+        run_id=folder.run_id,
+        started_at=ran.started_at,
+        gpus=ran.gpus,
     )
     try:
         store.write_result(folder.path, result, ran.run.execution.log)

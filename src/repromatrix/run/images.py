@@ -1,7 +1,9 @@
 """Each image of a run as a pool job: made, read, its tiny models made, its cells given context.
 
 An image job builds or pulls one image (``Backend.prepare``), reads vLLM's
-version inside it, makes the tiny models its CPU engine cells need (each
+version inside it, saves vLLM's environment report of it on this runner (a real
+run only: ``environment.EnvironmentReports``), makes the tiny models its CPU
+engine cells need (each
 model once, by whichever image job gets to it first, with every adapter rank
 and broken folder any cell of the run asks for) and then gives each of its
 cells its ``CellContext``. The pool starts a cell only once its image job has
@@ -26,8 +28,15 @@ from repromatrix.backends.harness_spec import model_path
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.heartbeat import duration, heartbeat
 from repromatrix.model import Cell, Image, Lane, Level, Model
-from repromatrix.models.tinymodel import LORA_RANK, TinyModel, ensure_model_files, tiny_model_for
+from repromatrix.models.tinymodel import (
+    LORA_RANK,
+    TinyModel,
+    content_hash,
+    ensure_model_files,
+    tiny_model_for,
+)
 from repromatrix.run.cell import CellContext
+from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.pool import Ticket, Work
 from repromatrix.run.schedule import Job, Need
 
@@ -50,11 +59,13 @@ def image_job(image_key: str, estimate_s: float = IMAGE_ESTIMATE_S) -> Job:
 @dataclass(frozen=True)
 class ImageReady:
     """What an image job hands each cell that waits for it: the image (made, or why not), the
-    vLLM version read inside it, and each tiny model its cells serve (made, or why not)."""
+    vLLM version read inside it, its environment report in the run folder, and each tiny
+    model its cells serve (made, or why not)."""
 
     prepared: Prepared
     version: str | None = None
     models: Mapping[str, TinyModel | str] = field(default_factory=dict)
+    environment: str | None = None  # relative to the run folder; None: not made
 
     @property
     def error(self) -> str | None:
@@ -73,10 +84,12 @@ class ImageJobs:
         *,
         models_root: Path,
         note: Callable[[str], None],
+        reports: EnvironmentReports | None = None,
     ) -> None:
         self.backend = backend
         self.models_root = models_root
         self.note = note
+        self.reports = reports  # None: no report (nothing is saved: images are only made)
         cells = list(cells)
         self.cells: dict[str, list[Cell]] = {}
         self.images: dict[str, Image] = {}
@@ -107,14 +120,17 @@ class ImageJobs:
         return work
 
     def make(self, key: str) -> ImageReady:
-        """Make the image ``key``, read its vLLM version and make its cells' tiny models."""
+        """Make the image ``key``, read its vLLM version and environment, make its cells'
+        tiny models."""
         image = self.images[key]
         prepared = self.backend.prepare([image])[key]
         if prepared.error is not None:
             ready = ImageReady(prepared)
         else:
             version = self.backend.vllm_version(prepared)
-            ready = ImageReady(prepared, version, self._models_for(self.cells[key], prepared))
+            models = self._models_for(self.cells[key], prepared)
+            report = self.reports.save(self.backend, prepared, self.note) if self.reports else None
+            ready = ImageReady(prepared, version, models, report)
         self.note(ready_line(image, prepared))
         return ready
 
@@ -218,14 +234,25 @@ def _make_model(
 
 def cell_context(cell: Cell, ready: ImageReady, models_root: Path) -> CellContext:
     """What ``cell`` runs with, from its image job's value: the image, model and adapter paths
-    and vLLM's version (a failed model of its own makes its image unusable for it)."""
-    image, version = ready.prepared, ready.version
+    (with the tiny model's content hashes), vLLM's version and the environment report (a
+    failed model of its own makes its image unusable for it)."""
+    image, version, report = ready.prepared, ready.version, ready.environment
     model = ready.models.get(cell.model.name) if cell.level is Level.ENGINE else None
     if isinstance(model, str) and image.error is None:
         return CellContext(Prepared(image.image_key, image.ref, error=model), "")
     if isinstance(model, TinyModel):
-        adapter = model.adapter_path(adapter_rank(cell))
-        path = str(adapter) if cell.scenario.launch.lora_adapter else None
-        served = str(model.files_path(cell.model_files))
-        return CellContext(image, served, path, image_version=version)
-    return CellContext(image, model_path(cell, models_root), image_version=version)
+        served = model.files_path(cell.model_files)
+        adapter = (
+            model.adapter_path(adapter_rank(cell)) if cell.scenario.launch.lora_adapter else None
+        )
+        return CellContext(
+            image,
+            str(served),
+            str(adapter) if adapter else None,
+            image_version=version,
+            environment=report,
+            model_revision=content_hash(served),
+            adapter_revision=content_hash(adapter) if adapter else None,
+        )
+    path = model_path(cell, models_root)
+    return CellContext(image, path, image_version=version, environment=report)

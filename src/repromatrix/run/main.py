@@ -42,6 +42,7 @@ from repromatrix.reports.ranges import documented_ranges
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
 from repromatrix.run.cells import Pacing, measured_durations, prepare_images, run_cells
+from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.folder import (
     RunFolder,
     claimed,
@@ -96,6 +97,11 @@ class RunOptions:
     def models_root(self) -> Path:
         """Where the tiny models are cached (mounted read-only at the same path in cells)."""
         return (self.cache / "models").resolve()
+
+    @property
+    def reports_cache(self) -> Path:
+        """Where each image's environment report on this runner is kept between runs."""
+        return self.cache / "environment"
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,7 @@ def execute_run(
                     models_root=options.models_root,
                     progress=progress,
                     pacing=pacing,
+                    reports=EnvironmentReports(run.folder.path, options.reports_cache, runner),
                 )
             write_reports(run.folder.path, report_options(run))
             progress.note(f"reports written to {run.folder.path}/")

@@ -86,6 +86,10 @@ class HarnessStatus:
     probe: ProbeReport | None = None
     # Names of the processes the kernel's OOM killer ended, as the harness saw them.
     oom_killed: tuple[str, ...] = ()
+    # The commits of the HF cache snapshots the harness resolved the cell's repos to.
+    model_revision: str | None = None
+    adapter_revision: str | None = None
+    infra_error: str | None = None  # the container could not run the cell (nothing launched)
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,9 @@ def status_from_json(data: Mapping[str, Any]) -> HarnessStatus:
         error=_str_or_none(data.get("error")),
         probe=_probe(probe) if isinstance(probe, dict) else None,
         oom_killed=_victims(data.get("oom_killed")),
+        model_revision=_str_or_none(data.get("model_revision")),
+        adapter_revision=_str_or_none(data.get("adapter_revision")),
+        infra_error=_str_or_none(data.get("infra_error")),
     )
 
 
@@ -184,6 +191,8 @@ def decide(
     """Turn one executed cell's facts into its outcome and reason."""
     if execution.infra_error is not None:
         return infra_error(execution.infra_error)
+    if status is not None and status.infra_error is not None:
+        return infra_error(status.infra_error)
     if cell.level is Level.PROBE:
         return _decide_probe(execution, status, diagnosis)
     decision = _decide_engine(cell, execution, status, diagnosis)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import docker
@@ -94,18 +95,35 @@ def test_the_watcher_stops_a_cell_as_soon_as_it_has_seen_enough(backend, tools_i
     assert execution.total_s < 60
 
 
-def test_the_token_reaches_the_container_but_never_the_log(tools_image):
+@pytest.mark.parametrize("lane", [Lane.CPU, Lane.GPU])
+def test_no_cell_container_gets_the_token_not_even_in_docker_inspect(tools_image, lane):
     token = "hf_abcdefghijklmnop"
-    backend = DockerBackend("test-token", SETTINGS, environ={"HF_TOKEN": token})
-    watched: list[bytes] = []
+    run_id = f"test-token-{lane.value}"
+    # A GPU cell as a rehearsal makes it (no device request on a host without GPUs).
+    settings = {lane: replace(SETTINGS[Lane.CPU], devices=False)}
+    backend = DockerBackend(run_id, settings, environ={"HF_TOKEN": token})
+    client = docker.from_env()
+    inspected: list[str] = []
+
+    def inspect_while_running(_chunk: bytes) -> bool:
+        [running] = client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"})
+        inspected.append(json.dumps(client.api.inspect_container(running.id)))
+        return True  # seen: stop the cell
+
     try:
-        execution = run(backend, tools_image, "env", watch=lambda c: watched.append(c) and False)
+        c = cell(lane, deadline_s=60)
+        stopped = backend.execute(
+            c, {"act": "sleep"}, Prepared("k", tools_image), inspect_while_running
+        )
+        printed = backend.execute(c, {"act": "env"}, Prepared("k", tools_image), lambda _c: False)
     finally:
         backend.close()
-    assert execution.exit_code == 3
-    assert b"HF_TOKEN=<redacted>" in execution.log
-    assert token.encode() not in execution.log
-    assert b"HF_TOKEN=<redacted>" in b"".join(watched)  # triage never sees it either
+        client.close()
+    assert stopped.stopped_early and len(inspected) == 1
+    assert "HF_HUB_OFFLINE=1" in inspected[0]  # the container's Config.Env, as inspect shows it
+    assert "HF_TOKEN" not in inspected[0] and token not in inspected[0]
+    assert printed.exit_code == 3 and b"HF_HUB_OFFLINE=1" in printed.log
+    assert b"HF_TOKEN" not in printed.log  # not passed in, so not even redacted: absent
 
 
 def test_a_missing_image_is_an_infra_error_not_a_crash(backend):

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from repromatrix.images.wheelhouse import CACHE_ROOT
+from repromatrix.rehearsal.hfcache import repo_folder
 from repromatrix.rehearsal.registry import answers, local_registry
-from repromatrix.results.store import read_results
+from repromatrix.rehearsal.rehearse import MODEL_REPO
+from repromatrix.results.store import LOG_FILE, cell_dir, read_results
 from support import paths
 
 ROOT = paths.ROOT
@@ -52,3 +55,15 @@ def test_the_rehearsal_pulls_runs_and_records_a_moved_tag(tmp_path: Path):
     moved, _ = read_results(tmp_path / "rehearsal-moved")
     assert moved and all(r.image_digest and r.image_digest.endswith(summary["moved"][ref])
                          for r in moved)  # fmt: skip
+    # vLLM's own console script started the server, as the look-alike's entrypoint says.
+    log = (cell_dir(tmp_path / "rehearsal", healthy.id) / LOG_FILE).read_text()
+    [launched] = [json.loads(line.split(" ", 1)[1]) for line in log.splitlines()
+                  if line.startswith("@@repromatrix-launch ")]  # fmt: skip
+    assert launched[:3] == ["vllm", "serve", MODEL_REPO]
+    assert "version 0.32.0" in log  # vLLM's own banner
+    # The revision read is the snapshot the cache's refs/main names.
+    cache = CACHE_ROOT if CACHE_ROOT.is_absolute() else ROOT / CACHE_ROOT
+    repo = repo_folder(cache / "rehearsal" / "huggingface", MODEL_REPO)
+    assert healthy.model_revision == (repo / "refs" / "main").read_text().strip()
+    assert healthy.environment is not None
+    assert "vLLM Version" in (tmp_path / "rehearsal" / healthy.environment).read_text()

@@ -11,6 +11,7 @@ so images are built and engines started once.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -161,6 +162,24 @@ def test_the_healthy_baseline_serves_a_completion(cpu_run, version: str):
     assert result.facts["compilation_mode"] == "DYNAMO_TRACE_ONCE"
     assert result.facts["kv_cache_tokens"] == "65536"
     assert result.image_digest is not None and result.image_digest.startswith("sha256:")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_result_says_where_it_ran_and_points_at_vllms_own_environment_report(
+    cpu_run, version: str
+):
+    ran = [r for r in cpu_run.results.values() if r.image_tag == version]
+    [report] = {r.environment for r in ran}  # one per image and runner
+    assert report is not None
+    text = (cpu_run.run_dir / report).read_text()
+    # What vLLM's own collector prints, run inside the image.
+    assert re.search(rf"vLLM Version\s*: {re.escape(version)}\n", text), text[-2000:]
+    assert "PyTorch version" in text and "torch==2.13.0+cpu" in text
+    # The tiny model read, by its content; a CPU cell is given no GPU.
+    assert len({r.model_revision for r in ran}) == 1
+    assert all(r.model_revision and r.model_revision.startswith("sha256:") for r in ran)
+    assert all(r.runner_gpus == () for r in ran)
+    assert report in (cpu_run.run_dir / "compat.md").read_text().split("## Where it ran")[1]
 
 
 def test_an_unchanged_matrix_builds_nothing_the_second_time(cpu_run):

@@ -65,6 +65,12 @@ def test_the_local_backend_gives_the_same_results_without_docker(tmp_path: Path)
     assert problems == [] and [r.id for r in found] == [KV_032]
     assert found[0].outcome is Outcome.HIT, found[0].reason
     assert found[0].version == "0.32.0" or found[0].version is None
+    # vLLM's own environment report, with the virtualenv's Python
+    assert found[0].environment is not None
+    assert (
+        "vLLM Version                 : 0.32.0"
+        in (tmp_path / "local" / found[0].environment).read_text()
+    )
 
 
 CPU_ONLY_MATRIX = """

@@ -1,4 +1,4 @@
-"""The container plan: the exact create call for CPU and GPU cells, secrets redacted (no engine)."""
+"""The container plan: the exact create call for CPU and GPU cells, never a secret (no engine)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from repromatrix.backends.docker.calls import (
     ImageBuild,
     Mount,
     container_call,
+    environment_call,
     split_ref,
     tool_plan,
 )
@@ -50,7 +51,7 @@ def engine_body(kwargs: dict[str, object]) -> dict[str, object]:
 def test_cpu_cell_runs_the_harness_in_exec_form_without_network():
     settings = ContainerSettings(shm_size="2g", mounts=(Mount("/cache/models", "/cache/models"),))
     plan = container_call(cell(), SPEC, "repromatrix/cell-0.32.0:abc", settings, "run1")
-    body = engine_body(docker_kwargs(plan, {}))
+    body = engine_body(docker_kwargs(plan))
     host = body["HostConfig"]
     assert isinstance(host, dict)
     assert body["Entrypoint"] == ["python3", "/opt/repromatrix/harness/harness.py"]
@@ -68,7 +69,7 @@ def test_gpu_cell_requests_exactly_its_gpus_and_mounts_the_hf_cache_read_only():
     gpu_cell = cell(Lane.GPU, gpus=4, version="0.31.0")
     settings = ContainerSettings(hf_cache="/data/hf", gpu_ids=("2", "3", "5", "7", "1"))
     plan = container_call(gpu_cell, SPEC, "repromatrix/cell-v0.31.0:abc", settings, "run1")
-    body = engine_body(docker_kwargs(plan, {"HF_TOKEN": TOKEN}))
+    body = engine_body(docker_kwargs(plan))
     host = body["HostConfig"]
     assert isinstance(host, dict)
     assert host["DeviceRequests"] == [
@@ -84,16 +85,14 @@ def test_gpu_cell_requests_exactly_its_gpus_and_mounts_the_hf_cache_read_only():
     assert host["IpcMode"] == "host"
     assert "ShmSize" not in host
     assert host["Binds"] == ["/data/hf:/root/.cache/huggingface:ro"]
-    assert f"HF_TOKEN={TOKEN}" in body["Env"]  # the real call carries the token...
+    # The cell is offline: no secret, not even by name (prepare alone gets HF_TOKEN).
+    assert not any(line.startswith("HF_") and "TOKEN" in line for line in body["Env"])
 
 
-def test_dry_run_description_never_shows_the_token():
+def test_dry_run_description_names_the_devices_to_be_chosen_and_no_secret():
     plan = container_call(cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1")
-    described = plan.describe({"HF_TOKEN": TOKEN, "OTHER": "x"})
-    text = json.dumps(described)
-    assert TOKEN not in text
-    assert described["environment"]["HF_TOKEN"] == REDACTED
-    assert "OTHER" not in described["environment"]  # only named secrets travel
+    described = plan.describe()
+    assert "TOKEN" not in json.dumps(described)
     assert described["device_requests"] == [
         {"device_ids": "<2 of the runner's GPUs, chosen at run time>", "capabilities": [["gpu"]]}
     ]
@@ -103,7 +102,7 @@ def test_a_gpu_cell_gets_the_device_ids_it_is_given():
     plan = container_call(
         cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1", device_ids=["4", "6"]
     )
-    kwargs = plan.create_kwargs({})
+    kwargs = plan.create_kwargs()
     assert kwargs["device_requests"] == [{"device_ids": ["4", "6"], "capabilities": [["gpu"]]}]
     assert kwargs["environment"]["NVIDIA_VISIBLE_DEVICES"] == "4,6"
 
@@ -111,12 +110,12 @@ def test_a_gpu_cell_gets_the_device_ids_it_is_given():
 def test_a_gpu_cell_without_device_ids_cannot_be_created():
     plan = container_call(cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1")
     with pytest.raises(InfraError, match="needs 2 GPU"):
-        plan.create_kwargs({})
+        plan.create_kwargs()
     wrong = container_call(
         cell(Lane.GPU, gpus=2), SPEC, "img", ContainerSettings(), "run1", device_ids=["1"]
     )
     with pytest.raises(InfraError, match=r"device ids \['1'\]"):
-        wrong.create_kwargs({})
+        wrong.create_kwargs()
 
 
 def test_gpu_containers_take_the_runners_gpus_or_leave_them_to_run_time(tmp_path: Path):
@@ -130,10 +129,18 @@ def test_gpu_containers_take_the_runners_gpus_or_leave_them_to_run_time(tmp_path
     assert unknown[Lane.GPU].gpu_ids is None and unknown[Lane.GPU].devices
 
 
-def test_token_absent_from_host_means_absent_from_container():
-    settings = ContainerSettings(gpu_ids=("0", "1", "2", "3"))
-    plan = container_call(cell(Lane.GPU), SPEC, "img", settings, "run1")
-    assert "HF_TOKEN" not in plan.create_kwargs({})["environment"]
+def test_the_environment_report_runs_offline_with_the_gpus_the_lane_lends():
+    settings = ContainerSettings(gpu_ids=("0", "1"))
+    gpu = environment_call("img", settings, "run1", gpu=True).create_kwargs()
+    assert gpu["entrypoint"] == ["python3", "-m", "vllm.collect_env"]
+    assert gpu["network_mode"] == "none" and "user" not in gpu  # the image's own user
+    assert gpu["device_requests"] == [{"device_ids": ["0", "1"], "capabilities": [["gpu"]]}]
+    assert gpu["environment"]["NVIDIA_VISIBLE_DEVICES"] == "0,1"
+    assert gpu["environment"]["HF_HUB_OFFLINE"] == "1"
+    assert gpu["labels"][RUN_LABEL] == "run1"  # swept with the run
+    cpu = environment_call("img", settings, "run1", gpu=False).create_kwargs()
+    rehearsed = environment_call("img", replace(settings, devices=False), "r", gpu=True)
+    assert "device_requests" not in cpu and "device_requests" not in rehearsed.create_kwargs()
 
 
 def test_redact_replaces_every_occurrence():
@@ -176,7 +183,7 @@ def test_a_model_and_its_adapter_are_both_in_the_container_wherever_they_are(
     gpu_cell = factories_cell(Lane.GPU, of=of, model=model, flags={"enable_lora": True})
     settings = ContainerSettings(gpu_ids=("0", "1", "2", "3"))
     plan = container_call(gpu_cell, SPEC, "repromatrix/cell-v0.32.0:abc", settings, "r1")
-    binds = engine_body(docker_kwargs(plan, {}))["HostConfig"]["Binds"]  # type: ignore[index]
+    binds = engine_body(docker_kwargs(plan))["HostConfig"]["Binds"]  # type: ignore[index]
     inside = {bind.split(":")[1]: bind.split(":")[0] for bind in binds}
 
     def host_of(path: str) -> str:
@@ -204,4 +211,4 @@ def test_every_container_names_the_process_that_made_it(tmp_path: Path):
 
 
 def body_labels(plan: ContainerCall) -> object:
-    return engine_body(docker_kwargs(plan, {}))["Labels"]
+    return engine_body(docker_kwargs(plan))["Labels"]

@@ -18,6 +18,7 @@ from repromatrix.backends.harness_spec import (
     offline_kwargs,
     server_argv,
     server_command,
+    server_launcher,
 )
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.expand import expand
@@ -123,15 +124,52 @@ def test_server_command_keeps_every_argument_separate() -> None:
     command = server_command(spec, port=8123)
     assert command[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
     assert command[3:9] == [
+        "--model",
+        "/models/tiny llama",
         "--host",
         "127.0.0.1",
         "--port",
         "8123",
-        "--model",
-        "/models/tiny llama",
     ]
     assert command[9:] == ["--served-model-name", "a b; c"]
     assert shlex.join(command).count("'a b; c'") == 1
+
+
+def test_the_server_starts_as_the_images_entrypoint_starts_it() -> None:
+    cell = make_cell({"served_model_name": "a b; c"}, lane=Lane.GPU)
+    spec = build_spec(cell, "Qwen/Qwen3-0.6B", launcher=("vllm", "serve"))
+    assert server_command(spec, port=8123) == [
+        "vllm", "serve", "Qwen/Qwen3-0.6B", "--host", "127.0.0.1", "--port", "8123",
+        "--served-model-name", "a b; c",
+    ]  # fmt: skip
+    older = build_spec(cell, "m", launcher=("python3", "-m", "vllm.entrypoints.openai.api_server"))
+    assert server_command(older, port=1)[:5] == [
+        "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "launcher"),
+    [
+        # vllm/vllm-openai's current tags, and the tags before `vllm serve` existed
+        (["vllm", "serve"], ("vllm", "serve")),
+        (["python3", "-m", "vllm.entrypoints.openai.api_server"],
+         ("python3", "-m", "vllm.entrypoints.openai.api_server")),
+        # a wrapper in front (NVIDIA's images) is kept: it is how the image starts vLLM
+        (["/opt/nvidia/nvidia_entrypoint.sh", "/usr/local/bin/vllm", "serve"],
+         ("/opt/nvidia/nvidia_entrypoint.sh", "/usr/local/bin/vllm", "serve")),
+        # anything else starts no server the harness knows: the module form
+        (["/bin/bash"], ()),
+        (["vllm"], ()),
+        (["python3", "-m", "vllm.entrypoints.cli.main"], ()),
+        (None, ()),
+        ([], ()),
+    ],
+)  # fmt: skip
+def test_the_launcher_is_read_from_the_images_entrypoint(
+    entrypoint: list[str] | None, launcher: tuple[str, ...]
+) -> None:
+    assert server_launcher(entrypoint) == launcher
 
 
 def test_server_spec_fields() -> None:

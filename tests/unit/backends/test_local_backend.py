@@ -61,9 +61,7 @@ def test_a_failed_image_runs_nothing(tmp_path: Path) -> None:
     assert execution.infra_error == "build failed" and execution.log == b""
 
 
-def test_the_harness_gets_a_clean_environment_with_secrets_only_at_run_time(
-    tmp_path: Path,
-) -> None:
+def test_the_harness_gets_a_clean_environment_without_secrets(tmp_path: Path) -> None:
     environ = {
         "PATH": "/usr/bin",
         "HOME": "/root",
@@ -74,17 +72,19 @@ def test_the_harness_gets_a_clean_environment_with_secrets_only_at_run_time(
     backend = LocalBackend(tmp_path, environ=environ)
     env = backend._env("tok", tmp_path / "venv")
     assert env["PATH"] == f"{tmp_path / 'venv' / 'bin'}:/usr/bin"
-    assert env["HF_TOKEN"] == "hf_x" and env[TOKEN_ENV] == "tok"
-    # Host settings that would change what vLLM does (or leak) stay out.
+    assert env[TOKEN_ENV] == "tok"
+    # Host settings that would change what vLLM does, and secrets (the cell is offline: only
+    # `prepare` needs HF_TOKEN), stay out.
     assert "VLLM_CPU_KVCACHE_SPACE" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+    assert "HF_TOKEN" not in env
 
 
-def test_a_secret_the_cell_prints_is_redacted_in_its_log_and_for_triage(tmp_path: Path) -> None:
-    # A stand-in for the venv's python that prints the token it was given, as a careless
-    # program inside a cell could.
+def test_the_cell_never_gets_the_token_and_one_it_prints_is_redacted(tmp_path: Path) -> None:
+    # A stand-in for the venv's python that prints the token it was given, and one baked into
+    # it, as a careless program inside a cell could.
     fake = tmp_path / "venv" / "bin" / "python3"
     fake.parent.mkdir(parents=True)
-    fake.write_text('#!/bin/sh\necho "token is $HF_TOKEN"\n')
+    fake.write_text('#!/bin/sh\necho "given [$HF_TOKEN]"\necho "baked in hf_s3"\n')
     fake.chmod(0o755)
     backend = LocalBackend(
         tmp_path / "venvs", environ={"PATH": "/usr/bin:/bin", "HF_TOKEN": "hf_s3"}
@@ -93,8 +93,26 @@ def test_a_secret_the_cell_prints_is_redacted_in_its_log_and_for_triage(tmp_path
     execution = backend.execute(
         make_cell(), {}, Prepared("k", str(tmp_path / "venv")), lambda c: seen.append(c) or False
     )
-    assert execution.log == b"token is <redacted>\n"
+    assert execution.log == b"given []\nbaked in <redacted>\n"
     assert b"hf_s3" not in b"".join(seen) and b"<redacted>" in b"".join(seen)
+
+
+def test_the_environment_report_runs_vllms_collector_offline_without_secrets(
+    tmp_path: Path,
+) -> None:
+    # A stand-in for the venv's python: says how it was called and what it was given.
+    fake = tmp_path / "venv" / "bin" / "python3"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/sh\necho "argv $*"\necho "offline=$HF_HUB_OFFLINE token=[$HF_TOKEN]"\n')
+    fake.chmod(0o755)
+    environ = {"PATH": "/usr/bin:/bin", "HF_TOKEN": "hf_s3"}
+    backend = LocalBackend(tmp_path / "venvs", environ=environ, workdir=False)
+    report = backend.environment_report(Prepared("k", str(tmp_path / "venv")))
+    assert report.text == "argv -m vllm.collect_env\noffline=1 token=[]\n"
+    fake.write_text("#!/bin/sh\necho 'No module named vllm.collect_env'\nexit 1\n")
+    failed = backend.environment_report(Prepared("k", str(tmp_path / "venv")))
+    assert failed.text is None and failed.error is not None
+    assert "exit code 1" in failed.error and "No module named" in failed.error
 
 
 # Real vLLM from here on: one engine start costs 20-40 s of both cores, so only a few.

@@ -12,12 +12,14 @@ import json
 import re
 import shlex
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
 from repromatrix.cli import main
+from repromatrix.fleet.buildkite import HUB_CLIENT, WITHOUT_SECRETS
 from repromatrix.fleet.jobs import IMAGE_SETUP_S, MARGIN
 from support.workflow import ROOT, VENV_BIN, check_schema, fake_tool, real_path, run_script
 
@@ -62,7 +64,7 @@ def test_one_step_per_job_on_its_runners_queue_covers_every_cell() -> None:
     for index, step in enumerate(jobs):
         run_id = f"bk-${{BUILDKITE_BUILD_NUMBER}}-{index}"
         assert step["artifact_paths"] == [f"results/{run_id}/**/*"]
-        argv = shlex.split(step["commands"][-1])
+        argv = shlex.split(step["commands"][-1].removeprefix(WITHOUT_SECRETS + " "))
         assert argv[:6] == [".repromatrix-venv/bin/repromatrix", "run", "--lane", "gpu",
                             "--run-id", run_id]  # fmt: skip
         ran = [c["id"] for c in json.loads(plan("--json", *argv[6:]))]
@@ -148,3 +150,46 @@ def test_the_bootstrap_step_uploads_the_plan_of_the_builds_inputs(tmp_path: Path
     assert commands and all("--matrix team.yaml" in c for c in commands)
     assert not any("nightly" in c or "eager" in c for c in commands)
     assert "--baseline v0.31.0 --candidate v0.32.0" in pipeline["steps"][-1]["command"]
+
+
+TOKEN = "hf_agentTokenNotReal0123"
+
+
+def test_a_gpu_step_fetches_checks_then_runs_and_only_the_fetch_keeps_the_token(
+    tmp_path: Path,
+) -> None:
+    pipeline = yaml.safe_load(plan("--format", "buildkite", "--matrix", str(USER_MATRIX)))
+    step = pipeline["steps"][0]
+    log = tmp_path / "calls"
+    # Each stand-in says how it was called and whether the agent's HF_TOKEN reached it.
+    recorder = 'echo "$(basename "$0") $1 $2 token:${HF_TOKEN:-none}" >> "' + f'{log}"\n'
+    bin_dir = venv_with(tmp_path, recorder)
+    fake_tool(tmp_path / ".repromatrix-venv" / "bin", "pip", recorder)
+    env = {"PATH": real_path(bin_dir), "HF_TOKEN": TOKEN}  # as the agent's environment hook sets
+    ran = run_script(" && ".join(uploaded(c) for c in step["commands"]), env, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert log.read_text().splitlines() == [
+        f"pip install -q token:{TOKEN}",
+        f"repromatrix prepare --lane token:{TOKEN}",
+        "repromatrix prepare --check token:none",
+        "repromatrix run --lane token:none",
+    ]
+    assert shlex.split(step["commands"][1])[-1] == HUB_CLIENT
+    argv = [shlex.split(c.removeprefix(WITHOUT_SECRETS + " "))[1:] for c in step["commands"][2:]]
+    assert argv[0][1:3] == argv[1][2:4] == argv[2][1:3] == ["--lane", "gpu"]
+    assert argv[0][3:] == argv[1][4:] == argv[2][5:]  # the same cells: matrix, globs
+
+
+def test_the_hub_client_is_the_prepare_extras_requirement() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert extras["prepare"] == [HUB_CLIENT]
+    workflow = (ROOT / ".github" / "workflows" / "compat-matrix.yml").read_text()
+    assert f"'{HUB_CLIENT}'" in workflow
+
+
+def test_cpu_steps_fetch_nothing() -> None:
+    pipeline = yaml.safe_load(plan("--format", "buildkite", "--lane", "cpu"))
+    for step in pipeline["steps"][:-2]:
+        assert not any(" prepare " in c or HUB_CLIENT in c for c in step["commands"])

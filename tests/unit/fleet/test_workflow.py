@@ -7,7 +7,9 @@ gate steps run with stand-ins for the tools they call.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,11 @@ import pytest
 
 from repromatrix.cli import build_parser
 from repromatrix.fleet.jobs import DEFAULT_JOB_MINUTES
+from repromatrix.rehearsal.hfcache import lay_out
 from support.machine import program
 from support.workflow import (
+    ECHO_ARGV,
+    ROOT,
     WORKFLOW,
     argv_recorder,
     calls,
@@ -187,3 +192,99 @@ def test_the_commands_accept_the_arguments_the_workflow_passes() -> None:
     assert merge.out == Path("merged")
     diff = parser.parse_args(["diff", "merged", "--baseline", "v0.31.0", "--candidate", "v0.32.0"])
     assert (diff.baseline, diff.candidate) == ("v0.31.0", "v0.32.0")
+
+
+TOKEN = "hf_workflowTokenNotReal0123"
+GPU_STEPS = ("Fetch this runner's models", "Check that the HF cache", "GPU lane")
+
+
+def gpu_step_env(workflow: dict[str, Any], name: str, tmp_path: Path, **env: str) -> dict[str, str]:
+    """What a GPU job's step sees: the workflow's env, the job's, the step's own with GitHub's
+    expressions evaluated (a token for the secret, the plan's globs), and a stand-in PATH."""
+    given = {
+        "${{ secrets.HF_TOKEN }}": TOKEN,
+        "${{ toJSON(matrix.only) }}": json.dumps(["gpu/v0.31.0/h100/*"]),
+    }
+    job = workflow["jobs"]["gpu"]
+    own = {key: given.get(value, value) for key, value in step(job, name).get("env", {}).items()}
+    assert set(own.values()) <= {TOKEN, given["${{ toJSON(matrix.only) }}"]}, own
+    return {
+        **workflow_env(workflow),
+        "LANE": job["env"]["LANE"],
+        "RUN_ID": "gh-1-1-gpu-0",
+        **own,
+        "PATH": real_path(tmp_path / "bin"),
+        **env,
+    }
+
+
+def test_only_the_fetch_step_is_given_the_token(workflow: dict[str, Any]) -> None:
+    for job_name, job in workflow["jobs"].items():
+        for one in job["steps"]:
+            named = "secrets." in json.dumps(one)
+            assert named == (
+                job_name == "gpu" and one.get("name") == step(job, GPU_STEPS[0])["name"]
+            )
+    names = [s.get("name", "") for s in workflow["jobs"]["gpu"]["steps"]]
+    order = [names.index(step(workflow["jobs"]["gpu"], part)["name"]) for part in GPU_STEPS]
+    assert order == sorted(order)  # fetch, then the pre-flight, then the cells
+
+
+def test_a_gpu_job_fetches_checks_then_runs_its_cells_and_only_the_fetch_sees_the_token(
+    workflow: dict[str, Any], tmp_path: Path
+) -> None:
+    log = tmp_path / "argv"
+    # The stand-in records its argv and whether HF_TOKEN reached it.
+    fake_tool(
+        tmp_path / "bin",
+        "repromatrix",
+        f'"{sys.executable}" -c \'{ECHO_ARGV}\' "$@" "token:${{HF_TOKEN:-none}}" >> "{log}"\n',
+    )
+    for name in GPU_STEPS:
+        ran = run_script(
+            step(workflow["jobs"]["gpu"], name)["run"], gpu_step_env(workflow, name, tmp_path)
+        )
+        assert ran.returncode == 0, ran.stderr
+    selection = [
+        "--matrix",
+        "matrix.yaml",
+        "--scenarios",
+        "scenarios",
+        "--only",
+        "gpu/v0.31.0/h100/*",
+    ]
+    assert calls(log) == [
+        ["prepare", "--lane", "gpu", *selection, f"token:{TOKEN}"],
+        ["prepare", "--check", "--lane", "gpu", *selection, "token:none"],
+        ["run", "--lane", "gpu", "--run-id", "gh-1-1-gpu-0", *selection, "token:none"],
+    ]
+
+
+PREFLIGHT_MATRIX = """
+lanes:
+  gpu:
+    runtime: {hf_cache: HF_HOME}
+    images: [v0.31.0]
+    gpus: {h100: {runner: gpu-h100, count: 1}}
+    models:
+      tiny: {source: org/tiny, revision: REVISION}
+"""
+
+
+def test_the_preflight_step_fails_naming_what_the_runners_cache_lacks(
+    workflow: dict[str, Any], tmp_path: Path
+) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"weights")
+    commit = lay_out(tmp_path / "hf", "org/tiny", folder).name
+    shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios")
+    name = GPU_STEPS[1]
+    for revision, status in ((commit, 0), ("v2", 3)):
+        text = PREFLIGHT_MATRIX.replace("HF_HOME", str(tmp_path / "hf"))
+        (tmp_path / "matrix.yaml").write_text(text.replace("REVISION", revision))
+        env = gpu_step_env(workflow, name, tmp_path, PYTHONPATH=str(ROOT / "src"))
+        ran = run_script(step(workflow["jobs"]["gpu"], name)["run"], env, cwd=tmp_path)
+        assert ran.returncode == status, ran.stderr
+    assert "model org/tiny@v2: not in the HF cache" in ran.stderr

@@ -22,6 +22,7 @@ import pytest
 from repromatrix.backends.harness_spec import build_spec
 from repromatrix.harness.harness import INTERRUPT_MARK, free_port
 from repromatrix.model import Launch, LaunchMode, Level, Probe
+from repromatrix.rehearsal.hfcache import lay_out
 from support.harness import HARNESS, install_standin, make_cell, run_harness, status_of
 
 HARNESS_DIR = HARNESS.parent
@@ -103,6 +104,57 @@ def test_the_request_goes_through_the_lora_adapter(standin: Path, tmp_path: Path
     assert argv[argv.index("--lora-modules") + 1] == "tiny-lora=/a/lora-r8"
     assert json.loads(lines_with(output, "standin request ")[0])["model"] == "tiny-lora"
     assert status_of(output)["answered"] is True
+
+
+def test_the_server_starts_as_the_images_entrypoint_starts_it(
+    standin: Path, tmp_path: Path
+) -> None:
+    cell = make_cell({"max_model_len": 2048}, env={"PYTHONPATH": str(standin)})
+    spec = build_spec(cell, "/models/tiny", launcher=(str(standin / "bin" / "vllm"), "serve"))
+    _, output = run_harness(spec, tmp_path)
+    called = json.loads(lines_with(output, "standin cli ")[0])
+    assert called[:2] == ["serve", "/models/tiny"]  # the model is serve's first argument
+    assert called[2:] == ["--host", "127.0.0.1", "--port", called[5], "--max-model-len", "2048"]
+    launched = json.loads(lines_with(output, "@@repromatrix-launch ")[0])
+    assert launched == [str(standin / "bin" / "vllm"), *called]
+    assert status_of(output)["answered"] is True
+
+
+def pinned_spec(standin: Path, tmp_path: Path, revision: str) -> dict[str, Any]:
+    """A LoRA cell whose model and adapter are repo ids in an HF cache laid out under tmp_path,
+    the adapter pinned to ``revision``."""
+    home = tmp_path / "hf"
+    env = {"PYTHONPATH": str(standin), "HF_HOME": str(home)}
+    cell = make_cell({"enable_lora": True}, launch=Launch(lora_adapter="tiny-lora"), env=env)
+    spec = build_spec(cell, "org/tiny", adapter_path="org/tiny-lora")
+    spec["hub"] = {
+        "model": {"repo": "org/tiny", "revision": None},
+        "adapter": {"repo": "org/tiny-lora", "revision": revision, "name": "tiny-lora"},
+    }
+    return spec
+
+
+def test_the_snapshots_read_are_reported_and_a_pinned_adapter_is_served_from_its_own(
+    standin: Path, tmp_path: Path
+) -> None:
+    for name in ("model", "lora"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"name": name}))
+    model = lay_out(tmp_path / "hf", "org/tiny", tmp_path / "model")
+    adapter = lay_out(tmp_path / "hf", "org/tiny-lora", tmp_path / "lora")
+    _, output = run_harness(pinned_spec(standin, tmp_path, adapter.name), tmp_path)
+    argv = json.loads(lines_with(output, "standin argv ")[0])
+    assert argv[argv.index("--lora-modules") + 1] == f"tiny-lora={adapter}"
+    status = status_of(output)
+    assert (status["model_revision"], status["adapter_revision"]) == (model.name, adapter.name)
+    assert status["answered"] is True and status["infra_error"] is None
+
+
+def test_a_pinned_revision_the_cache_lacks_launches_nothing(standin: Path, tmp_path: Path) -> None:
+    code, output = run_harness(pinned_spec(standin, tmp_path, "v9"), tmp_path)
+    status = status_of(output)
+    assert code == 1 and not lines_with(output, "standin argv ")
+    assert "adapter org/tiny-lora at revision v9 is not in the HF cache" in status["infra_error"]
 
 
 def test_healthy_is_not_serving(standin: Path, tmp_path: Path) -> None:

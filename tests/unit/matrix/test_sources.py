@@ -14,7 +14,7 @@ from repromatrix.commands import prepare
 from repromatrix.errors import ConfigError, InfraError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
-from repromatrix.matrix.sources import check_local, downloads
+from repromatrix.matrix.sources import Download, check_local, downloads
 from repromatrix.model import Cell
 from support.matrix import at, setup, write
 
@@ -68,7 +68,7 @@ def test_a_local_model_and_its_adapter_are_mounted_read_only(tmp_path: Path) -> 
     cell = cells_of(tmp_path)["local-moe/trigger"]
     assert cell.model.path == str(tmp_path / "weights" / "moe")  # relative to the matrix
     call = container_call(cell, {}, "img", ContainerSettings(gpu_ids=("0", "1", "2", "3")), "r")
-    volumes = call.create_kwargs({})["volumes"]
+    volumes = call.create_kwargs()["volumes"]
     assert volumes[str(tmp_path / "weights" / "moe")] == {
         "bind": "/opt/repromatrix/models/local-moe",
         "mode": "ro",
@@ -185,9 +185,9 @@ def test_prepare_downloads_into_the_hf_cache_with_progress(
     )
     fetched: list[tuple[str, Path]] = []
 
-    def fake(repo_id: str, cache: Path) -> Path:
-        fetched.append((repo_id, cache))
-        return cache / repo_id
+    def fake(item: Download, cache: Path) -> Path:
+        fetched.append((item.repo_id, cache))
+        return cache / item.repo_id
 
     assert prepare.run(prepare_args(tmp_path), download=fake) == 0
     assert fetched == [
@@ -207,9 +207,9 @@ def test_prepare_keeps_going_and_names_every_failure(tmp_path: Path) -> None:
     )
     tried = []
 
-    def offline(repo_id: str, cache: Path) -> Path:
-        tried.append(repo_id)
-        raise OSError(f"cannot reach the hub for {repo_id}")
+    def offline(item: Download, cache: Path) -> Path:
+        tried.append(item.repo_id)
+        raise OSError(f"cannot reach the hub for {item.repo_id}")
 
     with pytest.raises(InfraError) as info:
         prepare.run(prepare_args(tmp_path, "--hf-cache", str(tmp_path / "other")), download=offline)
@@ -224,7 +224,7 @@ def test_prepare_keeps_going_and_names_every_failure(tmp_path: Path) -> None:
 def test_prepare_stops_at_a_missing_folder_before_downloading(tmp_path: Path) -> None:
     cells_of(tmp_path)  # weights/moe does not exist under tmp_path
 
-    def never(repo_id: str, cache: Path) -> Path:
+    def never(item: Download, cache: Path) -> Path:
         raise AssertionError("nothing may be downloaded")
 
     with pytest.raises(ConfigError, match=r"model `local-moe`: the folder .* does not exist"):

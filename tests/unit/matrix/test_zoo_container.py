@@ -45,7 +45,7 @@ def create_kwargs(cell: Cell) -> dict[str, object]:
     ids = [str(i) for i in range(cell.gpu.count)] if cell.lane is Lane.GPU else None
     settings = ContainerSettings(shm_size="2g")
     call = container_call(cell, {}, "img", settings, "run1", device_ids=ids)
-    return call.create_kwargs({})
+    return call.create_kwargs()
 
 
 def test_each_zoo_scenario_has_a_trigger_expected_to_hit_and_a_variant_expected_to_avoid():

@@ -47,13 +47,13 @@ def test_a_rehearsal_runs_gpu_cells_without_the_device_request(tmp_path: Path):
     four = Runner(gpu_ids=("0", "1", "2", "3"))
     settings = docker_kind.container_settings(runtimes, tmp_path, four)[Lane.GPU]
     rehearsing = docker_kind.container_settings(runtimes, tmp_path, replace(four, rehearse=True))
-    real = container_call(gpu, spec, "img", settings, "run").create_kwargs({})
+    real = container_call(gpu, spec, "img", settings, "run").create_kwargs()
     rehearsed = container_call(gpu, spec, "img", rehearsing[Lane.GPU], "run")
     assert real["device_requests"] == [
         {"device_ids": ["0", "1", "2", "3"], "capabilities": [["gpu"]]}
     ]
-    assert "device_requests" not in rehearsed.create_kwargs({})
-    assert rehearsed.create_kwargs({})["ipc_mode"] == "host"  # the rest is the GPU lane's
+    assert "device_requests" not in rehearsed.create_kwargs()
+    assert rehearsed.create_kwargs()["ipc_mode"] == "host"  # the rest is the GPU lane's
 
 
 def test_the_dry_run_of_a_rehearsal_shows_gpu_cells_without_devices(tmp_path: Path):

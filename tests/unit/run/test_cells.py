@@ -192,14 +192,15 @@ def test_the_docker_container_gets_exactly_the_scheduled_gpus(tmp_path: Path):
     backend = DockerBackend("t", {Lane.GPU: ContainerSettings()}, client=object())  # type: ignore[arg-type]
     placement = Placement(gpu_ids=(UUIDS["2"], UUIDS["3"]))
     call = backend.call_for(gpu, {}, Prepared(gpu.image.key, "img"), placement)
-    kwargs = call.create_kwargs({})
+    kwargs = call.create_kwargs()
     assert kwargs["device_requests"][0]["device_ids"] == [UUIDS["2"], UUIDS["3"]]
     assert kwargs["environment"]["NVIDIA_VISIBLE_DEVICES"] == f"{UUIDS['2']},{UUIDS['3']}"
     rehearsal = replace(ContainerSettings(), devices=False)
     backend.settings[Lane.GPU] = rehearsal
-    assert "device_requests" not in backend.call_for(
-        gpu, {}, Prepared("k", "i"), placement
-    ).create_kwargs({})
+    assert (
+        "device_requests"
+        not in backend.call_for(gpu, {}, Prepared("k", "i"), placement).create_kwargs()
+    )
 
 
 def test_the_pool_lends_the_runs_gpus_as_every_other_stage_sees_them(

@@ -138,6 +138,18 @@ def test_container_that_never_ran_is_an_infra_error():
     assert "ConnectionError" in d.reason
 
 
+def test_a_container_that_cannot_run_the_cell_is_an_infra_error_not_a_verdict():
+    line = (
+        b'@@repromatrix-status {"exit_code": null, "infra_error": "adapter org/a at revision v9 '
+        b'is not in the HF cache /root/.cache/huggingface/hub", "model_revision": "abc"}\n'
+    )
+    status = parse_status(line)
+    assert status is not None and status.model_revision == "abc"
+    d = decide(cell(), ran(exit_code=1), status, Diag())
+    assert d.outcome is Outcome.INFRA_ERROR
+    assert "revision v9 is not in the HF cache" in d.reason
+
+
 def test_skipped_and_infra_error_for_cells_that_never_start():
     assert skipped("no GPU on this host").outcome is Outcome.SKIPPED
     assert infra_error("build of x failed").outcome is Outcome.INFRA_ERROR

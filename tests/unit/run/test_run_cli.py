@@ -41,7 +41,9 @@ def test_dry_run_shows_the_exact_gpu_calls_without_an_engine_or_a_gpu(tmp_path: 
         chosen = f"<{count} of the runner's GPUs, chosen at run time>"
         assert create["device_requests"] == [{"device_ids": chosen, "capabilities": [["gpu"]]}]
         assert create["network_mode"] == "none"
-        assert create["environment"]["HF_TOKEN"] == "<redacted>"
+        # The cell is offline: the token is not passed, not even as a redacted name.
+        assert "HF_TOKEN" not in create["environment"]
+        assert create["environment"]["HF_HUB_OFFLINE"] == "1"
         assert create["entrypoint"] == ["python3", "/opt/repromatrix/harness/harness.py"]
         assert create["labels"][RUN_LABEL] == plan["run_id"]
         assert create["image"].startswith("repromatrix/cell-gpu-v0.31.0:")

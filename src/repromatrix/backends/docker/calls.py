@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends.harness_spec import (
+    ENVIRONMENT_ARGV,
     MODELS_TARGET,
     container_adapter_path,
     in_model_folder,
@@ -25,7 +26,6 @@ from repromatrix.images.render import ENTRYPOINT
 from repromatrix.matrix.lanes import BaseImage
 from repromatrix.model import Cell, Lane, PullPolicy
 from repromatrix.runner import pending_devices, select_devices
-from repromatrix.secret_env import REDACTED, SECRET_ENV, secrets_from
 
 RUN_LABEL = "repromatrix.run"
 CELL_LABEL = "repromatrix.cell"
@@ -92,7 +92,6 @@ class ContainerSettings:
     hf_cache: str | None = None  # host Hugging Face cache, mounted read-only (GPU lane)
     mounts: tuple[Mount, ...] = ()  # e.g. the tiny model cache, same path inside
     mem_limit: str | None = None
-    secret_env: tuple[str, ...] = SECRET_ENV  # passed from the host at run time only
     # Set on every container too: GPU base images ship entrypoints of their own.
     entrypoint: tuple[str, ...] = ENTRYPOINT
     # The GPU ids this runner may use (``Runner.gpu_ids``); None: not known here (a dry
@@ -107,14 +106,18 @@ class ContainerSettings:
 
 @dataclass(frozen=True)
 class ContainerCall:
-    """Exactly what ``containers.create`` receives for one cell, secrets left out."""
+    """Exactly what ``containers.create`` receives for one cell.
+
+    No secret is ever part of it: a cell is offline, so ``HF_TOKEN`` could only leak
+    (``docker inspect`` shows a container's environment in clear); ``prepare`` alone,
+    on the host, is given the token.
+    """
 
     image: str
     entrypoint: tuple[str, ...]
     command: tuple[str, ...]
     labels: Mapping[str, str]
     mounts: tuple[Mount, ...]
-    secret_env: tuple[str, ...]
     shm_size: str | None = None
     ipc_mode: str | None = None
     gpus_needed: int = 0  # the cell's GPU count
@@ -124,18 +127,14 @@ class ContainerCall:
     environment: Mapping[str, str] = field(default_factory=dict)
     user: str | None = None  # None: the image's own (non-root) user
 
-    def secrets(self, environ: Mapping[str, str]) -> dict[str, str]:
-        """The secret variables the host has set, read at run time only."""
-        return secrets_from(environ, self.secret_env)
-
-    def create_kwargs(self, environ: Mapping[str, str]) -> dict[str, Any]:
+    def create_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``client.containers.create``."""
         kwargs: dict[str, Any] = {
             "image": self.image,
             "entrypoint": list(self.entrypoint),
             "command": list(self.command),
             "labels": dict(self.labels),
-            "environment": {**self.environment, **self.secrets(environ)},
+            "environment": dict(self.environment),
             "volumes": {m.source: m.to_docker() for m in self.mounts},
             "network_mode": self.network_mode,
             "detach": True,
@@ -162,20 +161,16 @@ class ContainerCall:
         """docker-py's DeviceRequest keywords: exactly these GPUs, any driver."""
         return {"device_ids": ids if isinstance(ids, str) else list(ids), "capabilities": [["gpu"]]}
 
-    def describe(self, environ: Mapping[str, str]) -> dict[str, Any]:
-        """The create call as JSON-ready data, every secret value replaced by a marker.
+    def describe(self) -> dict[str, Any]:
+        """The create call as JSON-ready data.
 
         Device ids not chosen yet (the runner's GPUs unknown here) show as what will be.
         """
         pending = self.gpus_needed and not self.device_ids
         call = replace(self, gpus_needed=0) if pending else self
-        described = call.create_kwargs(environ)
+        described = call.create_kwargs()
         if pending:
             described["device_requests"] = [self.device_request(pending_devices(self.gpus_needed))]
-        described["environment"] = {
-            **self.environment,
-            **dict.fromkeys(self.secrets(environ), REDACTED),
-        }
         return described
 
 
@@ -212,7 +207,6 @@ def container_call(
         command=("--spec-json", json.dumps(spec, sort_keys=True)),
         labels={**settings.labels, RUN_LABEL: run_id, CELL_LABEL: cell.id},
         mounts=tuple(mounts),
-        secret_env=settings.secret_env,
         # GPU images share memory between workers through the host IPC namespace, as
         # vLLM's docs run them; CPU cells get a private, larger /dev/shm.
         shm_size=(cell.container.shm_size or settings.shm_size) if private_shm else None,
@@ -264,9 +258,30 @@ def tool_plan(
         command=(),
         labels={**(labels or {}), RUN_LABEL: run_id, CELL_LABEL: name},
         mounts=tuple(mounts),
-        secret_env=(),
         environment=dict(OFFLINE_ENV),
         user="0",
+    )
+
+
+def environment_call(
+    image: str, settings: ContainerSettings, run_id: str, *, gpu: bool
+) -> ContainerCall:
+    """The container that runs vLLM's environment report in ``image``: offline like a cell,
+    as the image's own user, with every GPU this runner lends the lane's cells (so the
+    report names them; none in a rehearsal, on the CPU lane, or where they are not known)."""
+    ids = tuple(settings.gpu_ids or ()) if gpu and settings.devices else ()
+    environment = dict(OFFLINE_ENV)
+    if ids:
+        environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(ids)
+    return ContainerCall(
+        image=image,
+        entrypoint=ENVIRONMENT_ARGV,
+        command=(),
+        labels={RUN_LABEL: run_id, CELL_LABEL: "tool:collect_env"},
+        mounts=(),
+        gpus_needed=len(ids),
+        device_ids=ids,
+        environment=environment,
     )
 
 

@@ -30,7 +30,7 @@ from docker.types import DeviceRequest
 from requests.exceptions import RequestException
 
 from repromatrix import gpu_idle
-from repromatrix.backends.base import Execution, Placement, Prepared, Watcher
+from repromatrix.backends.base import EnvironmentReport, Execution, Placement, Prepared, Watcher
 from repromatrix.backends.docker import owners
 from repromatrix.backends.docker.calls import (
     CELL_LABEL,
@@ -40,11 +40,12 @@ from repromatrix.backends.docker.calls import (
     ImageBuild,
     Mount,
     container_call,
+    environment_call,
     split_ref,
     tool_plan,
 )
 from repromatrix.backends.docker.owners import Owner, this_process
-from repromatrix.backends.harness_spec import VERSION_ARGV
+from repromatrix.backends.harness_spec import ENVIRONMENT_ARGV, VERSION_ARGV, server_launcher
 from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.files import replace_file
@@ -57,7 +58,7 @@ from repromatrix.models import tinymodel
 from repromatrix.models.tinymodel import TinyModel
 from repromatrix.nvidia_smi import Smi, run_nvidia_smi
 from repromatrix.runner import Runner
-from repromatrix.secret_env import redact, redacting_watcher
+from repromatrix.secret_env import redact, redacting_watcher, secrets_from
 
 # Errors that mean "the engine or the host failed", never "vLLM failed".
 ENGINE_ERRORS = (DockerException, RequestException, OSError)
@@ -66,6 +67,7 @@ DRAIN_S = 5.0
 CONFLICT = 409
 GENERATOR_IN_IMAGE = f"{CONTAINER_ROOT}/harness/{tinymodel.GENERATOR}"
 BUILD_TAIL = 20  # lines of build output kept in a failed image's error
+ENVIRONMENT_DEADLINE_S = 300.0  # collect_env imports torch and vLLM and runs a few tools
 
 
 class _ImageFailed(Exception):
@@ -91,9 +93,9 @@ def engine_available() -> bool:
     return True
 
 
-def docker_kwargs(plan: ContainerCall, environ: Mapping[str, str]) -> dict[str, Any]:
+def docker_kwargs(plan: ContainerCall) -> dict[str, Any]:
     """The plan's create arguments with docker SDK types where the SDK wants them."""
-    kwargs = plan.create_kwargs(environ)
+    kwargs = plan.create_kwargs()
     if "device_requests" in kwargs:
         kwargs["device_requests"] = [DeviceRequest(**r) for r in kwargs["device_requests"]]
     return kwargs
@@ -220,16 +222,28 @@ class DockerBackend:
         try:
             digest = self._fetch(build.pull, build.pull_policy)
             tag = build.tag
+            launcher: tuple[str, ...] = ()  # a CPU image runs the harness's module form
             if build.pull is not None:
                 # Keyed by the base it is built on too: a moved tag (nightly, a re-pushed
                 # rc) that was pulled again is built again, never served from the old build.
                 tag = f"{build.tag}-{_short_id(self._image_id(build.pull))}"
+                launcher = server_launcher(self._entrypoint(build.pull))
             if self._image_id(tag) is not None:
                 found = digest or self._image_id(tag)
-                return self._with_cuda(Prepared(build.key, tag, digest=found, built=False))
+                found_prepared = Prepared(
+                    build.key, tag, digest=found, built=False, launcher=launcher
+                )
+                return self._with_cuda(found_prepared)
             built = self._build(replace(build, tag=tag))
             elapsed = time.monotonic() - started
-            made = Prepared(build.key, tag, digest=digest or built, build_s=elapsed, built=True)
+            made = Prepared(
+                build.key,
+                tag,
+                digest=digest or built,
+                build_s=elapsed,
+                built=True,
+                launcher=launcher,
+            )
             made = self._with_cuda(made)
         except (_ImageFailed, *ENGINE_ERRORS) as exc:
             error = str(exc) if isinstance(exc, _ImageFailed) else _one_line(exc)
@@ -247,6 +261,12 @@ class DockerBackend:
             cuda_version=values.get("CUDA_VERSION") or None,
             cuda_requirement=values.get("NVIDIA_REQUIRE_CUDA") or None,
         )
+
+    def _entrypoint(self, ref: str) -> list[str] | None:
+        """The entrypoint in the configuration of the local image ``ref``."""
+        config = self.client.images.get(ref).attrs.get("Config") or {}
+        entrypoint = config.get("Entrypoint")
+        return [str(part) for part in entrypoint] if isinstance(entrypoint, list) else None
 
     def _repo_digest(self, ref: str) -> str | None:
         """The registry digest of a local copy of ``ref``, when there is one."""
@@ -398,6 +418,20 @@ class DockerBackend:
         text = done.log.decode(errors="replace").strip()
         return text.splitlines()[-1] if done.exit_code == 0 and text else None
 
+    def environment_report(self, prepared: Prepared) -> EnvironmentReport:
+        """vLLM's environment report in the image, with the GPUs its lane's cells may get."""
+        build = self.builds.get(prepared.image_key)
+        gpu = build is not None and build.pull is not None  # GPU images start from a pull
+        settings = self.settings.get(Lane.GPU if gpu else Lane.CPU, ContainerSettings())
+        plan = environment_call(prepared.ref, settings, self.run_id, gpu=gpu)
+        done = self.run_plan(plan, ENVIRONMENT_DEADLINE_S, lambda _chunk: False)
+        text = done.log.decode("utf-8", errors="replace")
+        if done.exit_code == 0 and text.strip():
+            return EnvironmentReport(text)
+        last = text.strip().splitlines()[-1] if text.strip() else "no output"
+        why = done.infra_error or f"exit code {done.exit_code}"
+        return EnvironmentReport(None, f"{' '.join(ENVIRONMENT_ARGV)} failed ({why}): {last}")
+
     def alive(self) -> bool:
         """Whether the engine still answers."""
         try:
@@ -480,7 +514,9 @@ class DockerBackend:
 
     def run_plan(self, plan: ContainerCall, deadline_s: float, watch: Watcher) -> Execution:
         """Create, start, stream, stop at the deadline or when ``watch`` asks, inspect, remove."""
-        secrets = plan.secrets(self.environ)
+        # No secret goes into a container; one the host has is still redacted wherever the
+        # output goes, should a program in the image print it (a token baked into an image).
+        secrets = secrets_from(self.environ)
         started = time.monotonic()
         seen = _Watch()
         try:
@@ -514,7 +550,7 @@ class DockerBackend:
     def _container(self, plan: ContainerCall) -> Iterator[Container]:
         container: Container | None = None
         try:
-            container = self.client.containers.create(**docker_kwargs(plan, self.environ))
+            container = self.client.containers.create(**docker_kwargs(plan))
             if self._closed:
                 # An image job left running by an interrupt: close() has swept the run.
                 raise InfraError("the run was closed before this container started")

@@ -35,7 +35,6 @@ from repromatrix.matrix.images import effective_pull
 from repromatrix.matrix.lanes import Runtime
 from repromatrix.model import Cell, Image, Lane
 from repromatrix.runner import Runner
-from repromatrix.secret_env import SECRET_ENV
 
 
 def container_settings(
@@ -60,7 +59,6 @@ def container_settings(
             shm_size=runtime.shm_size,
             hf_cache=_host_path(runtime.hf_cache) if runtime.hf_cache else None,
             mounts=(Mount(root, root),) if lane is Lane.CPU else (),
-            secret_env=SECRET_ENV,
             entrypoint=ENTRYPOINT,
             devices=not runner.rehearse,
             gpu_ids=gpu_ids if lane is Lane.GPU else None,
@@ -130,7 +128,7 @@ class DockerKind:
         return runner_mismatch(cell.gpu, runner)
 
     def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
-        """Every build and ``containers.create`` the run would make (secrets redacted)."""
+        """Every build and ``containers.create`` the run would make (no secret is in any)."""
         images = sorted({cell.image.key: cell.image for cell in cells}.values(), key=_key)
         tags = {image.key: self._tag(image, setup) for image in images}
         settings = _settings(setup, this_process())
@@ -181,7 +179,7 @@ class DockerKind:
             "id": cell.id,
             "skip": self.skip_reason(cell, runner),
             "deadline_s": cell.deadline_s,
-            "create": call.describe(os.environ),
+            "create": call.describe(),
         }
 
 
