@@ -39,6 +39,7 @@ class PipelineInputs:
     baseline: str | None = None
     candidate: str | None = None
     report_queue: str = REPORT_QUEUE
+    lock: str | None = None  # the lock file of the follow rules, uploaded by the plan step
 
 
 def install_commands(package: str) -> list[str]:
@@ -54,17 +55,22 @@ def scenario_arguments(folders: tuple[str, ...]) -> str:
 def job_step(index: int, job: FleetJob, inputs: PipelineInputs) -> dict[str, Any]:
     """Return the command step that runs one job's cells on its GPU's agent queue."""
     run_id = f"{RUN_PREFIX}-{index}"
+    lock = f"--lock {shlex.quote(inputs.lock)} " if inputs.lock else ""
     run = (
         f"{VENV}/bin/repromatrix run --lane {job.lane} --run-id {run_id} "
-        f"--matrix {shlex.quote(inputs.matrix)} {scenario_arguments(inputs.scenarios)}"
+        f"--matrix {shlex.quote(inputs.matrix)} {lock}{scenario_arguments(inputs.scenarios)}"
         f"{run_arguments(job.only)}"
+    )
+    # Every shard reads the lock the plan step resolved, never the registry again.
+    fetch = (
+        [f"buildkite-agent artifact download {shlex.quote(inputs.lock)} ."] if inputs.lock else []
     )
     return {
         "label": f":test_tube: {job.name}",
         "key": f"cells-{index}",
         "agents": {"queue": job.runner},
         "timeout_in_minutes": inputs.job_minutes,
-        "commands": [*install_commands(inputs.package), run],
+        "commands": [*install_commands(inputs.package), *fetch, run],
         "artifact_paths": [f"results/{run_id}/**/*"],
     }
 

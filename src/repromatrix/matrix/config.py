@@ -178,7 +178,8 @@ def _check_rule_names(
         hint = suggest(lane_name, [lane.value for lane in lanes])
         reader.error(_value_where(body, "lane"), f"unknown lane `{lane_name}`.{hint}")
     for axis in ("image", "gpu", "model", "flagset"):
-        if axis == "image" and kind == "include":
+        # An include may add a tag; a lane that follows a rule knows its tags only once locked.
+        if axis == "image" and (kind == "include" or any(c.follow for c in chosen)):
             continue
         known = {name for config in chosen for name in config.names(axis)}
         for name in sorted(rule.match.get(axis, frozenset()) - known):
