@@ -43,7 +43,7 @@ from repromatrix.results.schema import (
     parse_result,
     whole_text,
 )
-from repromatrix.secret_env import redact, secrets_from
+from repromatrix.secret_env import redact, redacted_from
 
 # The result values are defined in ``schema`` and handed out here with the files they live in.
 __all__ = [
@@ -98,7 +98,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     this is where the secret values of this process's environment are redacted
     once more, whatever slipped past the stream.
     """
-    data = redact(data, secrets_from(os.environ))
+    data = redact(data, redacted_from(os.environ))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
