@@ -9,9 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from repromatrix.matrix.ci_jobs import plan_jobs
 
 from repromatrix.cli import main
+from repromatrix.fleet.jobs import plan_jobs
 from repromatrix.matrix.conditions import kv_cache_bytes_needed
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
