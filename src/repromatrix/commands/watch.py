@@ -13,6 +13,7 @@ registry or this host failed (the next round resumes), 130 when interrupted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,8 +26,8 @@ from repromatrix.http_calls import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, url_prob
 from repromatrix.model import Lane
 
 if TYPE_CHECKING:
-    from repromatrix.watch.flow import Fleet
     from repromatrix.watch.notify import Channels
+    from repromatrix.watch.options import Fleet
 
 WEBHOOK_SECRET = "REPROMATRIX_WEBHOOK_SECRET"
 GITHUB_TOKENS = ("GITHUB_TOKEN", "GH_TOKEN")
@@ -73,7 +74,12 @@ def add_parser(subparsers: Any) -> None:
         metavar="FILE",
         help="append each answer as Markdown (e.g. $GITHUB_STEP_SUMMARY)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="say what is new; run nothing")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what is new, where its cells would run and the fleet's API call (JSON, "
+        "tokens by name); run, send and publish nothing",
+    )
     _add_run_arguments(parser)
     _add_webhook_arguments(parser)
     _add_github_arguments(parser)
@@ -138,7 +144,8 @@ def _add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """One round; the exit status says whether a new tag is worse or the host failed."""
-    from repromatrix.watch.flow import WatchOptions, watch  # noqa: PLC0415  (keeps --help fast)
+    from repromatrix.watch.flow import watch  # noqa: PLC0415  (keeps --help fast)
+    from repromatrix.watch.options import WatchOptions  # noqa: PLC0415
 
     check_output_folder(args.results, "--results")
     options = WatchOptions(
@@ -161,6 +168,9 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
     )
     report = watch(options)
+    if options.dry_run:
+        print(json.dumps(report.described, indent=2))
+        return EXIT_OK
     for answer in report.answers:
         print(f"{answer.stage.value}: {answer.headline}")
     if report.failed:
@@ -204,7 +214,7 @@ def fleet(args: argparse.Namespace, environ: Mapping[str, str]) -> Fleet:
         BuildkiteBuild,
         GitHubWorkflow,
     )
-    from repromatrix.watch.flow import Fleet  # noqa: PLC0415
+    from repromatrix.watch.options import Fleet  # noqa: PLC0415
 
     dispatcher: GitHubWorkflow | BuildkiteBuild | None = None
     if args.fleet == "github":

@@ -14,7 +14,7 @@ when it holds for the matrix's rules, else resolved and written).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,12 +76,18 @@ class Online:
         return found.versions, [LeftOut(r.version, r.reason) for r in found.refused]
 
 
-def resolve(matrix: Matrix, upstream: Upstream, now: datetime | None = None) -> Lock:
-    """Resolve every following lane of ``matrix``; raise for a rule that takes no tag."""
+def resolve(
+    matrix: Matrix,
+    upstream: Upstream,
+    only: Collection[Lane] | None = None,
+    now: datetime | None = None,
+) -> Lock:
+    """Resolve every following lane of ``matrix`` (of ``only``, when given); raise for a rule
+    that takes no tag."""
     lanes: dict[Lane, LaneLock] = {}
     problems: list[Problem] = []
     for lane, config in sorted(matrix.lanes.items()):
-        if config.follow is None:
+        if config.follow is None or (only is not None and lane not in only):
             continue
         locked = resolve_lane(config, config.follow, upstream)
         if locked.images:

@@ -34,6 +34,7 @@ from repromatrix.reports.upgrade import (
     Configuration,
     Safety,
     SafetyCell,
+    UpgradeView,
     build_upgrade,
 )
 from repromatrix.results.verdicts import Judged
@@ -98,11 +99,12 @@ class Answer:
 
     @property
     def headline(self) -> str:
-        """``vLLM v0.32.0 (gpu): safe with a flag change``."""
-        where = self.candidate.words.replace(f"{self.candidate.lane.value} ", "", 1)
+        """``vLLM v0.32.0 (gpu lane, sha256:0123456789ab): safe with a flag change``."""
+        candidate = self.candidate
+        short = f", sha256:{candidate.key.rpartition('-')[2]}" if candidate.digest else ""
         stage = " (preliminary: probe cells)" if self.stage is Stage.PRELIMINARY else ""
-        lane = self.candidate.lane.value
-        return f"vLLM {where} ({lane}): {SAFETY_LABELS[self.safety]}{stage}"
+        where = f"{candidate.lane.value} lane{short}"
+        return f"vLLM {candidate.tag} ({where}): {SAFETY_LABELS[self.safety]}{stage}"
 
 
 def build_answer(
@@ -118,12 +120,7 @@ def build_answer(
     """The answer from the candidate's judged cells and, unless it is the baseline itself,
     the baseline's tag and published cells (a moved baseline tag is its earlier digest)."""
     view = build_upgrade(judged)
-    lane = next((v for v in view.lanes if v.lane == candidate.lane.value), None)
-    cells = tuple(
-        (configuration, cell)
-        for configuration in (lane.configurations if lane else ())
-        if (cell := lane.cell(candidate.tag, configuration)) is not None  # type: ignore[union-attr]
-    )
+    cells = _configurations(view, candidate)
     found = {cell.safety for _, cell in cells}
     safety = next((s for s in URGENCY if s in found), Safety.UNKNOWN)
     move, no_move = None, "this is the baseline"
@@ -145,10 +142,24 @@ def build_answer(
     )
 
 
+def _configurations(
+    view: UpgradeView, candidate: Candidate
+) -> tuple[tuple[Configuration, SafetyCell], ...]:
+    """The candidate's image in each configuration it ran in."""
+    for lane in view.lanes:
+        if lane.lane == candidate.lane.value:
+            return tuple(
+                (configuration, cell)
+                for configuration in lane.configurations
+                if (cell := lane.cell(candidate.tag, configuration)) is not None
+            )
+    return ()
+
+
 def _move(
     candidate: Candidate,
     judged: Sequence[Judged],
-    view: Any,
+    view: UpgradeView,
     baseline: str,
     published: Sequence[Judged],
 ) -> tuple[MoveSummary | None, str]:

@@ -24,7 +24,7 @@ import json
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,6 @@ from typing import Any
 from repromatrix.backends import kinds
 from repromatrix.backends.base import BackendKind
 from repromatrix.errors import UsageError
-from repromatrix.fleet.dispatch import Dispatcher, Handoff
-from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs, scenario_dirs
@@ -49,8 +47,10 @@ from repromatrix.run.folder import claimed
 from repromatrix.run.main import RunOptions, execute_run, infeasible_reasons, skip_reasons
 from repromatrix.run.progress import Progress
 from repromatrix.runner import Runner, detect_runner
-from repromatrix.upstream.lock import Lock, apply_lock, restricted, write_lock
+from repromatrix.secret_env import redact_text
+from repromatrix.upstream.lock import apply_lock, write_lock
 from repromatrix.upstream.resolve import Online, Upstream, resolve
+from repromatrix.visible import visible
 from repromatrix.watch import deliver as delivering
 from repromatrix.watch.answer import (
     Answer,
@@ -61,81 +61,18 @@ from repromatrix.watch.answer import (
     build_answer,
     counts_of,
 )
+from repromatrix.watch.baselines import (
+    baseline_side,
+    baselines_first,
+    baselines_of,
+    check_baselines,
+)
 from repromatrix.watch.candidates import Candidate, offered, only_image, ungraded
-from repromatrix.watch.notify import Channels
+from repromatrix.watch.handoff import hand_off, handoff_of, waited_out
+from repromatrix.watch.options import Round, WatchOptions, WatchReport
 from repromatrix.watch.state import WATCH_DIR, WatchFolder, read_json, recorded, write_json
 
-FLEET_WAIT_S = 24 * 3600.0
 SITE_ANSWERS = "answers.json"  # the final answers, in the published site
-
-
-@dataclass(frozen=True)
-class Fleet:
-    """Who runs the cells this host cannot, and how the fleet's checkout names the inputs."""
-
-    dispatcher: Dispatcher | None = None
-    matrix: str | None = None  # default: --matrix as given
-    scenarios: str | None = None  # default: the first --scenarios folder
-    package: str = "."
-    wait_s: float = FLEET_WAIT_S  # after this, the final answer counts missing cells unknown
-
-
-@dataclass(frozen=True)
-class WatchOptions:
-    """What ``repromatrix watch`` was asked to do."""
-
-    site: Path
-    baselines: tuple[str, ...]
-    matrix: Path = Path("matrix.yaml")
-    scenarios: tuple[Path, ...] | None = None
-    results: Path = Path("results")
-    lane: Lane | None = None
-    only: tuple[str, ...] = ()
-    skip: tuple[str, ...] = ()
-    backend: str = kinds.AUTO
-    rehearse: bool = False
-    pull: str | None = None
-    gpus: str | None = None
-    jobs: int | None = None
-    cache: Path = CACHE_ROOT
-    site_url: str | None = None
-    channels: Channels = field(default_factory=Channels)
-    fleet: Fleet = field(default_factory=Fleet)
-    dry_run: bool = False  # say what is new and where its cells would run; run nothing
-
-
-@dataclass(frozen=True)
-class WatchReport:
-    """What one round did."""
-
-    offered: tuple[Candidate, ...]
-    new: tuple[Candidate, ...]
-    answers: tuple[Answer, ...] = ()  # made this round, preliminary and final
-    waiting: tuple[str, ...] = ()  # new images whose fleet cells have no result yet
-    failed: tuple[str, ...] = ()  # new images with cells the infrastructure stopped
-    deliveries: tuple[str, ...] = ()  # one line per delivery attempted
-    undelivered: int = 0
-
-    @property
-    def worse(self) -> bool:
-        """Whether a final answer of this round hits what its baseline avoided."""
-        return any(a.worse for a in self.answers if a.stage is Stage.FINAL)
-
-
-@dataclass(frozen=True)
-class Round:
-    """What every step of a round reads: its inputs, as resolved, and where things go."""
-
-    options: WatchOptions
-    matrix: Matrix  # locked: following lanes' images from the round's lock
-    scenarios: tuple[Scenario, ...]
-    lock: Lock
-    folder: WatchFolder
-    selector: Selector
-    baselines: Mapping[Lane, str]
-    note: Callable[[str], None]
-    sent: list[str] = field(default_factory=list)  # what the deliveries said
-    owed: list[int] = field(default_factory=list)  # deliveries left for the next round
 
 
 def watch(
@@ -149,26 +86,29 @@ def watch(
     matrix, scenarios = load_inputs(options.matrix, options.scenarios)
     lanes = _lanes(matrix, options.lane)
     ask = upstream or Online(options.cache)
-    lock = resolve(matrix, ask)
+    lock = resolve(matrix, ask, lanes)
     locked = apply_lock(matrix, lock)
     selector = Selector(options.only, options.skip)
     plan(locked, scenarios, options.lane, selector)  # a selection of nothing is bad input
     found = offered(locked, lock, ask, lanes)
     baselines = baselines_of(options.baselines, found, history, options.site)
-    new = _baselines_first(ungraded(found, history), baselines)
+    new = baselines_first(ungraded(found, history), baselines)
+    check_baselines(new, baselines)
     folder = WatchFolder(options.results / WATCH_DIR)
     say(_offer_line(found, new, options.site))
+    this = Round(options, locked, scenarios, lock, folder, selector, baselines, say)
     if options.dry_run:
-        return WatchReport(found, new)
+        return WatchReport(found, new, described=describe(this, new))
     folder.root.mkdir(parents=True, exist_ok=True)
     with claimed(folder.root):
         write_lock(folder.lock, lock)
-        this = Round(options, locked, scenarios, lock, folder, selector, baselines, say)
         owed = delivering.deliver_all(folder, options.channels, say)  # earlier rounds' first
         this.sent.extend(owed[0])
         answers, waiting, failed = grade_all(this, new, history)
     undelivered = owed[1] + sum(this.owed)
-    return WatchReport(found, new, answers, waiting, failed, tuple(this.sent), undelivered)
+    return WatchReport(
+        found, new, answers, waiting, failed, tuple(this.sent), undelivered=undelivered
+    )
 
 
 def grade_all(
@@ -193,36 +133,81 @@ def grade_all(
     return tuple(answers), tuple(waiting), tuple(failed)
 
 
+@dataclass(frozen=True)
+class Split:
+    """A new image's selected cells: those recorded, those this host runs, the fleet's."""
+
+    matrix: Matrix  # the image's own matrix
+    cells: tuple[Cell, ...]
+    recorded: int
+    here: tuple[Cell, ...]
+    away: tuple[Cell, ...]
+
+
+def split(this: Round, candidate: Candidate, kind: BackendKind, runner: Runner) -> Split:
+    """Where each cell of the image not recorded yet runs: here (what the backend can run
+    on this runner, and cells too big for any GPU, saved as skipped), else on the fleet."""
+    matrix = only_image(this.matrix, candidate)
+    cells = candidate_cells(matrix, this.scenarios, candidate, this.selector)
+    done = recorded(this.options.results, candidate).results
+    todo = [c for c in cells if c.id not in done]
+    infeasible = infeasible_reasons(todo)
+    skips = skip_reasons(kind, todo, runner)
+    here = tuple(c for c in todo if c.id not in skips or c.id in infeasible)
+    away = tuple(c for c in todo if c.id in skips and c.id not in infeasible)
+    return Split(matrix, cells, len(cells) - len(todo), here, away)
+
+
 def grade(
     this: Round, candidate: Candidate, history: History, kind: BackendKind, runner: Runner
 ) -> tuple[list[Answer], str]:
     """One new image: its cells run here or handed over, then (when complete) its final
     answer published. Returns the answers made and ``final``, ``waiting``, ``failed`` or
     ``empty`` (no cell selected)."""
-    matrix = only_image(this.matrix, candidate)
-    cells = candidate_cells(matrix, this.scenarios, candidate, this.selector)
+    where = split(this, candidate, kind, runner)
+    cells, here, away = where.cells, where.here, where.away
     if not cells:
         this.note(f"{candidate.words}: the selection leaves no cell of it")
         return [], "empty"
-    todo = [c for c in cells if c.id not in recorded(this.options.results, candidate).results]
-    infeasible = infeasible_reasons(todo)
-    skips = skip_reasons(kind, todo, runner)
-    here = [c for c in todo if c.id not in skips or c.id in infeasible]
-    away = [c for c in todo if c.id in skips and c.id not in infeasible]
     this.note(
-        f"{candidate.words}: {len(cells)} cells, {len(cells) - len(todo)} recorded, "
+        f"{candidate.words}: {len(cells)} cells, {where.recorded} recorded, "
         f"{len(here)} to run here, {len(away)} for the fleet"
     )
     made: list[Answer] = []
     probes = [c for c in here if c.level is Level.PROBE]
     engines = [c for c in here if c.level is not Level.PROBE]
-    run_here(this, matrix, candidate, probes)
+    run_here(this, where.matrix, candidate, probes)
     if engines or away:
         made += preliminary(this, candidate, cells, history, len(engines) + len(away))
-    run_here(this, matrix, candidate, engines)
+    run_here(this, where.matrix, candidate, engines)
     handed = hand_off(this, candidate, cells, away) if away else None
     away_ids = {c.id for c in away}
     return finish(this, candidate, cells, history, away=away_ids, handed=handed, made=made)
+
+
+def describe(this: Round, new: Sequence[Candidate]) -> tuple[dict[str, Any], ...]:
+    """``--dry-run``: per new image, where its cells would run and the fleet's API call."""
+    runner = detect_runner(this.options.gpus, rehearse=this.options.rehearse)
+    kind = kinds.choose(this.options.backend)
+    described = []
+    for candidate in new:
+        where = split(this, candidate, kind, runner)
+        entry: dict[str, Any] = {
+            "image": candidate.image.ref,
+            "lane": candidate.lane.value,
+            "tag": candidate.tag,
+            "digest": candidate.digest,
+            "cells": len(where.cells),
+            "recorded": where.recorded,
+            "here": [c.id for c in where.here],
+            "fleet": [c.id for c in where.away],
+        }
+        dispatcher = this.options.fleet.dispatcher
+        if where.away and dispatcher is not None:
+            handoff = handoff_of(this, candidate, where.cells, where.away)
+            entry["handoff"] = dispatcher.describe(handoff)
+        described.append(entry)
+    return tuple(described)
 
 
 def finish(
@@ -247,7 +232,7 @@ def finish(
             "above); the next round runs them again"
         )
         return made, "failed"
-    if missing and handed is not None and not _waited_out(handed, this.options.fleet):
+    if missing and handed is not None and not waited_out(handed, this.options.fleet):
         this.note(
             f"{candidate.words}: waiting for the fleet's {len(missing)} cells "
             f"({handed.get('words')})"
@@ -302,7 +287,7 @@ def preliminary(
     answer = build_answer(
         candidate,
         judged,
-        baseline_side(this, candidate, history),
+        baseline_side(this.baselines, candidate, history),
         stage=Stage.PRELIMINARY,
         counts=counts,
         run=candidate.run_id,
@@ -311,25 +296,13 @@ def preliminary(
     return [answer]
 
 
-def baseline_side(
-    this: Round, candidate: Candidate, history: History
-) -> tuple[str, Sequence[Judged]] | None:
-    """The baseline's tag and published cells; None for the baseline's own first grading."""
-    baseline = this.baselines.get(candidate.lane)
-    if baseline is None:
-        return None
-    if baseline == candidate.tag and not history.graded(candidate.lane.value, baseline):
-        return None
-    return baseline, history.published(candidate.lane.value, baseline)
-
-
 def publish_final(
     this: Round, candidate: Candidate, cells: Sequence[Cell], history: History, missing: int
 ) -> Answer:
     """The final answer, published with the image's cells (the site swapped in whole)."""
     have = recorded(this.options.results, candidate)
     judged = judge_all(have.results.values())
-    baseline = baseline_side(this, candidate, history)
+    baseline = baseline_side(this.baselines, candidate, history)
     folders = sorted(set(have.folders.values()))
     source = folders[0] if len(folders) == 1 else _merged(this.folder, candidate, folders)
     counts = counts_of(len(cells), [j for j in judged if j.result.id in {c.id for c in cells}], 0)
@@ -381,124 +354,16 @@ def keep(this: Round, answer: Answer) -> None:
     this.note(answer.headline)
     if this.options.channels.summary is not None:
         with this.options.channels.summary.open("a", encoding="utf-8") as out:
-            out.write(markdown + "\n")
+            out.write(redact_text(markdown) + "\n")
     said, left = delivering.deliver_one(this.folder, path, this.options.channels, this.note)
     this.sent.extend(said)
     this.owed.append(left)
-
-
-def hand_off(
-    this: Round, candidate: Candidate, cells: Sequence[Cell], away: Sequence[Cell]
-) -> Mapping[str, Any] | None:
-    """Hand the cells this host cannot run to the fleet, once (a dispatch that failed is
-    tried again next round); None without a fleet (they are answered as not run)."""
-    dispatcher = this.options.fleet.dispatcher
-    if dispatcher is None:
-        this.note(
-            f"{candidate.words}: {len(away)} cells cannot run here ({_reason(away)}) and "
-            "no fleet is given (--fleet): they are answered as not run"
-        )
-        return None
-    path = this.folder.handoff(candidate.key)
-    record = read_json(path) or {}
-    if record.get("ok"):
-        return record
-    handoff = handoff_of(this, candidate, cells, away)
-    dispatched = dispatcher.dispatch(handoff)
-    now = datetime.now(UTC).isoformat()
-    record = {
-        "ok": dispatched.ok,
-        "words": dispatched.words,
-        "url": dispatched.url,
-        "fleet_id": dispatched.fleet_id,
-        "at": record.get("at", now),  # the first attempt: the fleet's time runs from it
-        "last_attempt": now,
-        "dispatcher": dispatcher.name,
-        "cells": [c.id for c in away],
-        "run": handoff.name,
-    }
-    write_json(path, record)
-    verb = "handed to the fleet" if dispatched.ok else "not handed over (next round tries again)"
-    this.note(f"{candidate.words}: {len(away)} cells {verb}: {dispatched.words}")
-    return record
-
-
-def handoff_of(
-    this: Round, candidate: Candidate, cells: Sequence[Cell], away: Sequence[Cell]
-) -> Handoff:
-    """The hand-off of ``away``: its globs, and the lock of this image alone."""
-    fleet = this.options.fleet
-    followed = candidate.lane in this.lock.lanes
-    lock = restricted(this.lock, candidate.lane, [candidate.tag]) if followed else None
-    lock_text = json.dumps((lock or Lock(this.lock.matrix, this.lock.resolved_at, {})).to_json())
-    folders = scenario_dirs(this.options.scenarios)
-    return Handoff(
-        key=candidate.key,
-        lane=candidate.lane.value,
-        tag=candidate.tag,
-        matrix=fleet.matrix or str(this.options.matrix),
-        scenarios=fleet.scenarios or str(folders[0]),
-        only=(f"{candidate.lane.value}/{candidate.tag}/*",),
-        skip=handoff_skips(cells, away),
-        lock=lock_text,
-        cells=len(away),
-        package=fleet.package,
-    )
-
-
-def handoff_skips(cells: Sequence[Cell], away: Sequence[Cell]) -> tuple[str, ...]:
-    """The ``--skip`` globs that leave the fleet only ``away``: ``*@probe`` when what stays
-    here is exactly the probe cells, else each such cell's id."""
-    handed = {c.id for c in away}
-    kept = [c for c in cells if c.id not in handed]
-    probes = [c for c in cells if c.level is Level.PROBE]
-    if kept and kept == probes:
-        return ("*@probe",)
-    return tuple(c.id for c in kept)
-
-
-def baselines_of(
-    given: Sequence[str], found: Sequence[Candidate], history: History, site: Path
-) -> dict[Lane, str]:
-    """Each lane's baseline among ``given``: in the history, or offered now (then graded
-    first); ``UsageError`` for one that is neither or for a lane given two."""
-    if not given:
-        raise UsageError("give the tag in use today: --baseline TAG (one per lane watched)")
-    chosen: dict[Lane, str] = {}
-    lanes = sorted({c.lane for c in found})
-    for tag in given:
-        where = [lane for lane in lanes if _has(history, found, lane, tag)]
-        if not where:
-            graded = sorted({t for lane in lanes for t in history.tags(lane.value)})
-            listed = sorted({c.tag for c in found})
-            raise UsageError(
-                f"--baseline {tag}: not in the history of {site} (graded: "
-                f"{', '.join(graded) or 'none'}) nor among the tags the matrix gives now "
-                f"({', '.join(listed) or 'none'})"
-            )
-        for lane in where:
-            if lane in chosen:
-                raise UsageError(f"--baseline {chosen[lane]} and {tag}: one baseline per lane")
-            chosen[lane] = tag
-    return chosen
-
-
-def _has(history: History, found: Sequence[Candidate], lane: Lane, tag: str) -> bool:
-    """Whether ``tag`` of ``lane`` is graded in the history or offered now."""
-    graded = tag in history.tags(lane.value)
-    return graded or any(c.lane is lane and c.tag == tag for c in found)
 
 
 def _lanes(matrix: Matrix, lane: Lane | None) -> tuple[Lane, ...]:
     if lane is not None and lane not in matrix.lanes:
         raise UsageError(f"{matrix.file} defines no `{lane}` lane")
     return (lane,) if lane is not None else tuple(sorted(matrix.lanes))
-
-
-def _baselines_first(
-    new: Sequence[Candidate], baselines: Mapping[Lane, str]
-) -> tuple[Candidate, ...]:
-    return tuple(sorted(new, key=lambda c: baselines.get(c.lane) != c.tag))
 
 
 def _offer_line(found: Sequence[Candidate], new: Sequence[Candidate], site: Path) -> str:
@@ -508,19 +373,6 @@ def _offer_line(found: Sequence[Candidate], new: Sequence[Candidate], site: Path
             f"{site}/ ({', '.join(c.words for c in found)})"
         )
     return f"{len(new)} new of {len(found)} images: {', '.join(c.words for c in new)}"
-
-
-def _waited_out(handed: Mapping[str, Any], fleet: Fleet) -> bool:
-    try:
-        at = datetime.fromisoformat(str(handed.get("at")))
-    except ValueError:
-        return True
-    return (datetime.now(UTC) - at).total_seconds() > fleet.wait_s
-
-
-def _reason(cells: Sequence[Cell]) -> str:
-    gpus = sorted({c.gpu.name for c in cells})
-    return f"GPUs {', '.join(gpus)}"
 
 
 def _merged(folder: WatchFolder, candidate: Candidate, folders: Sequence[Path]) -> Path:
@@ -552,4 +404,5 @@ def _site_answers(site: Path, answer: Answer) -> bytes:
 
 
 def _stderr(line: str) -> None:
-    print(f"repromatrix: watch: {line}", file=sys.stderr, flush=True)
+    """A line about the round, as every line this tool prints: redacted, made visible."""
+    print(visible(redact_text(f"repromatrix: watch: {line}")), file=sys.stderr, flush=True)

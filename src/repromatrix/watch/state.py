@@ -88,10 +88,6 @@ class Recorded:
     results: Mapping[str, CellResult]
     folders: Mapping[str, Path]  # cell id -> the run folder its kept result is in
 
-    def of(self, ids: Iterator[str] | list[str] | tuple[str, ...]) -> tuple[CellResult, ...]:
-        """The results of these cells that are recorded."""
-        return tuple(self.results[i] for i in ids if i in self.results)
-
 
 def recorded(results_root: Path, candidate: Candidate) -> Recorded:
     """Every result of the candidate's image under ``results_root`` (the latest attempt of

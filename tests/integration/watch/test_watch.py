@@ -35,7 +35,7 @@ ROOT = paths.ROOT
 SECRET = "s3cret-for-the-loopback"
 PROBE = "*/moe-lora-rank-over-128/trigger@probe"
 ENGINE = "gpu/*/rehearsal/tiny-llama/default/healthy-gpu/baseline"
-PORT = 5994
+PORT = 5997  # the rehearsal test's: Docker mounts the layers it pushed there
 
 
 def write_matrix(path: Path, repository: str, hf_home: Path) -> Path:

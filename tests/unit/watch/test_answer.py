@@ -112,6 +112,6 @@ def test_the_payload_is_versioned_and_the_markdown_leads_with_the_answer() -> No
     assert set(payload) >= set(keys)
     assert payload["digest"] == DIGEST and payload["image"] == f"{REGISTRY}@{DIGEST}"
     text = answer_markdown(answer)
-    assert text.startswith("### vLLM v0.32.0 (sha256:cccccccccccc) (gpu): safe\n")
+    assert text.startswith("### vLLM v0.32.0 (gpu lane, sha256:cccccccccccc): safe\n")
     assert "Against v0.31.0: 1 fixed." in text
     assert "Evidence: https://compat.example/index.html" in text

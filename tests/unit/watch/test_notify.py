@@ -28,8 +28,8 @@ PAYLOAD: dict[str, Any] = {"schema_version": 1, "tag": "v0.33.0", "answer": "saf
 def keep(folder: WatchFolder, key: str = "gpu-v0.33.0-abc", stage: str = "final") -> Path:
     path = folder.answer(key, stage)
     write_json(path, {"key": key, "lane": "gpu", "tag": "v0.33.0", "stage": stage,
-                      "title": "vLLM v0.33.0 (gpu): safe", "payload": PAYLOAD,
-                      "markdown": "### vLLM v0.33.0 (gpu): safe\n", "delivered": {},
+                      "title": "vLLM v0.33.0 (gpu lane): safe", "payload": PAYLOAD,
+                      "markdown": "### vLLM v0.33.0 (gpu lane): safe\n", "delivered": {},
                       "attempts": {}})  # fmt: skip
     return path
 
@@ -63,7 +63,7 @@ def test_an_issue_is_opened_per_tag_then_commented_on(tmp_path: Path) -> None:
     assert owed == 0 and len(lines) == 2
     opened, commented = api.got
     assert opened.path == "/api/v3/repos/team/compat/issues"
-    assert opened.json()["title"] == "vLLM v0.33.0 (gpu): safe"
+    assert opened.json()["title"] == "vLLM v0.33.0 (gpu lane): safe"
     assert opened.json()["labels"] == ["repromatrix"]
     assert commented.path == "/api/v3/repos/team/compat/issues/17/comments"
     assert read_json(folder.issues) == {"gpu/v0.33.0": 17}

@@ -26,6 +26,7 @@ from support.reports import result, write_run
 from support.webhook import Receiver, free_port, receiver
 
 SECRET = "loopback-secret"
+CELL = "gpu/{tag}/h100/dense/default/healthy/baseline"
 TOKEN = "ghp_loopback0000"
 MATRIX = """
 lanes:
@@ -87,7 +88,11 @@ def test_rounds_hand_over_wait_answer_then_find_nothing_then_a_moved_digest(
     # 1. Two new tags (the baseline first); their GPU cells go to the fleet, once each.
     assert main(world.argv()) == 0
     dispatched = [got.json()["inputs"] for got in world.api.got]
-    assert [d["only"] for d in dispatched] == ["gpu/v0.31.0/*", "gpu/v0.32.0/*"]
+    # exactly the cells this host cannot run, whatever else the tag has
+    assert [d["only"] for d in dispatched] == [
+        CELL.format(tag="v0.31.0"),
+        CELL.format(tag="v0.32.0"),
+    ]
     lock = json.loads(dispatched[1]["lock"])
     assert [i["tag"] for i in lock["lanes"]["gpu"]["images"]] == ["v0.32.0"]
     assert lock["lanes"]["gpu"]["images"][0]["digest"] == world.registry.tags["v0.32.0"]
@@ -146,6 +151,23 @@ def test_a_worse_new_tag_exits_1_with_its_answer_sent(world: World) -> None:
     answer = world.answers()[-1]
     assert answer["worse"] and answer["answer"] == "unsafe"
     assert answer["changes"]["counts"]["newly_hit"] == 1
+
+
+def test_a_dry_run_shows_the_fleet_call_and_sends_nothing(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*world.argv(), "--dry-run"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert [d["tag"] for d in described] == ["v0.31.0", "v0.32.0"]
+    call = described[1]["handoff"]
+    assert call["url"] == (
+        f"{world.api.url}/repos/team/compat/actions/workflows/compat-matrix.yml/dispatches"
+    )
+    assert call["headers"]["Authorization"] == "<secret>" and TOKEN not in json.dumps(call)
+    assert call["body"]["inputs"]["only"] == CELL.format(tag="v0.32.0")
+    assert described[1]["fleet"] == [CELL.format(tag="v0.32.0")]
+    assert world.api.got == [] and world.hook.got == []
+    assert not (world.tmp / "results" / "watch").exists()
 
 
 # Bad input: a clear message, its exit code, nothing published.
@@ -232,6 +254,19 @@ def test_a_url_that_is_not_http(
     assert main(argv) == 2
     assert message in error_of(capsys)
     assert site_is_untouched(world) and world.api.got == []
+
+
+def test_a_lane_with_new_images_and_no_baseline_of_its_own(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = world.argv()
+    cpu = '  cpu:\n    images: ["0.31.0"]\n    gpus: {cpu: {runner: ubuntu-latest, count: 0}}\n'
+    cpu += "    models: {tiny: {source: tiny-llama}}\n"
+    text = MATRIX.format(host=world.registry.host, rule=">=0.31") + cpu
+    argv[argv.index("--matrix") + 1] = str(write(world.tmp, "both.yaml", text))
+    assert main(argv) == 2
+    assert "lane cpu has new images (0.31.0) but no --baseline of its own" in error_of(capsys)
+    assert world.api.got == []
 
 
 def test_a_webhook_without_its_secret(
