@@ -40,7 +40,7 @@ SCENARIOS = ROOT / "scenarios"
 PROBE = "*/moe-lora-rank-over-128/trigger@probe"
 ENGINE = "gpu/*/rehearsal/tiny-llama/default/healthy-gpu/baseline"
 QUICK = {"rounds": 3}
-PORT = 5997  # the rehearsal's test port: Docker mounts the layers pushed there before
+PORT = 5994  # Docker mounts the layers pushed to this registry before, never sends them again
 SECRET = "bench-watch-loopback"
 
 

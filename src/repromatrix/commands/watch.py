@@ -17,17 +17,17 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from repromatrix.backends import kinds
 from repromatrix.commands.plan import add_runner_arguments, check_output_folder
 from repromatrix.errors import EXIT_FAILURE, EXIT_INFRA, EXIT_OK, UsageError
+from repromatrix.fleet.dispatch import BUILDKITE_API, GITHUB_API, BuildkiteBuild, GitHubWorkflow
 from repromatrix.http_calls import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, url_problem
 from repromatrix.model import Lane
-
-if TYPE_CHECKING:
-    from repromatrix.watch.notify import Channels
-    from repromatrix.watch.options import Fleet
+from repromatrix.watch.flow import watch
+from repromatrix.watch.notify import Channels, GitHubIssues, Webhook
+from repromatrix.watch.options import Fleet, WatchOptions
 
 WEBHOOK_SECRET = "REPROMATRIX_WEBHOOK_SECRET"
 GITHUB_TOKENS = ("GITHUB_TOKEN", "GH_TOKEN")
@@ -144,9 +144,6 @@ def _add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """One round; the exit status says whether a new tag is worse or the host failed."""
-    from repromatrix.watch.flow import watch  # noqa: PLC0415  (keeps --help fast)
-    from repromatrix.watch.options import WatchOptions  # noqa: PLC0415
-
     check_output_folder(args.results, "--results")
     options = WatchOptions(
         site=args.site,
@@ -180,8 +177,6 @@ def run(args: argparse.Namespace) -> int:
 
 def channels(args: argparse.Namespace, environ: Mapping[str, str]) -> Channels:
     """The webhook and GitHub channels the arguments and the environment give."""
-    from repromatrix.watch.notify import Channels, GitHubIssues, Webhook  # noqa: PLC0415
-
     webhook = None
     if args.webhook:
         secret = environ.get(WEBHOOK_SECRET)
@@ -208,14 +203,6 @@ def channels(args: argparse.Namespace, environ: Mapping[str, str]) -> Channels:
 
 def fleet(args: argparse.Namespace, environ: Mapping[str, str]) -> Fleet:
     """The fleet the arguments name, with its token from the environment."""
-    from repromatrix.fleet.dispatch import (  # noqa: PLC0415
-        BUILDKITE_API,
-        GITHUB_API,
-        BuildkiteBuild,
-        GitHubWorkflow,
-    )
-    from repromatrix.watch.options import Fleet  # noqa: PLC0415
-
     dispatcher: GitHubWorkflow | BuildkiteBuild | None = None
     if args.fleet == "github":
         if not args.fleet_repo:

@@ -203,3 +203,21 @@ def test_plan_shows_the_tags_the_rule_gave_and_why_others_were_left_out(
     captured = capsys.readouterr()
     assert json.loads(captured.out)["include"]  # machine output stays machine output
     assert "repromatrix: lane gpu follows" in captured.err
+
+
+def test_a_shard_pulls_each_gpu_image_by_the_digest_its_lock_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix, _ = setup(tmp_path, FOLLOWING, {"moe-rank": MOE_SCENARIO})
+    write_lock(tmp_path / "matrix.lock.json", resolve(matrix, Answers()))
+    argv = ["run", "--dry-run", "--backend", "docker", "--lane", "gpu", "--matrix",
+            str(tmp_path / "matrix.yaml"), "--scenarios", str(tmp_path / "scenarios"),
+            "--results", str(tmp_path / "results")]  # fmt: skip
+    assert main(argv) == 0
+    described = json.loads(capsys.readouterr().out)
+    pulls = {c["ref"]: c["if"] for i in described["images"] for c in i["calls"]
+             if c["call"] == "images.pull"}  # fmt: skip
+    registry = "mirror.example/vllm/vllm-openai"
+    assert pulls == {
+        f"{registry}@{digest(t)}": "ref missing" for t in ("v0.31.0", "v0.32.0", "nightly")
+    }
