@@ -30,7 +30,7 @@ from repromatrix.errors import UsageError
 from repromatrix.matrix.config import LaneConfig, Matrix
 from repromatrix.matrix.follow import LeftOut
 from repromatrix.matrix.images import image_version, make_image
-from repromatrix.model import Image, Lane
+from repromatrix.model import Image, Lane, PullPolicy
 
 LOCK_SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
@@ -113,14 +113,52 @@ def stale_lanes(matrix: Matrix, lock: Lock) -> tuple[Lane, ...]:
 
 def apply_lock(matrix: Matrix, lock: Lock) -> Matrix:
     """The matrix with each following lane's images taken from the lock (GPU images pinned
-    to the digest it names); lanes that list their images are left as they are."""
+    to the digest it names). A lane that lists its images is left as it is, unless the lock
+    pins them (``listed_lock``: what ``watch`` hands the fleet), then each pinned image is
+    pulled by its digest."""
     lanes = dict(matrix.lanes)
     for lane, config in matrix.lanes.items():
         locked = lock.lanes.get(lane)
-        if config.follow is not None and locked is not None:
+        if locked is None:
+            continue
+        if config.follow is not None:
             images = tuple(locked_image(config, item) for item in locked.images)
             lanes[lane] = dataclasses.replace(config, images=images)
+        elif dict(locked.rule) == listed_rule(config):
+            lanes[lane] = dataclasses.replace(config, images=_pinned(config, locked))
     return dataclasses.replace(matrix, lanes=MappingProxyType(lanes))
+
+
+def listed_rule(config: LaneConfig) -> dict[str, Any]:
+    """The rule a lock records for a lane that lists its images: the list itself."""
+    return {"listed": [image.tag for image in config.images]}
+
+
+def listed_lock(config: LaneConfig, digests: Mapping[str, str]) -> LaneLock:
+    """A lock of a GPU lane that lists its images: each tag pinned to ``digests[tag]``."""
+    images = tuple(LockedImage(tag, digest) for tag, digest in sorted(digests.items()))
+    return LaneLock(config.lane, listed_rule(config), source_of(config), images)
+
+
+def _pinned(config: LaneConfig, locked: LaneLock) -> tuple[Image, ...]:
+    digests = {item.tag: item.digest for item in locked.images if item.digest}
+    return tuple(
+        dataclasses.replace(
+            image,
+            ref=f"{_repository(image.ref)}@{digests[image.tag]}",
+            pull=PullPolicy.MISSING,
+        )
+        if image.tag in digests
+        else image
+        for image in config.images
+    )
+
+
+def _repository(ref: str) -> str:
+    """``host:5000/name:tag@sha256:..`` -> ``host:5000/name``."""
+    name = ref.partition("@")[0]
+    repository, colon, tag = name.rpartition(":")
+    return repository if colon and "/" not in tag else name
 
 
 def locked_image(config: LaneConfig, item: LockedImage) -> Image:
@@ -194,11 +232,9 @@ def lock_lines(lock: Lock, path: Path, fresh: bool) -> list[str]:
     how = "resolved now" if fresh else f"resolved {lock.resolved_at}"
     lines = []
     for lane, locked in sorted(lock.lanes.items()):
-        rule = locked.rule.get("follow", "?")
-        lines.append(
-            f"lane {lane} follows {locked.source} `{rule}` ({how}, lock {path}): "
-            f"{len(locked.images)} tags"
-        )
+        rule = locked.rule.get("follow")
+        what = f"follows {locked.source} `{rule}`" if rule else "lists its tags, pinned"
+        lines.append(f"lane {lane} {what} ({how}, lock {path}): {len(locked.images)} tags")
         for item in locked.images:
             lines.append(f"  {item.tag}" + (f"  {item.digest}" if item.digest else ""))
         by_reason: dict[str, list[str]] = {}

@@ -161,10 +161,11 @@ def load_locked(
 ) -> Locked:
     """The matrix and the catalogue, each following lane's images from the lock: read when
     it holds for the rules (and ``relock`` is not asked), else resolved now and written.
-    A matrix that lists its images never touches a lock (it plans offline)."""
+    A matrix that lists its images is never resolved (it plans offline); a lock given for
+    it (``--lock``, as ``watch`` hands the fleet) pins the listed images it names."""
     matrix, catalogue = load_inputs(matrix_path, scenarios)
     if not any(config.follow for config in matrix.lanes.values()):
-        return Locked(matrix, catalogue, None, None)
+        return _listed(matrix, catalogue, locking.path)
     path = locking.path or default_lock_path(matrix_path)
     lock = None
     if not locking.relock and path.is_file():
@@ -179,3 +180,11 @@ def load_locked(
     lock = resolve(matrix, upstream())
     write_lock(path, lock)
     return Locked(apply_lock(matrix, lock), catalogue, lock, path, fresh=True)
+
+
+def _listed(matrix: Matrix, catalogue: tuple[Scenario, ...], path: Path | None) -> Locked:
+    """A matrix that lists its images: as it is, or pinned by a lock given for it."""
+    if path is None or not path.is_file():
+        return Locked(matrix, catalogue, None, None)
+    pins = read_lock(path)
+    return Locked(apply_lock(matrix, pins), catalogue, pins, path)

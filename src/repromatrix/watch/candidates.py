@@ -20,7 +20,7 @@ from packaging.version import Version
 from repromatrix.matrix.config import LaneConfig, Matrix
 from repromatrix.model import Image, Lane, PullPolicy
 from repromatrix.publish.history import History
-from repromatrix.upstream.lock import Lock, locked_image
+from repromatrix.upstream.lock import Lock, listed_lock, locked_image
 from repromatrix.upstream.resolve import Upstream
 
 SHORT_DIGEST = 12  # hex digits of a digest in keys and run ids
@@ -89,6 +89,18 @@ def _pinned(config: LaneConfig, image: Image, upstream: Upstream) -> Candidate:
         image, ref=f"{split_tag(name)[0]}@{digest}", pull=PullPolicy.MISSING
     )
     return Candidate(config.lane, pinned, digest)
+
+
+def round_lock(matrix: Matrix, lock: Lock, found: Sequence[Candidate]) -> Lock:
+    """The round's lock: the follow rules' resolution, and the GPU lanes that list their
+    images with each tag pinned to the digest found now (what a hand-off gives the fleet)."""
+    lanes = dict(lock.lanes)
+    for lane, config in matrix.lanes.items():
+        if config.follow is None and lane is Lane.GPU:
+            digests = {c.tag: c.digest for c in found if c.lane is lane and c.digest}
+            if digests:
+                lanes[lane] = listed_lock(config, digests)
+    return dataclasses.replace(lock, lanes=MappingProxyType(lanes))
 
 
 def split_tag(ref: str) -> tuple[str, str]:

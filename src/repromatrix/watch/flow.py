@@ -67,7 +67,7 @@ from repromatrix.watch.baselines import (
     baselines_of,
     check_baselines,
 )
-from repromatrix.watch.candidates import Candidate, offered, only_image, ungraded
+from repromatrix.watch.candidates import Candidate, offered, only_image, round_lock, ungraded
 from repromatrix.watch.handoff import hand_off, handoff_of, waited_out
 from repromatrix.watch.options import Round, WatchOptions, WatchReport
 from repromatrix.watch.state import WATCH_DIR, WatchFolder, read_json, recorded, write_json
@@ -91,6 +91,7 @@ def watch(
     selector = Selector(options.only, options.skip)
     plan(locked, scenarios, options.lane, selector)  # a selection of nothing is bad input
     found = offered(locked, lock, ask, lanes)
+    lock = round_lock(matrix, lock, found)
     baselines = baselines_of(options.baselines, found, history, options.site)
     new = baselines_first(ungraded(found, history), baselines)
     check_baselines(new, baselines)

@@ -275,3 +275,43 @@ def test_a_webhook_without_its_secret(
     monkeypatch.delenv("REPROMATRIX_WEBHOOK_SECRET")
     assert main(world.argv()) == 2
     assert "set the shared secret in $REPROMATRIX_WEBHOOK_SECRET" in error_of(capsys)
+
+
+LISTED = """
+lanes:
+  gpu:
+    registry: {host}/vllm/vllm-openai
+    images: [v0.31.0, nightly]
+    gpus: {{h100: {{runner: gpu-h100, count: 1, compute_capability: "9.0", memory_gib: 80}}}}
+    models: {{dense: {{source: org/dense}}}}
+"""
+
+
+def test_a_listed_moving_tag_is_handed_over_pinned_and_again_once_it_moves(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world.registry.push("nightly")
+    argv = world.argv()
+    matrix = write(world.tmp, "listed.yaml", LISTED.format(host=world.registry.host))
+    argv[argv.index("--matrix") + 1] = str(matrix)
+    assert main(argv) == 0
+    nightly = world.api.got[-1].json()["inputs"]
+    lock_text = nightly["lock"]
+    assert json.loads(lock_text)["lanes"]["gpu"]["images"] == [
+        {"tag": "nightly", "digest": world.registry.tags["nightly"]}
+    ]
+    # The fleet's plan reads that lock: its cells pull the digest watch found.
+    (world.tmp / "handed.lock.json").write_text(lock_text)
+    capsys.readouterr()
+    fleet = ["run", "--dry-run", "--backend", "docker", "--matrix", str(matrix), "--scenarios",
+             str(world.tmp / "scenarios"), "--lock", str(world.tmp / "handed.lock.json"),
+             "--only", nightly["only"], "--results", str(world.tmp / "fleet")]  # fmt: skip
+    assert main(fleet) == 0
+    [image] = json.loads(capsys.readouterr().out)["images"]
+    [pull] = [c for c in image["calls"] if c["call"] == "images.pull"]
+    registry = f"{world.registry.host}/vllm/vllm-openai"
+    assert pull["ref"] == f"{registry}@{world.registry.tags['nightly']}"
+    moved = world.registry.push("nightly", stamp="2")
+    assert main(argv) == 0
+    again = json.loads(world.api.got[-1].json()["inputs"]["lock"])
+    assert again["lanes"]["gpu"]["images"][0]["digest"] == moved
