@@ -23,6 +23,7 @@ import yaml
 from repromatrix.cli import main
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.publish.history import read_history
+from repromatrix.rehearsal import registry as registries
 from repromatrix.rehearsal.lookalike import publish
 from repromatrix.rehearsal.registry import local_registry
 from repromatrix.rehearsal.rehearse import MODEL_REPO, RehearsalOptions, cpu_images, hf_cache
@@ -35,7 +36,9 @@ ROOT = paths.ROOT
 SECRET = "s3cret-for-the-loopback"
 PROBE = "*/moe-lora-rank-over-128/trigger@probe"
 ENGINE = "gpu/*/rehearsal/tiny-llama/default/healthy-gpu/baseline"
-PORT = 5997  # the rehearsal test's: Docker mounts the layers it pushed there
+# The rehearsal test's port: Docker mounts the layers it pushed there instead of sending them
+# again. Where a registry of someone else's answers there, another port (it may stop anytime).
+PORTS = (5997, 5994)
 
 
 def write_matrix(path: Path, repository: str, hf_home: Path) -> Path:
@@ -100,7 +103,8 @@ def test_watch_grades_a_new_tag_then_nothing_then_a_moved_digest(
     storage.mkdir(parents=True, exist_ok=True)
     (tmp_path / "registry" / "storage").symlink_to(storage)
     client = docker.from_env()
-    with local_registry(tmp_path / "registry", PORT) as registry:
+    port = next(p for p in PORTS if not registries.answers(f"127.0.0.1:{p}"))
+    with local_registry(tmp_path / "registry", port) as registry:
         repository = f"{registry.host}/watch-{uuid.uuid4().hex[:8]}/vllm-openai"
         matrix = write_matrix(tmp_path / "matrix.yaml", repository, hf_home)
         publish(client, bases["0.31.0"], f"{repository}:v0.31.0", "watch-1")
