@@ -87,7 +87,7 @@ def registry() -> Iterator[Registry]:
 @contextmanager
 def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield int(server.server_address[1])

@@ -68,7 +68,7 @@ def stand_in_registry() -> Iterator[StandIn]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     holder.append(StandIn(f"127.0.0.1:{server.server_address[1]}"))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield holder[0]

@@ -86,7 +86,7 @@ def receiver(
     server.daemon_threads = True
     holder.append(Receiver(f"http://127.0.0.1:{server.server_address[1]}", status=status,
                            answer=answer, hang=hang))  # fmt: skip
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield holder[0]

@@ -145,6 +145,8 @@ def _add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """One round; the exit status says whether a new tag is worse or the host failed."""
     check_output_folder(args.results, "--results")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
     options = WatchOptions(
         site=args.site,
         baselines=tuple(args.baseline),
