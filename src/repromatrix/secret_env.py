@@ -1,4 +1,6 @@
-"""The host's secrets (``HF_TOKEN``), and how they are kept out of everything written.
+"""The host's secrets (``HF_TOKEN``, for ``prepare`` alone: no cell is given one), those of
+the services ``watch`` answers through (a webhook's shared secret, GitHub and Buildkite
+tokens), and how all of them are kept out of everything written.
 
 ``repromatrix prepare`` is the one step that needs a secret: the hub client
 reads ``HF_TOKEN`` from its environment to fetch gated models. No cell is given
@@ -22,6 +24,15 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN")
+# The secrets of the services ``watch`` talks to: never handed to a cell, redacted like the
+# cells' own wherever output is written.
+SERVICE_SECRET_ENV = (
+    "REPROMATRIX_WEBHOOK_SECRET",
+    "GITHUB_TOKEN",
+    "GH_TOKEN",
+    "BUILDKITE_API_TOKEN",
+)
+REDACTED_ENV = (*SECRET_ENV, *SERVICE_SECRET_ENV)
 REDACTED = "<redacted>"
 
 
@@ -45,13 +56,20 @@ def redact(data: bytes, secrets: Mapping[str, str]) -> bytes:
     return data if pattern is None else pattern.sub(REDACTED.encode(), data)
 
 
+def redacted_from(environ: Mapping[str, str]) -> dict[str, str]:
+    """Every secret ``environ`` sets that output must never show: the cells' and the
+    services' (``REDACTED_ENV``)."""
+    return secrets_from(environ, REDACTED_ENV)
+
+
 def redact_text(text: str, secrets: Mapping[str, str] | None = None) -> str:
-    """``text`` with every secret value replaced; the secrets default to this process's own.
+    """``text`` with every secret value replaced; the secrets default to this process's own
+    (``redacted_from``).
 
     Every writer of results and reports, and the progress lines, pass their
     text through this, so a token that slipped past the stream is still caught.
     """
-    values = secrets if secrets is not None else secrets_from(os.environ)
+    values = secrets if secrets is not None else redacted_from(os.environ)
     for value in sorted((v for v in values.values() if v), key=len, reverse=True):
         text = text.replace(value, REDACTED)
     return text

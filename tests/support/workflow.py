@@ -47,6 +47,8 @@ def workflow_env(workflow: dict[str, Any], **inputs: str) -> dict[str, str]:
         "BASELINE": values["baseline"],
         "CANDIDATE": values["candidate"],
         "JOB_MINUTES": str(workflow["env"]["JOB_MINUTES"]),
+        "REPROMATRIX_LOCK_JSON": values["lock"],
+        "LOCK": str(workflow["env"]["LOCK"]),
     }
     return env
 

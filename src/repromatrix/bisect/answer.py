@@ -17,10 +17,10 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from repromatrix.bisect.search import Search
-from repromatrix.bisect.versions import Refusal
 from repromatrix.matrix.scenarios import ALL_VERSIONS
 from repromatrix.model import Expected, Outcome, Scenario
 from repromatrix.results.verdicts import DECISIVE
+from repromatrix.upstream.versions import Refusal
 
 
 @dataclass(frozen=True)

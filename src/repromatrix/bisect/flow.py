@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from repromatrix.bisect import execute, registry
+from repromatrix.bisect import execute
 from repromatrix.bisect.answer import Answer, Evidence, documented_ranges, suggest_ranges
 from repromatrix.bisect.cells import (
     Target,
@@ -22,7 +22,11 @@ from repromatrix.bisect.cells import (
     with_versions,
 )
 from repromatrix.bisect.search import bisect, next_probes
-from repromatrix.bisect.versions import (
+from repromatrix.errors import InfraError
+from repromatrix.matrix.config import Matrix
+from repromatrix.model import Cell, Expected, Lane, Outcome, Scenario
+from repromatrix.upstream import registry
+from repromatrix.upstream.versions import (
     LaneVersions,
     PipIndex,
     Refusal,
@@ -31,9 +35,6 @@ from repromatrix.bisect.versions import (
     gpu_versions,
     narrow,
 )
-from repromatrix.errors import InfraError
-from repromatrix.matrix.config import Matrix
-from repromatrix.model import Cell, Expected, Lane, Outcome, Scenario
 
 RunCells = Callable[[Matrix, Sequence[Cell], execute.BisectRun], Mapping[str, Evidence]]
 

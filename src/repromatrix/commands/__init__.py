@@ -18,4 +18,5 @@ COMMANDS = (
     "diff",
     "publish",
     "schema",
+    "watch",
 )

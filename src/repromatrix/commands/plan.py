@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +14,12 @@ from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.grammars import check_pipeline_text
 from repromatrix.matrix.expand import expand, plan
-from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.memory import memory_problems
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane, PullPolicy
 from repromatrix.runner import parse_gpu_ids
+from repromatrix.upstream.lock import lock_lines
+from repromatrix.upstream.resolve import Locked, Locking, Online, load_locked
 
 
 def add_parser(subparsers: Any) -> None:
@@ -96,6 +97,37 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip", action="append", default=[], metavar="GLOB", help="drop cells whose id matches"
     )
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        metavar="FILE",
+        help="the lock of the lanes whose images follow a rule: read when it holds for the "
+        "rules, else resolved from the registry (or pip) and written (default: "
+        "<matrix>.lock.json beside the matrix; a matrix that lists its images has none)",
+    )
+    parser.add_argument(
+        "--relock",
+        action="store_true",
+        help="resolve the follow rules again now and rewrite the lock (new tags, moved digests)",
+    )
+
+
+def load_selected(args: argparse.Namespace, note: Callable[[str], None]) -> Locked:
+    """The matrix and catalogue of ``--matrix``/``--scenarios``, following lanes locked
+    (``--lock``, ``--relock``); ``note`` hears what the lock says."""
+    from repromatrix.images.wheelhouse import CACHE_ROOT  # noqa: PLC0415  (keeps --help fast)
+
+    locked = load_locked(
+        args.matrix,
+        args.scenarios,
+        Locking(args.lock, args.relock),
+        lambda: Online(CACHE_ROOT),
+        note,
+    )
+    if locked.lock is not None and locked.path is not None:
+        for line in lock_lines(locked.lock, locked.path, locked.fresh):
+            note(line)
+    return locked
 
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,8 +171,14 @@ def check_output_folder(path: Path, option: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the plan in the chosen format; bad input raises (the CLI prints it, exit 2)."""
-    matrix, scenarios = load_inputs(args.matrix, args.scenarios)
+    """Print the plan in the chosen format; bad input raises (the CLI prints it, exit 2).
+    Which tags the follow rules gave, and why others were left out, goes first: with the
+    table on standard output, else on standard error (the other forms are for machines)."""
+    said: list[str] = []
+    locked = load_selected(args, said.append)
+    matrix, scenarios = locked.matrix, locked.scenarios
+    for line in said if args.format != "table" else ():
+        print(f"repromatrix: {line}", file=sys.stderr)
     lane = Lane(args.lane) if args.lane else None
     selector = Selector(args.only, args.skip)
     cells = plan(matrix, scenarios, lane, selector)
@@ -154,9 +192,11 @@ def run(args: argparse.Namespace) -> int:
             if selector.selects_all
             else {cell.id for cell in expand(matrix, scenarios, lane)}
         )
-        text = _ci_form(args, cells, everything)
+        lock = str(locked.path) if locked.lock is not None and locked.path else None
+        text = _ci_form(args, cells, everything, lock)
     else:
-        text = listing.format_table(cells)
+        text = "".join(f"{line}\n" for line in said) + ("\n" if said else "")
+        text += listing.format_table(cells)
     sys.stdout.write(text)
     return 0
 
@@ -173,7 +213,9 @@ def _check_pipeline_values(args: argparse.Namespace) -> None:
             raise UsageError(f"{option} {value!r} is refused for --format buildkite: {why}")
 
 
-def _ci_form(args: argparse.Namespace, cells: Sequence[Cell], everything: set[str]) -> str:
+def _ci_form(
+    args: argparse.Namespace, cells: Sequence[Cell], everything: set[str], lock: str | None
+) -> str:
     if args.job_minutes < 1:
         raise UsageError("--job-minutes must be at least 1")
     if bool(args.baseline) != bool(args.candidate):
@@ -192,5 +234,6 @@ def _ci_form(args: argparse.Namespace, cells: Sequence[Cell], everything: set[st
         job_minutes=args.job_minutes,
         baseline=args.baseline,
         candidate=args.candidate,
+        lock=lock,
     )
     return format_buildkite(planned, inputs)

@@ -17,11 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import add_selection_arguments, check_output_folder
+from repromatrix.commands.plan import (
+    add_selection_arguments,
+    check_output_folder,
+    load_selected,
+)
 from repromatrix.errors import EXIT_OK, ConfigError, InfraError, UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
-from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import Download, Downloader, check_local, downloads, fetch
 from repromatrix.model import Lane
@@ -59,7 +62,8 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace, download: Downloader | None = None) -> int:
     """Check folders, then download (or with ``--check`` only check the cache); exit 3 naming
     each repo that could not be fetched (or is not in the cache)."""
-    matrix, scenarios = load_inputs(args.matrix, args.scenarios)
+    locked = load_selected(args, lambda line: print(line, file=sys.stderr))
+    matrix, scenarios = locked.matrix, locked.scenarios
     lane = Lane(args.lane) if args.lane else None
     cells = plan(matrix, scenarios, lane, Selector(args.only, args.skip))
     problems = check_local(cells, matrix.file)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import add_selection_arguments, check_output_folder
+from repromatrix.commands.plan import (
+    add_selection_arguments,
+    check_output_folder,
+    load_selected,
+)
 from repromatrix.errors import EXIT_OK
 from repromatrix.images.render import render_all
 from repromatrix.matrix.expand import plan
-from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Lane
 
@@ -34,7 +38,8 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Render the plan's images and print one line per image: key, tag, folder."""
     check_output_folder(args.out, "--out")
-    matrix, scenarios = load_inputs(args.matrix, args.scenarios)
+    locked = load_selected(args, lambda line: print(line, file=sys.stderr))
+    matrix, scenarios = locked.matrix, locked.scenarios
     lane = Lane(args.lane) if args.lane else None
     cells = plan(matrix, scenarios, lane, Selector(args.only, args.skip))
     for name, config in sorted(matrix.lanes.items()):

@@ -130,6 +130,8 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         image_jobs=args.image_jobs,
         durations_from=args.durations_from,
         run_infeasible=args.run_infeasible,
+        lock=args.lock,
+        relock=args.relock,
     )
 
 

@@ -53,6 +53,7 @@ class PipelineInputs:
     baseline: str | None = None
     candidate: str | None = None
     report_queue: str = REPORT_QUEUE
+    lock: str | None = None  # the lock file of the follow rules, uploaded by the plan step
 
 
 def install_commands(package: str, *extra: str) -> list[str]:
@@ -70,16 +71,19 @@ def scenario_arguments(folders: tuple[str, ...]) -> str:
 def job_step(index: int, job: FleetJob, inputs: PipelineInputs) -> dict[str, Any]:
     """Return the command step that runs one job's cells on its GPU's agent queue."""
     run_id = f"{RUN_PREFIX}-{index}"
+    lock = f"--lock {_quoted(inputs.lock)} " if inputs.lock else ""
     cells = (
-        f"--matrix {_quoted(inputs.matrix)} {scenario_arguments(inputs.scenarios)}"
+        f"--matrix {_quoted(inputs.matrix)} {lock}{scenario_arguments(inputs.scenarios)}"
         f"{buildkite_literal(run_arguments(job.only))}"
     )
     run = f"{VENV}/bin/repromatrix run --lane {job.lane} --run-id {run_id} {cells}"
+    # Every shard reads the lock the plan step resolved, never the registry again.
+    fetch = [f"buildkite-agent artifact download {_quoted(inputs.lock)} ."] if inputs.lock else []
     if job.lane == Lane.GPU.value:
-        commands = [*install_commands(inputs.package, HUB_CLIENT), *prepare_commands(cells)]
+        commands = [*install_commands(inputs.package, HUB_CLIENT), *fetch, *prepare_commands(cells)]
         commands.append(f"{WITHOUT_SECRETS} {run}")
     else:
-        commands = [*install_commands(inputs.package), run]
+        commands = [*install_commands(inputs.package), *fetch, run]
     return {
         "label": f":test_tube: {buildkite_literal(job.name)}",
         "key": f"cells-{index}",

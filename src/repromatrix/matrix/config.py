@@ -181,7 +181,8 @@ def _check_rule_names(
     if kind == "include":
         _check_added_images(rule, body, chosen, reader)
     for axis in ("image", "gpu", "model", "flagset"):
-        if axis == "image" and kind == "include":
+        # An include may add a tag; a lane that follows a rule knows its tags only once locked.
+        if axis == "image" and (kind == "include" or any(c.follow for c in chosen)):
             continue
         known = {name for config in chosen for name in config.names(axis)}
         for name in sorted(rule.match.get(axis, frozenset()) - known):

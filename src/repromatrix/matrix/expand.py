@@ -156,8 +156,14 @@ def expand(
     """Yield the cells of the matrix in id order, filtered by lane and selector as they are made."""
     chosen = selector or Selector()
     for name, config in sorted(matrix.lanes.items()):
-        if lane in (None, name):
-            yield from _LaneWalk(matrix, config, scenarios, chosen).cells()
+        if lane not in (None, name):
+            continue
+        if config.follow is not None and not config.images:
+            raise UsageError(
+                f"lane `{name}` of {matrix.file} follows `{config.follow.words}`: its images "
+                "come from a lock file, which this command did not read (--lock)"
+            )
+        yield from _LaneWalk(matrix, config, scenarios, chosen).cells()
 
 
 class _LaneWalk:

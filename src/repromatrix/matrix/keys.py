@@ -121,10 +121,37 @@ def _lane(lane: Lane) -> Section:
         (
             *first,
             Key("runtime", "section", "deadline, /dev/shm", ref=f"runtime_{lane.value}"),
-            Key("images", "images", "image tags, or {tag, version}", required=True),
+            Key(
+                "images",
+                "images",
+                "image tags, or {tag, version}; or a rule that follows the "
+                + ("registry's tags" if lane is Lane.GPU else "package's versions"),
+                required=True,
+                ref=f"follow_{lane.value}",
+            ),
             Key("gpus", "named", "GPUs by name", required=True, ref=f"gpu_{lane.value}"),
             Key("models", "named", "models by name", required=True, ref="model"),
             Key("flagsets", "named", "vLLM engine arguments by name", ref="flags"),
+        ),
+    )
+
+
+def _follow(lane: Lane) -> Section:
+    nightlies = (
+        (Key("nightlies", "boolean", "take `nightly` and `nightly-<id>` tags (default false)"),)
+        if lane is Lane.GPU
+        else ()
+    )
+    offered = "registry's tags" if lane is Lane.GPU else "versions of the package that install"
+    return Section(
+        f"follow_{lane.value}",
+        f"the {lane} lane's images as a rule over the {offered}, resolved into a lock file",
+        (
+            Key("follow", "specifier", "a PEP 440 specifier set (>=0.31), or all", required=True),
+            Key("release_candidates", "boolean", "take pre-releases such as rc tags (false)"),
+            *nightlies,
+            Key("exclude", "globs", "tags never taken (globs, e.g. v0.31.2 or *.post*)"),
+            Key("newest", "integer", "only the newest N versions the rest leaves", minimum=1),
         ),
     )
 
@@ -207,6 +234,8 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
             Key("pull", "choice", "GPU: when to pull it", choices=PULL_POLICIES),
         ),
     ),
+    _follow(Lane.GPU),
+    _follow(Lane.CPU),
     _gpu(Lane.GPU),
     _gpu(Lane.CPU),
     Section(

@@ -23,6 +23,7 @@ from repromatrix.grammars import (
     check_runner_label,
     check_suite,
 )
+from repromatrix.matrix.follow import Follow, read_follow
 from repromatrix.matrix.images import image_version, make_image, read_image
 from repromatrix.matrix.keys import BASE_SOURCES, section
 from repromatrix.matrix.models import read_model
@@ -65,7 +66,11 @@ class Runtime:
 
 @dataclass(frozen=True)
 class LaneConfig:
-    """One lane's axes and runtime."""
+    """One lane's axes and runtime.
+
+    A lane whose images follow a rule (``follow``) has none until a lock gives them
+    (``upstream.lock.apply_lock``); expanding it before then is refused.
+    """
 
     lane: Lane
     images: tuple[Image, ...]
@@ -73,6 +78,7 @@ class LaneConfig:
     models: tuple[Model, ...]
     flagsets: tuple[FlagSet, ...]
     runtime: Runtime
+    follow: Follow | None = None
 
     def names(self, axis: str) -> tuple[str, ...]:
         """Return the names on one axis: ``image`` (tags), ``gpu``, ``model`` or ``flagset``."""
@@ -111,13 +117,19 @@ def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
     keys = section(f"lane_{lane.value}")
     reader.keys(body, keys.names, what, required=keys.required)
     runtime = _read_runtime(lane, body, reader)
-    images = _read_images(lane, body.get("images"), runtime, reader)
+    images_node = body.get("images")
+    follow = None
+    if isinstance(images_node, YMap):  # a mapping is a rule; a list (or a tag), images
+        follow = read_follow(lane, images_node, reader)
+        images: tuple[Image, ...] = ()
+    else:
+        images = _read_images(lane, images_node, runtime, reader)
     gpus = _read_named(body.get("gpus"), f"{what} `gpus`", reader, lambda e: _gpu(lane, e, reader))
     models = _read_named(
         body.get("models"), f"{what} `models`", reader, lambda e: read_model(lane, e, reader)
     )
     flagsets = _read_flagsets(lane, body.get("flagsets"), reader)
-    return LaneConfig(lane, images, gpus, models, flagsets, runtime)
+    return LaneConfig(lane, images, gpus, models, flagsets, runtime, follow)
 
 
 def _read_runtime(lane: Lane, body: YMap, reader: Reader) -> Runtime:

@@ -121,7 +121,7 @@ def value_schema(key: Key) -> Schema:
         "integers": _one_or_list({"type": "integer", "minimum": 1}),
         "names": _one_or_list(NAME),
         "lanes": _one_or_list({"enum": list(LANES)}),
-        "images": {"anyOf": [NAME, {"type": "array", "items": {"anyOf": [NAME, _ref("image")]}}]},
+        "globs": _one_or_list(TEXT),
         "trigger": _trigger(),
     }
     if key.kind in simple:
@@ -132,11 +132,20 @@ def value_schema(key: Key) -> Schema:
         schema = {"enum": list(key.choices)}
     elif key.kind == "choice_or_null":
         schema = {"enum": [*key.choices, None]}
+    elif key.kind == "images":
+        schema = _images(key)
     elif key.kind in ("section", "sections", "rules", "named"):
         schema = _nested(key)
     else:
         raise ValueError(f"no schema for the kind `{key.kind}` of `{key.name}`")
     return {"description": key.doc, **schema}
+
+
+def _images(key: Key) -> Schema:
+    """A tag, a list of tags and images, or the lane's follow rule (``key.ref``)."""
+    assert key.ref is not None, key.name
+    listed = {"type": "array", "items": {"anyOf": [NAME, _ref("image")]}}
+    return {"anyOf": [NAME, listed, _ref(key.ref)]}
 
 
 def _nested(key: Key) -> Schema:

@@ -6,6 +6,11 @@ history is replaced, so republishing a run is idempotent) and every page is
 rebuilt from the merged history. ``since`` answers "since when does this
 cell behave like this?": the oldest run of the current streak of one outcome,
 with its image digest and date.
+
+The history is also what ``watch`` reads to know which tags were graded
+(``graded``: a tag, or a tag at one digest) and what a baseline showed
+(``published``: its newest run's cells, as results that hold what the history
+keeps of them).
 """
 
 from __future__ import annotations
@@ -20,9 +25,9 @@ from typing import Any
 
 from repromatrix.errors import UsageError
 from repromatrix.grammars import check_run_id, check_site_page
-from repromatrix.model import Outcome
+from repromatrix.model import Expected, Level, Outcome
 from repromatrix.results.schema import is_cell_id
-from repromatrix.results.store import Unreadable, read_file
+from repromatrix.results.store import CellResult, Unreadable, read_file
 from repromatrix.results.verdicts import Judged, Verdict
 
 HISTORY_FILE = "history.json"
@@ -81,6 +86,33 @@ class History:
                 break
             first = point
         return first
+
+    def tags(self, lane: str) -> frozenset[str]:
+        """Every image tag of ``lane`` the history has cells of."""
+        return frozenset(parts[1] for cell in self.cells if (parts := cell.split("/"))[0] == lane)
+
+    def graded(self, lane: str, tag: str, digest: str | None = None) -> bool:
+        """Whether a run of ``tag`` is published (at ``digest``, when given: a moved tag is a
+        new image, graded once it has run)."""
+        return any(
+            digest is None or any(same_digest(p.digest, digest) for p in points)
+            for cell, points in self.cells.items()
+            if cell.startswith(f"{lane}/{tag}/")
+        )
+
+    def published(self, lane: str, tag: str) -> tuple[Judged, ...]:
+        """The cells of the newest published run of ``tag``, as results holding what the
+        history keeps of each (outcome, verdict, cause, version, digest; no flags, no log)."""
+        points = [
+            (cell, point)
+            for cell, cell_points in self.cells.items()
+            if cell.startswith(f"{lane}/{tag}/")
+            for point in cell_points
+        ]
+        if not points:
+            return ()
+        newest = max((p.date, p.run) for _, p in points)
+        return tuple(_as_judged(cell, p) for cell, p in sorted(points) if (p.date, p.run) == newest)
 
     def to_json(self) -> dict[str, Any]:
         """The document written to ``history.json``."""
@@ -213,6 +245,38 @@ def _shown(value: object) -> str:
     """A value for a one-line message: its repr, cut short."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def same_digest(recorded: str | None, digest: str) -> bool:
+    """Whether a recorded digest (``registry/name@sha256:...`` or ``sha256:...``) is
+    ``digest``."""
+    return recorded is not None and recorded.rpartition("@")[2] == digest.rpartition("@")[2]
+
+
+def _as_judged(cell: str, point: Point) -> Judged:
+    """One published cell as a result: what its point keeps, from its id the rest."""
+    base, _, level = cell.partition("@")
+    lane, tag, gpu, model, flagset, scenario, variant = base.split("/")
+    result = CellResult(
+        id=cell,
+        outcome=Outcome(point.outcome),
+        expected=Expected.UNKNOWN,  # the history keeps the verdict, not what was expected
+        lane=lane,
+        level=level or Level.ENGINE.value,
+        image=point.digest or tag,
+        image_tag=tag,
+        gpu=gpu,
+        model=model,
+        flagset=flagset,
+        scenario=scenario,
+        variant=variant,
+        version=point.version,
+        image_digest=point.digest,
+        reason=point.cause,
+        run_id=point.run,
+        started_at=point.date,
+    )
+    return Judged(result, Verdict(point.verdict))
 
 
 def run_date(judged: Sequence[Judged]) -> str:

@@ -23,6 +23,7 @@ site at a time.
 
 from __future__ import annotations
 
+import shutil
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -196,6 +197,36 @@ def _write_site(runs: Sequence[Run], out: Path, options: ReportOptions) -> int:
     site.index(newest, findings[newest.id])
     atomic_write(inside(out, out / HISTORY_FILE), _json(history.to_json()))
     return pages + 1
+
+
+def publish_staged(
+    folders: Sequence[Path],
+    site: Path,
+    options: ReportOptions,
+    extra: Callable[[History, PublishSummary], Mapping[str, bytes]] | None = None,
+) -> PublishSummary:
+    """``publish`` into a copy of ``site``, put in its place only once whole: whatever fails
+    on the way (bad input, a full disk, an interrupt) leaves the published site as it was.
+    ``extra`` gives more files for the new site (path -> bytes) from its history."""
+    staging, old = site.with_name(f".{site.name}.staging"), site.with_name(f".{site.name}.old")
+    if old.is_dir() and not site.exists():  # a swap cut between its two renames
+        old.rename(site)
+    shutil.rmtree(staging, ignore_errors=True)
+    if site.is_dir():
+        shutil.copytree(site, staging, symlinks=True)
+    try:
+        summary = publish(folders, staging, options)
+        for page, data in (extra(read_history(staging), summary) if extra else {}).items():
+            atomic_write(staging / page, data)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    if site.exists():
+        site.rename(old)
+    staging.rename(site)
+    shutil.rmtree(old, ignore_errors=True)
+    return PublishSummary(site, summary.runs, summary.pages)
 
 
 def _json(document: Mapping[str, Any]) -> bytes:

@@ -147,7 +147,10 @@ def _not_reached(judged: Judged) -> bool:
 
 
 def _system_out(judged: Judged, excerpt: str | None) -> str:
-    head = f"{judged.result.id}\n{judged.explanation}\nfull log: {log_path(judged.result.id)}"
+    # On one line: a blank line in the explanation (a reason read from a log) would end the
+    # head early and shift the facts block that readers find as the second one.
+    explanation = " ".join(judged.explanation.split())
+    head = f"{judged.result.id}\n{explanation}\nfull log: {log_path(judged.result.id)}"
     listed = "\n".join(f"{name}: {value}" for name, value in facts(judged).items())
     return f"{head}\n\n{listed}" + ("\n\n" + excerpt if excerpt else "")
 

@@ -50,7 +50,7 @@ from repromatrix.results.schema import (
     parse_result,
     whole_text,
 )
-from repromatrix.secret_env import redact, redact_text, secrets_from
+from repromatrix.secret_env import redact, redact_text, redacted_from
 
 # The result values are defined in ``schema`` and handed out here with the files they live in.
 __all__ = [
@@ -109,7 +109,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     written here, so this is where the secret values of this process's
     environment are redacted once more, whatever slipped past the stream.
     """
-    replace_file(path, redact(data, secrets_from(os.environ)))
+    replace_file(path, redact(data, redacted_from(os.environ)))
 
 
 def run_folder(results: Path, run_id: str) -> Path:

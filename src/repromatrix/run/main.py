@@ -32,7 +32,6 @@ from repromatrix.errors import ConfigError, UsageError
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
-from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.memory import infeasible_reason, memory_problems
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_local
@@ -54,6 +53,8 @@ from repromatrix.run.folder import (
 from repromatrix.run.images import ImageReady, distinct_images
 from repromatrix.run.progress import Progress
 from repromatrix.runner import Runner, detect_runner
+from repromatrix.upstream.lock import lock_lines
+from repromatrix.upstream.resolve import Locking, Online, load_locked
 
 REHEARSAL_RUNNER = (
     "rehearsal: GPU cells run on the CPU without a device request; they are not matched "
@@ -92,6 +93,8 @@ class RunOptions:
     image_jobs: int = 2  # --image-jobs: image builds and pulls at once, beside the cells
     durations_from: Path | None = None  # an earlier run whose cells' durations guide the packing
     run_infeasible: bool = False  # run cells whose memory estimate rules them out, anyway
+    lock: Path | None = None  # the lock of follow rules (None: <matrix>.lock.json)
+    relock: bool = False  # resolve follow rules again, whatever the lock says
 
     @property
     def models_root(self) -> Path:
@@ -192,7 +195,17 @@ def plan_run(
     """Load and expand the matrix (unless ``planned``), apply the selection, name the run
     folder and drop the cells a resumed run finished."""
     if planned is None:
-        matrix, scenarios = load_inputs(options.matrix, options.scenarios)
+        locked = load_locked(
+            options.matrix,
+            options.scenarios,
+            Locking(options.lock, options.relock),
+            lambda: Online(options.cache),
+            progress.note,
+        )
+        matrix, scenarios = locked.matrix, locked.scenarios
+        if locked.lock is not None and locked.path is not None:
+            for line in lock_lines(locked.lock, locked.path, locked.fresh):
+                progress.note(line)
         cells = plan(matrix, scenarios, options.lane, Selector(options.only, options.skip))
     else:
         matrix, cells = planned[0], tuple(planned[1])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix.bisect.registry import list_tags
 from repromatrix.cli import main
+from repromatrix.upstream.registry import list_tags
 from support import paths
 
 ROOT = paths.ROOT

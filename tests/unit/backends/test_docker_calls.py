@@ -212,3 +212,14 @@ def test_every_container_names_the_process_that_made_it(tmp_path: Path):
 
 def body_labels(plan: ContainerCall) -> object:
     return engine_body(docker_kwargs(plan))["Labels"]
+
+
+def test_a_reference_pinned_by_digest_is_pulled_by_its_digest():
+    digest = "sha256:" + "b" * 64
+    # the engine reads a digest in the tag's place as the digest to pull; a tag beside it
+    # names nothing more
+    assert split_ref(f"127.0.0.1:5000/vllm/vllm-openai@{digest}") == (
+        "127.0.0.1:5000/vllm/vllm-openai",
+        digest,
+    )
+    assert split_ref(f"vllm/vllm-openai:v0.32.0@{digest}") == ("vllm/vllm-openai", digest)

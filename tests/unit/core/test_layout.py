@@ -84,6 +84,7 @@ def test_no_import_cycle_among_the_package_modules():
 # probes) import nothing of the package at all.
 ORDER = (
     "matrix",
+    "upstream",
     "images",
     "models",
     "results",
@@ -95,6 +96,7 @@ ORDER = (
     "publish",
     "bisect",
     "rehearsal",
+    "watch",
     "commands",
 )
 TOP = ("cli", "__main__")  # the command line sits on top of everything

@@ -83,7 +83,8 @@ def test_dispatch_and_call_take_the_same_inputs(workflow: dict[str, Any]) -> Non
     dispatch, call = on["workflow_dispatch"]["inputs"], on["workflow_call"]["inputs"]
     assert dispatch == call
     assert set(dispatch) == {
-        "matrix", "scenarios", "only", "skip", "baseline", "candidate", "package",
+        "matrix", "scenarios", "only", "skip", "baseline", "candidate", "package", "lock",
+        "watch",
     }  # fmt: skip
     env = workflow["env"]  # one place every job reads them from, with schedule defaults
     assert env["REPROMATRIX_MATRIX"] == "${{ inputs.matrix || 'matrix.yaml' }}"
@@ -175,7 +176,8 @@ def test_the_shard_step_passes_each_glob_as_one_argument(
     assert ran.returncode == 0, ran.stderr
     assert calls(log) == [[
         "run", "--lane", "gpu", "--run-id", "gh-1-1-gpu-0", "--matrix", "fleet/my matrix.yaml",
-        "--scenarios", "fleet/crashes", "--only", globs[0], "--only", globs[1],
+        "--lock", "repromatrix.lock.json", "--scenarios", "fleet/crashes",
+        "--only", globs[0], "--only", globs[1],
     ]]  # fmt: skip
 
 
@@ -248,6 +250,8 @@ def test_a_gpu_job_fetches_checks_then_runs_its_cells_and_only_the_fetch_sees_th
     selection = [
         "--matrix",
         "matrix.yaml",
+        "--lock",
+        "repromatrix.lock.json",
         "--scenarios",
         "scenarios",
         "--only",

@@ -86,7 +86,29 @@ MATRIX_BREAKS = {
                                   "  - flags:"),
     "a missing required key": ("        runner: gpu-h100\n", ""),
     "a flag in --kebab-case": ("enforce_eager: true", "--enforce-eager: true"),
+    "a follow rule with a typo": ('images: ["0.27.1", "0.30.0", "0.31.0", "0.32.0"]',
+                                  'images: {follow: ">=0.31", newset: 2}'),
+    "nightlies on the cpu lane": ('images: ["0.27.1", "0.30.0", "0.31.0", "0.32.0"]',
+                                  'images: {follow: ">=0.31", nightlies: true}'),
+    "a follow rule without follow": ('images: ["0.27.1", "0.30.0", "0.31.0", "0.32.0"]',
+                                     "images: {release_candidates: true}"),
 }  # fmt: skip
+
+
+def test_the_schema_accepts_a_follow_rule_on_each_lane(tmp_path: Path) -> None:
+    text = (ROOT / "matrix.yaml").read_text()
+    text = text.replace(
+        'images: ["0.27.1", "0.30.0", "0.31.0", "0.32.0"]', 'images: {follow: ">=0.31", newest: 2}'
+    )
+    gpu = 'images:\n      follow: ">=0.31"\n      release_candidates: true\n      nightlies: true\n'
+    gpu += '      exclude: ["*.post*"]\n    old_images:\n'
+    text = text.replace("images:\n      - v0.17.0", gpu + "      - v0.17.0", 1)
+    data = yaml.safe_load(text)
+    del data["lanes"]["gpu"]["old_images"]
+    followed = tmp_path / "matrix.yaml"
+    followed.write_text(yaml.safe_dump(data))
+    load_matrix(followed)
+    assert errors("matrix", followed.read_text()) == []
 
 
 @pytest.mark.parametrize("case", sorted(MATRIX_BREAKS))

@@ -286,7 +286,12 @@ def environment_call(
 
 
 def split_ref(ref: str) -> tuple[str, str]:
-    """``registry:5000/name:tag`` → (``registry:5000/name``, ``tag``); no tag means latest."""
+    """``registry:5000/name:tag`` → (``registry:5000/name``, ``tag``); no tag means latest.
+    A reference pinned by digest (``name[:tag]@sha256:...``) gives the digest in the tag's
+    place: the engine's pull reads a digest there as the digest to pull."""
+    named, at, digest = ref.partition("@")
+    if at:
+        return split_ref(named)[0], digest
     repository, colon, tag = ref.rpartition(":")
     if not colon or "/" in tag:
         return ref, "latest"

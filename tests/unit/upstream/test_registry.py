@@ -1,4 +1,4 @@
-"""The GPU lane's versions: the tag list of a registry, read over the registry's HTTP API.
+"""A GPU lane's registry over its HTTP API: the tag list, and the digest each tag points at.
 
 The first tests run a REAL registry (Debian's ``docker-registry``, the
 distribution project's server) on 127.0.0.1 with a storage folder of the
@@ -18,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from repromatrix.bisect.registry import Repository, list_tags, parse_repository
 from repromatrix.errors import InfraError
+from repromatrix.upstream.registry import Repository, list_tags, parse_repository, tag_digest
 
 NAME = "vllm/vllm-openai"
 TAGS = ["v0.31.0", "v0.31.1rc0", "v0.32.0", "nightly", "v0.30.0", "latest"]
@@ -41,8 +41,26 @@ def test_parse_repository_tells_the_registry_host_from_the_name() -> None:
     assert parse_repository(f"ghcr.io/{NAME}").base == "https://ghcr.io"
 
 
+DIGESTS = {tag: "sha256:" + format(i, "x") * 64 for i, tag in enumerate(TAGS, start=1)}
+
+
 class HubLike(BaseHTTPRequestHandler):
-    """Serves tags behind a bearer challenge, two per page, as Docker Hub's API does."""
+    """Serves tags behind a bearer challenge, two per page, as Docker Hub's API does, and
+    each tag's manifest digest to a HEAD (as ``Docker-Content-Digest``)."""
+
+    def do_HEAD(self) -> None:
+        tag = self.path.rpartition("/manifests/")[2]
+        if self.headers.get("Authorization") != "Bearer anonymous":
+            return self.do_GET()
+        assert "application/vnd.oci.image.index.v1+json" in self.headers["Accept"]
+        if tag not in DIGESTS:
+            self.send_response(404)
+            self.end_headers()
+            return None
+        self.send_response(200)
+        self.send_header("Docker-Content-Digest", DIGESTS[tag])
+        self.end_headers()
+        return None
 
     def do_GET(self) -> None:
         port = self.server.server_address[1]  # type: ignore[index]
@@ -96,3 +114,9 @@ def test_a_bearer_challenge_is_answered_and_every_page_read(hub_like: str) -> No
 def test_a_registry_that_is_not_there_is_an_infra_error() -> None:
     with pytest.raises(InfraError, match="registry"):
         list_tags(f"127.0.0.1:{free_port()}/{NAME}")
+
+
+def test_each_tag_s_digest_is_asked_with_a_head_behind_the_challenge(hub_like: str) -> None:
+    assert tag_digest(f"{hub_like}/{NAME}", "v0.32.0") == DIGESTS["v0.32.0"]
+    with pytest.raises(InfraError, match="HTTP 404"):
+        tag_digest(f"{hub_like}/{NAME}", "v9.9.9")

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from repromatrix.bisect.versions import (
+from repromatrix.errors import UsageError
+from repromatrix.upstream.versions import (
     LaneVersions,
     Refusal,
     cpu_versions,
@@ -14,7 +15,6 @@ from repromatrix.bisect.versions import (
     gpu_versions,
     narrow,
 )
-from repromatrix.errors import UsageError
 
 PIN = 'torch=={}; platform_machine == "x86_64" or platform_machine == "aarch64"'
 DARWIN = 'torch=={}; platform_system == "Darwin"'

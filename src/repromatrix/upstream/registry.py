@@ -1,22 +1,25 @@
-"""The tag list of a GPU lane's registry, read over the registry's HTTP API.
+"""A GPU lane's registry over its HTTP API: the tag list, and the digest a tag points at.
 
 ``GET /v2/<name>/tags/list`` is the OCI distribution API every registry
 serves: Docker Hub (behind a bearer-token challenge), a private registry, or a
 local one on 127.0.0.1:5000. Loopback registries are spoken to in plain HTTP
 (as Docker itself does); every other one in HTTPS. Long lists come in pages
-linked by the ``Link`` header.
+linked by the ``Link`` header. ``HEAD /v2/<name>/manifests/<tag>`` answers the
+digest a tag points at now (``Docker-Content-Digest``), the one ``docker pull``
+records, so a moved tag shows as a new digest without pulling anything.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from repromatrix.errors import InfraError
 
@@ -27,6 +30,15 @@ MAX_PAGES = 100
 TIMEOUT_S = 30
 NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# Every manifest kind a tag may point at: a multi-platform index is what ``docker pull``
+# records for such a tag, so it is asked for first.
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
 
 
 @dataclass(frozen=True)
@@ -60,13 +72,21 @@ def parse_repository(ref: str) -> Repository:
     return Repository(host, name)
 
 
-# (url, headers) -> (status, headers, body); tests never need to replace it: they use a server.
-Fetch = Callable[[str, Mapping[str, str]], tuple[int, Mapping[str, str], bytes]]
+class Fetch(Protocol):
+    """(url, headers, method) -> (status, headers, body); tests use a server, not a fake."""
+
+    def __call__(
+        self, url: str, headers: Mapping[str, str], method: str = "GET"
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """Send one request; an HTTP error status is an answer too."""
 
 
-def http_fetch(url: str, headers: Mapping[str, str]) -> tuple[int, Mapping[str, str], bytes]:
-    """GET ``url``; return the status, headers and body (an HTTP error status is returned too)."""
-    request = urllib.request.Request(url, headers=dict(headers))
+def http_fetch(
+    url: str, headers: Mapping[str, str], method: str = "GET"
+) -> tuple[int, Mapping[str, str], bytes]:
+    """GET (or HEAD) ``url``; return the status, headers and body (an HTTP error status is
+    returned too)."""
+    request = urllib.request.Request(url, headers=dict(headers), method=method)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             return response.status, dict(response.headers.items()), response.read()
@@ -97,6 +117,26 @@ def list_tags(ref: str, fetch: Fetch = http_fetch, page: int = PAGE) -> tuple[st
             return tuple(tags)
         url = urllib.parse.urljoin(url, found.group(1))
     raise InfraError(f"registry {repository.host}: more than {MAX_PAGES} pages of tags")
+
+
+def tag_digest(ref: str, tag: str, fetch: Fetch = http_fetch) -> str:
+    """The digest (``sha256:...``) tag ``tag`` of the repository ``ref`` points at now."""
+    repository = parse_repository(ref)
+    url = f"{repository.base}/v2/{repository.name}/manifests/{tag}"
+    headers = {"Accept": ", ".join(MANIFEST_TYPES)}
+    status, answer, body = fetch(url, headers, "HEAD")
+    if status == 401:
+        headers["Authorization"] = _bearer(answer, fetch)
+        status, answer, body = fetch(url, headers, "HEAD")
+    digest = _header(answer, "Docker-Content-Digest") if status == 200 else None
+    if status == 200 and digest is None:  # a registry that leaves the header out of HEAD
+        status, answer, body = fetch(url, headers, "GET")
+        digest = "sha256:" + hashlib.sha256(body).hexdigest() if status == 200 else None
+    if status != 200:
+        raise InfraError(f"registry {url}: HTTP {status}")
+    if digest is None or not DIGEST.fullmatch(digest):
+        raise InfraError(f"registry {url}: no sha256 digest in its answer ({digest!r})")
+    return digest
 
 
 def _tags(body: bytes, url: str) -> list[str]:

@@ -1,0 +1,117 @@
+"""The answer for a new tag: the upgrade view's verdict and the move from the baseline, as the
+versioned payload and as Markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from repromatrix.matrix.images import make_image
+from repromatrix.model import Expected, Lane, Outcome
+from repromatrix.publish.history import EMPTY, RunInfo, extend
+from repromatrix.results.verdicts import judge_all
+from repromatrix.watch.answer import (
+    ANSWER_SCHEMA,
+    ANSWER_SCHEMA_VERSION,
+    Evidence,
+    Stage,
+    answer_json,
+    answer_markdown,
+    build_answer,
+    counts_of,
+)
+from repromatrix.watch.candidates import Candidate
+from support.reports import MOE_CAUSE, result
+from support.upgrade import TRIGGER_FLAGS
+
+REGISTRY = "127.0.0.1:5000/vllm/vllm-openai"
+DIGEST = "sha256:" + "c" * 64
+MOE: dict[str, Any] = {"lane": "gpu", "gpu": "h100", "model": "qwen3-30b-a3b",
+                       "scenario": "moe-lora-rank-over-128", "flags": TRIGGER_FLAGS}  # fmt: skip
+
+
+def candidate(tag: str = "v0.32.0", digest: str | None = DIGEST) -> Candidate:
+    image = make_image(Lane.GPU, tag, None, REGISTRY, None, ref=f"{REGISTRY}@{digest}")
+    return Candidate(Lane.GPU, image, digest)
+
+
+def cells(tag: str, trigger: Outcome, workaround: Outcome | None = None) -> list[Any]:
+    made = [result(tag=tag, outcome=trigger, expected=Expected.AVOIDED,
+                   root_cause=MOE_CAUSE if trigger is Outcome.HIT else None, **MOE)]  # fmt: skip
+    if workaround is not None:
+        flags = {**TRIGGER_FLAGS, "max_lora_rank": 128}
+        fields = {**MOE, "flags": flags, "variant": "rank-128", "root_cause": None}
+        made.append(result(tag=tag, outcome=workaround, expected=Expected.AVOIDED, **fields))
+    return made
+
+
+def published(tag: str, trigger: Outcome) -> list[Any]:
+    """The baseline's cells as the history gives them back."""
+    judged = judge_all(cells(tag, trigger))
+    history = extend(EMPTY, RunInfo("r1", "2026-01-01", "t", len(judged)), judged, {})
+    return list(history.published("gpu", tag))
+
+
+def answer_of(trigger: Outcome, workaround: Outcome | None = None, baseline: Any = None) -> Any:
+    judged = judge_all(cells("v0.32.0", trigger, workaround))
+    return build_answer(
+        candidate(), judged, baseline, stage=Stage.FINAL,
+        counts=counts_of(len(judged), judged, 0), run="watch-gpu-v0.32.0-cccccccccccc",
+        evidence=Evidence("https://compat.example/index.html"),
+    )  # fmt: skip
+
+
+def test_a_crash_with_a_verified_flag_change_is_safe_with_that_change() -> None:
+    answer = answer_of(Outcome.HIT, Outcome.AVOIDED, ("v0.31.0", published("v0.31.0", Outcome.HIT)))
+    payload = answer_json(answer)
+    assert (payload["answer"], payload["answer_words"]) == ("workaround", "safe with a flag change")
+    [configuration] = payload["configurations"]
+    [crash] = configuration["crashes"]
+    assert crash["scenario"] == "moe-lora-rank-over-128"
+    assert crash["flag_changes"][0]["change"] == "--max-lora-rank 128 (was 320)"
+    assert payload["changes"]["counts"]["still_hit_with_workaround"] == 1
+    assert not payload["worse"]
+
+
+def test_a_crash_the_baseline_avoided_is_newly_hit_and_worse() -> None:
+    answer = answer_of(Outcome.HIT, baseline=("v0.31.0", published("v0.31.0", Outcome.AVOIDED)))
+    assert answer.worse and answer.safety.value == "unsafe"
+    [item] = answer_json(answer)["changes"]["items"]
+    assert (item["change"], item["level"]) == ("newly_hit", "engine")
+    assert "avoided → hit" in item["detail"]
+
+
+def test_a_fix_is_named_and_the_answer_is_safe() -> None:
+    answer = answer_of(Outcome.AVOIDED, baseline=("v0.31.0", published("v0.31.0", Outcome.HIT)))
+    payload = answer_json(answer)
+    assert payload["answer"] == "safe"
+    assert [i["change"] for i in payload["changes"]["items"]] == ["fixed"]
+
+
+def test_the_baseline_itself_is_answered_without_a_comparison() -> None:
+    payload = answer_json(answer_of(Outcome.AVOIDED))
+    assert payload["changes"] == {
+        "baseline": None,
+        "compared": False,
+        "why": "this is the baseline",
+    }
+
+
+def test_a_moved_baseline_tag_is_compared_with_its_last_published_digest() -> None:
+    before = published("v0.32.0", Outcome.HIT)
+    answer = answer_of(Outcome.AVOIDED, baseline=("v0.32.0", before))
+    assert answer.move is not None and answer.move.baseline.startswith("v0.32.0@")
+    assert [i.change.value for i in answer.move.items] == ["fixed"]
+
+
+def test_the_payload_is_versioned_and_the_markdown_leads_with_the_answer() -> None:
+    answer = answer_of(Outcome.AVOIDED, baseline=("v0.31.0", published("v0.31.0", Outcome.HIT)))
+    payload = answer_json(answer)
+    assert (payload["schema"], payload["schema_version"]) == (ANSWER_SCHEMA, ANSWER_SCHEMA_VERSION)
+    keys = ("stage", "lane", "tag", "digest", "image", "answer", "worse", "baseline",
+            "configurations", "changes", "cells", "evidence")  # fmt: skip
+    assert set(payload) >= set(keys)
+    assert payload["digest"] == DIGEST and payload["image"] == f"{REGISTRY}@{DIGEST}"
+    text = answer_markdown(answer)
+    assert text.startswith("### vLLM v0.32.0 (gpu lane, sha256:cccccccccccc): safe\n")
+    assert "Against v0.31.0: 1 fixed." in text
+    assert "Evidence: https://compat.example/index.html" in text
