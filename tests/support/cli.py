@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from support import paths
 
@@ -31,3 +32,14 @@ def repromatrix(
         env=env,
         check=False,
     )
+
+
+def run_zoo_cells(cell_ids: list[str], results: Path, run_id: str, timeout: float) -> Path:
+    """Run the zoo's cells ``cell_ids`` for real into ``results/run_id``; its folder."""
+    only = [arg for cell in cell_ids for arg in ("--only", cell)]
+    done = repromatrix(
+        "run", "--lane", "cpu", "--scenarios", "scenarios/zoo", *only,
+        "--results", str(results), "--run-id", run_id, timeout=timeout,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return results / run_id

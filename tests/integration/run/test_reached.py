@@ -18,8 +18,6 @@ Three engine starts, one of them a crash cut short: about two minutes on two cor
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ from repromatrix.model import Expected, Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import CellResult
 from support import paths
+from support.cli import run_zoo_cells
 
 ROOT = paths.ROOT
 RUN_ID = "ci-reached"
@@ -50,19 +49,7 @@ pytestmark = [
 def reached_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run folder of the three cells, run once for real."""
     results = tmp_path_factory.mktemp("reached-results")
-    only = [arg for cell in CELLS.values() for arg in ("--only", cell)]
-    argv = [sys.executable, "-m", "repromatrix", "run", "--lane", "cpu"]
-    argv += ["--scenarios", "scenarios/zoo", *only, "--results", str(results)]
-    done = subprocess.run(
-        [*argv, "--run-id", RUN_ID],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=RUN_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return results / RUN_ID
+    return run_zoo_cells(list(CELLS.values()), results, RUN_ID, RUN_S)
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,6 @@ cell); every result here carries the engine's facts and, for the scenarios that 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from repromatrix.model import Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import CellResult
 from support import paths
+from support.cli import run_zoo_cells
 
 ROOT = paths.ROOT
 RUN_ID = "ci-zoo"
@@ -109,19 +108,8 @@ def test_the_table_covers_every_zoo_scenario_with_a_hit_and_an_avoided() -> None
 def zoo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run folder of the zoo's cells of this table, run once for real."""
     results = tmp_path_factory.mktemp("zoo-results")
-    only = [arg for row, version in CELLS for arg in ("--only", cell_id(row, version))]
-    argv = [sys.executable, "-m", "repromatrix", "run", "--lane", "cpu"]
-    argv += ["--scenarios", "scenarios/zoo", *only, "--results", str(results)]
-    done = subprocess.run(
-        [*argv, "--run-id", RUN_ID],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=RUN_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return results / RUN_ID
+    ids = [cell_id(row, version) for row, version in CELLS]
+    return run_zoo_cells(ids, results, RUN_ID, RUN_S)
 
 
 @pytest.fixture(scope="session")
