@@ -26,10 +26,8 @@ from junitparser.xunit2 import JUnitXml
 from repromatrix.model import Expected, Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import CellResult
-from support import paths
 from support.cli import run_zoo_cells
 
-ROOT = paths.ROOT
 RUN_ID = "ci-reached"
 RUN_S = 1800  # a cold cache builds the image variant first
 SCENARIO = "cpu-compiler-missing"
