@@ -11,6 +11,13 @@ whatever consumes it (Docker's device request) says whether it exists.
 
 Cells that run at once on one runner take disjoint ids (``select_devices``), never
 "the first N" of the host.
+
+Inside a Slurm job the runner is what Slurm allocated: its cores are
+``SLURM_CPUS_PER_TASK`` (else ``SLURM_CPUS_ON_NODE``) at most, its memory the job's
+(``SLURM_MEM_PER_NODE``, or per CPU times the CPUs), and its GPUs the
+``CUDA_VISIBLE_DEVICES`` Slurm set. Under device constraints Slurm numbers those from 0
+and ``nvidia-smi`` inside the job lists only them, also from 0, so an index is mapped to
+the UUID nvidia-smi gives it: a daemon outside the job (Docker's) counts the host's GPUs.
 """
 
 from __future__ import annotations
@@ -42,6 +49,18 @@ class RunnerGpu:
     uuid: str | None = None
 
 
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """The Slurm job this process runs in, and what Slurm allocated it on this node."""
+
+    job_id: str  # SLURM_JOB_ID (an array task's own id)
+    cpus: int | None = None  # cores allocated (None: not said)
+    memory: int | None = None  # bytes allocated (None: not said, or all of the node's)
+
+
 @dataclass(frozen=True)
 class Runner:
     """What this runner is and may lend cells, read once per run."""
@@ -49,9 +68,15 @@ class Runner:
     gpus: tuple[RunnerGpu, ...] = ()  # every GPU the host lists
     gpu_ids: tuple[str, ...] = ()  # those this run may use, as indexes where listed
     core_ids: tuple[int, ...] = ()  # the cores this process may run on
-    free_memory: int = 0  # bytes, MemAvailable when read
+    free_memory: int = 0  # bytes, MemAvailable when read (at most the Slurm job's memory)
     # A rehearsal of the GPU lane: its cells run without a device request, vLLM on its CPU.
     rehearse: bool = False
+    slurm: SlurmJob | None = None  # the Slurm job this run is a task of
+
+    @property
+    def memory_limit(self) -> int | None:
+        """Bytes every cell of this runner must stay within (a Slurm job's memory), if any."""
+        return self.slurm.memory if self.slurm is not None else None
 
     @property
     def gpu_count(self) -> int:
@@ -131,6 +156,24 @@ def cpu_cores() -> tuple[int, ...]:
     return tuple(sorted(os.sched_getaffinity(0)))
 
 
+def slurm_job(environ: Mapping[str, str]) -> SlurmJob | None:
+    """The Slurm job in ``environ`` (None outside one): its id, cores and memory."""
+    job_id = environ.get("SLURM_JOB_ID")
+    if not job_id:
+        return None
+    cpus = _whole(environ.get("SLURM_CPUS_PER_TASK")) or _whole(environ.get("SLURM_CPUS_ON_NODE"))
+    per_node, per_cpu = (
+        _whole(environ.get("SLURM_MEM_PER_NODE")),
+        _whole(environ.get("SLURM_MEM_PER_CPU")),
+    )
+    mib = per_node if per_node is not None else (per_cpu * cpus if per_cpu and cpus else None)
+    return SlurmJob(job_id, cpus, mib * MIB if mib else None)  # --mem=0: the whole node
+
+
+def _whole(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
 def detect_runner(
     gpus: str | None = None,
     *,
@@ -140,14 +183,21 @@ def detect_runner(
     meminfo: Path = Path("/proc/meminfo"),
 ) -> Runner:
     """Read this runner now: ``gpus`` is ``--gpus`` (None: not given), ``environ`` the
-    process's environment by default; free memory is what is free at this moment."""
+    process's environment by default; free memory is what is free at this moment, within
+    the Slurm job's allocation when this is one."""
+    env = os.environ if environ is None else environ
     listed = parse_smi_list(smi())
-    allowed = allowed_gpu_ids(listed, os.environ if environ is None else environ, gpus)
+    allowed = allowed_gpu_ids(listed, env, gpus)
     try:
         text = meminfo.read_text(encoding="ascii")
     except OSError:
         text = ""
-    return Runner(listed, allowed, cpu_cores(), available_memory(text), rehearse)
+    cores, free, job = cpu_cores(), available_memory(text), slurm_job(env)
+    if job is not None and job.cpus:
+        cores = cores[: job.cpus]  # without task binding every core shows: count the job's
+    if job is not None and job.memory:
+        free = min(free, job.memory)
+    return Runner(listed, allowed, cores, free, rehearse, job)
 
 
 def select_devices(

@@ -31,7 +31,7 @@ from repromatrix.images.render import (
 from repromatrix.matrix.images import effective_pull
 from repromatrix.matrix.lanes import Runtime
 from repromatrix.model import Cell, Image, Lane
-from repromatrix.runner import Runner
+from repromatrix.runner import MIB, Runner
 from repromatrix.secret_env import SECRET_ENV
 
 
@@ -43,10 +43,14 @@ def container_settings(
     The tiny model cache is mounted read-only at its own host path, so a spec
     names the model by the same path whichever backend runs it. GPU cells take
     their devices from the runner's GPUs (none known: chosen at run time); a
-    rehearsal leaves the GPU device request out.
+    rehearsal leaves the GPU device request out. In a Slurm job every container gets
+    the job's memory as its limit: the daemon starts containers outside the job's
+    control group, where the job's own limit does not reach them.
     """
     gpu_ids = runner.gpu_ids or None
     root = str(models_root)
+    limit = runner.memory_limit
+    mem_limit = f"{limit // MIB}m" if limit else None
     return {
         lane: ContainerSettings(
             shm_size=runtime.shm_size,
@@ -56,6 +60,7 @@ def container_settings(
             entrypoint=ENTRYPOINT,
             devices=not runner.rehearse,
             gpu_ids=gpu_ids if lane is Lane.GPU else None,
+            mem_limit=mem_limit,
         )
         for lane, runtime in runtimes.items()
     }
@@ -110,11 +115,21 @@ class DockerKind:
         return engine_available()
 
     def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
-        """GPU cells need as many GPUs as their runner label says."""
+        """GPU cells need as many GPUs as their runner label says, and in a Slurm job each
+        named by its UUID."""
+        if cell.lane is not Lane.GPU or runner.rehearse:
+            return None
         count = runner.gpu_count
-        if cell.lane is Lane.GPU and count < cell.gpu.count and not runner.rehearse:
+        if count < cell.gpu.count:
             have = "no GPU" if count == 0 else f"{count} GPU(s)"
             return f"GPU cell needs {cell.gpu.count} GPU(s) ({cell.gpu.name}); this host has {have}"
+        unnamed = [i for i in runner.gpu_ids if runner.uuid_of(i) is None]
+        if runner.slurm is not None and unnamed:
+            return (
+                f"Slurm job {runner.slurm.job_id} numbers its GPUs its own way "
+                f"(CUDA_VISIBLE_DEVICES) while the Docker daemon counts the host's, and "
+                f"nvidia-smi inside the job names no UUID for GPU {unnamed[0]}"
+            )
         return None
 
     def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
