@@ -68,5 +68,3 @@ def record_plan(run_dir: Path, cells: Sequence[Cell], matrix: Path) -> None:
     earlier, _ = store.read_plan(run_dir)
     ids = {*(earlier or ()), *(cell.id for cell in cells)}
     store.write_plan(run_dir, ids, matrix=matrix.name)
-
-
