@@ -92,6 +92,7 @@ ORDER = (
     "reports",
     "run",
     "fleet",
+    "slurm",
     "publish",
     "bisect",
     "rehearsal",
