@@ -47,6 +47,15 @@ def _words(done: subprocess.CompletedProcess[str]) -> str:
     return " ".join((done.stderr or done.stdout).split()) or f"exit status {done.returncode}"
 
 
+def check(script: Path) -> None:
+    """Ask Slurm whether it would run ``script`` (``sbatch --test-only``: nothing is
+    submitted); raise ``SlurmRefused`` in its words when it would not. A held job is not
+    checked against the nodes until it is released, so every script is checked first."""
+    done = _run(["sbatch", "--test-only", str(script)])
+    if done.returncode != 0:
+        raise SlurmRefused(f"Slurm refused {script.name}: {_words(done)}")
+
+
 def submit(script: Path, *, hold: bool = False, dependency: Sequence[str] = ()) -> str:
     """Submit ``script``; return its job id. ``hold`` keeps it from starting until ``release``;
     ``dependency`` is the jobs it starts after, whatever their ends (``afterany``)."""

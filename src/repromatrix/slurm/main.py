@@ -209,8 +209,9 @@ def submit(
     detach: bool,
     note: Callable[[str], None],
 ) -> Submission:
-    """Write the scripts, submit every array held (and the merge job with ``detach``), then
-    release them all; a refusal cancels what was accepted and leaves nothing behind."""
+    """Write the scripts, have Slurm check each, submit every array held (and the merge job
+    with ``detach``), then release them all; a refusal cancels what was accepted and leaves
+    nothing behind."""
     submission = new_submission(
         run.folder.path, run.folder.run_id, arrays, options.matrix, scenario_folders(options)
     )
@@ -221,6 +222,9 @@ def submit(
         path.write_text(text, encoding="utf-8")
     jobs: dict[str, str] = {}
     try:
+        for path in scripts:
+            if detach or path.name != FINISH_SCRIPT:
+                cluster.check(path)
         for array in arrays:
             jobs[array.name] = cluster.submit(submission.folder / f"{array.name}.sbatch", hold=True)
         submission = submitted(submission, jobs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from repromatrix.backends.base import Backend, Prepared, Setup
 from repromatrix.backends.docker.calls import ContainerSettings, ImageBuild, Mount, container_call
 from repromatrix.backends.docker.engine import DockerBackend, connect, engine_available
 from repromatrix.backends.harness_spec import build_spec, model_path
+from repromatrix.backends.launchers import apptainer_command, pyxis_command
 from repromatrix.errors import InfraError
 from repromatrix.heartbeat import heartbeat
 from repromatrix.images import wheelhouse
@@ -180,6 +182,11 @@ class DockerKind:
             "skip": self.skip_reason(cell, runner),
             "deadline_s": cell.deadline_s,
             "create": call.describe(os.environ),
+            # The same container as nodes without a Docker daemon start it (docs/slurm.md).
+            "launchers": {
+                "pyxis": asdict(pyxis_command(call)),
+                "apptainer": asdict(apptainer_command(call)),
+            },
         }
 
 
