@@ -13,12 +13,14 @@ The waiting submitter and the detached merge job (``finish_detached``) both end 
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from repromatrix.errors import EXIT_INFRA, EXIT_OK, RepromatrixError
+from repromatrix.errors import EXIT_INFRA, EXIT_OK, RepromatrixError, UsageError
 from repromatrix.matrix.expand import expand
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.model import Cell, Outcome
@@ -29,7 +31,7 @@ from repromatrix.results.store import now_iso
 from repromatrix.run import outcome
 from repromatrix.run.cell import NOT_RUN, CellRun
 from repromatrix.run.cells import Ran, save
-from repromatrix.run.claim import claimed
+from repromatrix.run.claim import claim
 from repromatrix.run.folder import RunFolder
 from repromatrix.slurm import cluster
 from repromatrix.slurm.scontrol import JobRecord, Phase, by_task, state_word
@@ -55,12 +57,14 @@ class Ended:
     host: str | None
     exit_code: int | None
     unfinished: tuple[str, ...]
+    job: str = ""  # 41_1: the submission's record, else the task's own (scripts submitted by hand)
 
     def describe(self) -> str:
         """``Slurm task 41_1 (h100-1) ended TIMEOUT on node7``."""
         where = f" on {self.host}" if self.host else ""
         code = f" (exit status {self.exit_code})" if self.exit_code not in (None, 0) else ""
-        return f"Slurm task {self.task.slurm_id} ({self.task.name}) ended {self.state}{where}{code}"
+        job = self.job or self.task.slurm_id
+        return f"Slurm task {job} ({self.task.name}) ended {self.state}{where}{code}"
 
 
 def task_end(
@@ -88,10 +92,12 @@ def ends_of(submission: Submission, records: Records) -> tuple[Ended, ...]:
     for task in submission.tasks:
         shard = submission.shard(task)
         record = records.get(task.array, {}).get(task.index)
-        state, host, code = task_end(task, record, read_task_end(shard))
+        written = read_task_end(shard)
+        state, host, code = task_end(task, record, written)
         done = store.finished_ids(shard)
         unfinished = tuple(cell for cell in task.cells if cell not in done)
-        ended.append(Ended(task, state, host, code, unfinished))
+        job = task.slurm_id if task.job_id else (written.job if written else "")
+        ended.append(Ended(task, state, host, code, unfinished, job))
     return tuple(ended)
 
 
@@ -170,6 +176,28 @@ def cells_by_id(submission: Submission) -> dict[str, Cell]:
     return {cell.id: cell for cell in expand(matrix, catalogue) if cell.id in wanted}
 
 
+CLAIM_WAIT_S = 120.0  # the submitter lets go of the run folder just after it submits
+
+
+@contextmanager
+def claimed_when_free(folder: Path, wait_s: float = CLAIM_WAIT_S) -> Iterator[None]:
+    """The run folder's claim, waited for a while: tasks that end at once may start the merge
+    job before the detaching submitter has let the folder go."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            held = claim(folder)
+            break
+        except UsageError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2.0)
+    try:
+        yield
+    finally:
+        held.release()
+
+
 def finish_detached(run_dir: str, submission_dir: str) -> int:
     """The merge job of ``--detach``: finish the submission, gather, report; exit 3 when a
     cell is an infra error or was skipped, as ``repromatrix run`` does."""
@@ -179,7 +207,7 @@ def finish_detached(run_dir: str, submission_dir: str) -> int:
         print(f"repromatrix: {line}", file=sys.stderr, flush=True)
 
     try:
-        with claimed(folder):
+        with claimed_when_free(folder):
             submission = read(Path(submission_dir))
             finish_submission(submission, records_of(submission), cells_by_id(submission), note)
             merged = gather_run(folder)

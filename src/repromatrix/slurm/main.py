@@ -19,6 +19,7 @@ any of their jobs is still in the queue), so it submits only cells without a res
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -59,6 +60,7 @@ from repromatrix.slurm.finish import (
 from repromatrix.slurm.script import ScriptContext, array_script, finish_script
 from repromatrix.slurm.submission import (
     FINISH_SCRIPT,
+    RECORD_FILE,
     Submission,
     make_folders,
     new_submission,
@@ -84,6 +86,8 @@ def execute_slurm_run(options: RunOptions, slurm: SlurmRun, progress: Progress) 
     """The run on Slurm; SIGTERM is handled like Ctrl-C (see the module doc)."""
     if options.mode is Mode.PREPARE_ONLY:
         raise UsageError("--prepare-only makes images on this host; Slurm tasks make their own")
+    if options.gpus is not None:
+        raise UsageError("--gpus names this host's GPUs; Slurm gives each task its own")
     if options.mode is Mode.RUN and (why := cluster.missing()):
         raise InfraError(f"--executor slurm: {why}")
     matrix, catalogue = load_inputs(options.matrix, options.scenarios)
@@ -180,13 +184,17 @@ def scripts_of(
 def planned_scripts(
     folder: RunFolder, arrays: Sequence[TaskArray], options: RunOptions
 ) -> dict[Path, str]:
-    """The scripts a submission of ``arrays`` into ``folder`` would write; nothing is written
-    (``plan --format slurm`` and ``run --executor slurm --dry-run`` print them)."""
+    """The scripts a submission of ``arrays`` into ``folder`` would write, and its record;
+    nothing is written (``plan --format slurm`` and ``run --executor slurm --dry-run`` print
+    them)."""
     submission = new_submission(
         folder.path, folder.run_id, arrays, options.matrix, scenario_folders(options)
     )
     context = script_context(folder, options, submission)
-    return scripts_of(submission, arrays, context, folder.path)
+    scripts = scripts_of(submission, arrays, context, folder.path)
+    # The record the merge job reads, so the scripts can be submitted by hand as they are.
+    scripts[submission.folder / RECORD_FILE] = json.dumps(submission.to_json(), indent=1) + "\n"
+    return scripts
 
 
 def scenario_folders(options: RunOptions) -> tuple[Path, ...]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from repromatrix.errors import InfraError
 from repromatrix.results import store
 from repromatrix.slurm import cluster
 from repromatrix.slurm.finish import Records, records_of
@@ -22,6 +23,7 @@ from repromatrix.slurm.scontrol import JobRecord, Phase, state_word
 from repromatrix.slurm.submission import Submission, TaskEntry
 
 POLL_S = 5.0
+POLL_FAILURES = 24  # polls in a row Slurm may fail to answer (a busy controller) before giving up
 
 
 @dataclass(frozen=True)
@@ -99,11 +101,24 @@ def wait(
     poll_s: float = POLL_S,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Records:
-    """Poll until every task of ``submission`` has ended; return the last records seen."""
+    """Poll until every task of ``submission`` has ended; return the last records seen. A poll
+    Slurm does not answer is tried again (a controller busy or restarting), up to a limit."""
     seen: dict[str, TaskView] = {}
     last = ""
+    failures = 0
     while True:
-        records = records_of(submission)
+        try:
+            records = records_of(submission)
+            ended = not cluster.queued(submission.job_ids)
+        except InfraError as exc:
+            failures += 1
+            if failures >= POLL_FAILURES:
+                raise
+            if failures == 1:
+                note(f"Slurm did not answer ({exc}); asking again")
+            sleep(poll_s)
+            continue
+        failures = 0
         views = view(submission, records)
         for line in changes(seen, views):
             note(line)
@@ -111,6 +126,6 @@ def wait(
         if (line := summary(views)) != last:
             note(line)
             last = line
-        if all(v.phase is Phase.ENDED for v in views) and not cluster.queued(submission.job_ids):
+        if ended and all(v.phase is Phase.ENDED for v in views):
             return records
         sleep(poll_s)

@@ -15,7 +15,7 @@ def test_plan_prints_each_batch_script_a_run_would_submit():
     done = repromatrix("plan", "--format", "slurm", "--lane", "cpu", "--only", "cpu/0.3{1,2}.0/*")
     assert done.returncode == 0, done.stderr
     paths = re.findall(r"^# ==> (.+) <==$", done.stdout, re.M)
-    assert [Path(p).name for p in paths] == ["cpu.sbatch", "finish.sbatch"]
+    assert [Path(p).name for p in paths] == ["cpu.sbatch", "finish.sbatch", "submission.json"]
     assert "#SBATCH --array=0-1" in done.stdout  # a task per image
     assert "from repromatrix.slurm.task import run_task" in done.stdout
 
