@@ -68,11 +68,16 @@ class Ended:
 
 
 def task_end(
-    task: TaskEntry, record: JobRecord | None, written: TaskEnd | None
+    record: JobRecord | None, written: TaskEnd | None
 ) -> tuple[str, str | None, int | None]:
-    """The state, host and exit status of an ended task, from scontrol or else its own record."""
+    """The state, host and exit status of an ended task, from scontrol or else its own record
+    (which adds the signal that stopped a task Slurm calls FAILED)."""
     if record is not None and record.phase is Phase.ENDED:
-        return state_word(record.state), record.node, record.exit_code
+        state = state_word(record.state)
+        stopped = written is not None and written.attempt == record.restarts and written.signal
+        if stopped and written is not None and state == "FAILED":
+            state += f" after {written.signal}"  # the time limit's warning, a signal of someone's
+        return state, record.node, record.exit_code
     if written is None:
         return "before it started", None, None
     if written.ended_at is None:
@@ -93,7 +98,7 @@ def ends_of(submission: Submission, records: Records) -> tuple[Ended, ...]:
         shard = submission.shard(task)
         record = records.get(task.array, {}).get(task.index)
         written = read_task_end(shard)
-        state, host, code = task_end(task, record, written)
+        state, host, code = task_end(record, written)
         done = store.finished_ids(shard)
         unfinished = tuple(cell for cell in task.cells if cell not in done)
         job = task.slurm_id if task.job_id else (written.job if written else "")

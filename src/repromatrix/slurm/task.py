@@ -85,26 +85,30 @@ def run_task(
 
 def supervise(argv: Sequence[str]) -> tuple[int, str | None]:
     """Run ``argv`` as a child that gets the signals this process gets; return its exit
-    status (128 + the signal's number when one killed it) and that signal's name."""
+    status (128 + the signal's number when one killed it) and the name of the signal that
+    ended it: the one that killed it, else the first one handed on to it."""
     child = subprocess.Popen(list(argv))
-    with forwarding(child):
+    with forwarding(child) as forwarded:
         code = child.wait()
     if code < 0:
         return 128 - code, signal.Signals(-code).name
-    return code, None
+    return code, forwarded[0] if forwarded else None
 
 
 @contextmanager
-def forwarding(child: subprocess.Popen[bytes]) -> Iterator[None]:
-    """Hand SIGTERM and SIGINT on to ``child`` while the block runs."""
+def forwarding(child: subprocess.Popen[bytes]) -> Iterator[list[str]]:
+    """Hand SIGTERM and SIGINT on to ``child`` while the block runs; yields the names of
+    those handed on."""
+    forwarded: list[str] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         if child.poll() is None:
             child.send_signal(signum)
+            forwarded.append(signal.Signals(signum).name)
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
-        yield
+        yield forwarded
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

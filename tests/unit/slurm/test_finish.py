@@ -13,10 +13,9 @@ from repromatrix.model import Outcome
 from repromatrix.results import store
 from repromatrix.slurm.finish import finish_submission, gather_run, task_end
 from repromatrix.slurm.scontrol import JobRecord
-from repromatrix.slurm.submission import TaskEnd, TaskEntry, read, write_task_end
+from repromatrix.slurm.submission import TaskEnd, read, write_task_end
 from support.slurm import cells, finish_cell, submission_of
 
-TASK = TaskEntry("cpu", 0, "shard", (), (), "41")
 STARTED = TaskEnd(job="41_0", attempt=0, host="node7", started_at="2026-01-01T00:00:00+00:00")
 
 
@@ -29,6 +28,8 @@ def ended(state: str, exit_code: int | None = 0) -> JobRecord:
     [
         (ended("TIMEOUT", 0), None, ("TIMEOUT", "node3", 0)),
         (ended("CANCELLED by 0", 130), STARTED, ("CANCELLED", "node3", 130)),
+        (ended("FAILED", 130), replace(STARTED, ended_at="t", exit_code=130, signal="SIGTERM"),
+         ("FAILED after SIGTERM", "node3", 130)),
         (None, replace(STARTED, ended_at="t", exit_code=0), ("COMPLETED", "node7", 0)),
         (None, replace(STARTED, ended_at="t", exit_code=3), ("FAILED", "node7", 3)),
         (None, replace(STARTED, ended_at="t", exit_code=137, signal="SIGKILL"),
@@ -40,13 +41,13 @@ def ended(state: str, exit_code: int | None = 0) -> JobRecord:
 def test_how_a_task_ended(
     record: JobRecord | None, written: TaskEnd | None, expected: tuple[str, str, int]
 ):
-    assert task_end(TASK, record, written) == expected
+    assert task_end(record, written) == expected
 
 
 def test_a_task_killed_hard_says_so_and_one_that_never_started_too():
-    state, host, _ = task_end(TASK, None, STARTED)
+    state, host, _ = task_end(None, STARTED)
     assert state.startswith("without writing its end (killed") and host == "node7"
-    assert task_end(TASK, None, None)[0] == "before it started"
+    assert task_end(None, None)[0] == "before it started"
 
 
 def test_a_failed_tasks_unfinished_cells_are_infra_errors_naming_it(tmp_path: Path):
