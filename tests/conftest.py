@@ -9,7 +9,9 @@ whether this machine has it and skips the test with the reason when not:
   with none named, the CPU lane's CI versions);
 - ``browser``: headless Chromium and Playwright;
 - ``root``: the tests run as root (mounts, debootstrap);
-- ``program("name", ...)``: those programs on PATH or in this virtualenv's bin.
+- ``program("name", ...)``: those programs on PATH or in this virtualenv's bin;
+- ``slurm``: a Slurm cluster whose controller answers and has a node up
+  (``.ci/slurm-cluster start`` makes a one-node one on this machine).
 
 With ``REPROMATRIX_NO_SKIPS=1`` (set by .ci/run) any skip fails the run.
 """
@@ -19,7 +21,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shutil
 import signal
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -63,6 +67,23 @@ def _program(name: str) -> str | None:
     return None if program(name) else f"{name} is not on PATH"
 
 
+@functools.cache
+def _slurm() -> str | None:
+    if not all(shutil.which(name) for name in ("sbatch", "scontrol", "scancel", "squeue")):
+        return "the Slurm client commands are not installed (.ci/slurm-cluster start)"
+    try:
+        done = subprocess.run(
+            ["sinfo", "--noheader", "--responding", "--format=%t"],
+            capture_output=True, text=True, timeout=20, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"sinfo failed: {exc}"
+    states = done.stdout.split()
+    if done.returncode != 0 or not any(s.rstrip("*") in ("idle", "mix", "alloc") for s in states):
+        return "no Slurm controller with a node up answers (.ci/slurm-cluster start)"
+    return None
+
+
 def missing(item: pytest.Item) -> str | None:
     """Why this machine cannot run ``item`` (the first thing it lacks), or ``None``."""
     if item.get_closest_marker("docker") and (why := _docker()):
@@ -75,6 +96,8 @@ def missing(item: pytest.Item) -> str | None:
     if item.get_closest_marker("browser") and (why := _browser()):
         return why
     if item.get_closest_marker("root") and (why := _root()):
+        return why
+    if item.get_closest_marker("slurm") and (why := _slurm()):
         return why
     for marker in item.iter_markers("program"):
         for name in marker.args:

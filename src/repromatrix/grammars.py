@@ -48,6 +48,12 @@ APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 # file under the cache's ``refs/`` and follows ``--revision``: no ``..``, no empty segment.
 REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*")
 MIRROR_SCHEMES = ("http", "https", "file")
+# What a matrix's ``slurm`` mapping puts on an ``#SBATCH`` line: a partition, account, QOS or
+# GRES name; a list of partitions; a node-feature expression; a memory size (Slurm's units).
+SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+SLURM_NAMES = re.compile(rf"{SLURM_NAME.pattern}(?:,{SLURM_NAME.pattern})*")
+SLURM_CONSTRAINT = re.compile(r"[A-Za-z0-9\[(][A-Za-z0-9._&|,*:!\[\]()-]{0,255}")
+SLURM_MEMORY = re.compile(r"[1-9][0-9]*[KMGT]?")
 _REPEATS = (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT)
 _NO_BACKTRACK = (_sre_constants.POSSESSIVE_REPEAT, _sre_constants.ATOMIC_GROUP)
 _CATEGORIES = {
@@ -212,6 +218,34 @@ def check_site_page(value: str) -> str | None:
     if SITE_PAGE.fullmatch(value) and len(value) <= 4 * MAX_NAME:
         return None
     return "it is not a page of the site (a relative path like cells/<run>/<cell>.html)"
+
+
+def check_slurm_name(value: str) -> str | None:
+    """A Slurm partition, account, QOS or GRES type name (``gpu``, ``h100``)."""
+    if SLURM_NAME.fullmatch(value):
+        return None
+    return _text_problem(value) or "it is not a Slurm name (letters, digits, `.`, `_`, `-`)"
+
+
+def check_slurm_names(value: str) -> str | None:
+    """One Slurm partition or several separated by commas (``gpu,gpu-long``)."""
+    if SLURM_NAMES.fullmatch(value):
+        return None
+    return _text_problem(value) or "it is not a partition name or a comma-separated list of them"
+
+
+def check_slurm_constraint(value: str) -> str | None:
+    """A node-feature expression (``h100&ib``, ``[rack1|rack2]``)."""
+    if SLURM_CONSTRAINT.fullmatch(value):
+        return None
+    return _text_problem(value) or "it is not a Slurm constraint like h100&ib"
+
+
+def check_slurm_memory(value: str) -> str | None:
+    """A memory size as ``--mem`` takes it: a whole number with K, M, G or T (M by default)."""
+    if SLURM_MEMORY.fullmatch(value):
+        return None
+    return _text_problem(value) or "it is not a size like 64G or 512000M"
 
 
 def unsafe_regex(pattern: str) -> str | None:

@@ -112,6 +112,21 @@ class Image:
 
 
 @dataclass(frozen=True)
+class SlurmOptions:
+    """How a Slurm site names the machines of one GPU kind: the batch options of its tasks
+    (the GPU entry's ``slurm`` mapping; None leaves each to the site's defaults)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    gres: str | None = None  # the GRES type: --gres=gpu:<gres>:<count> (None: gpu:<count>)
+    constraint: str | None = None
+    exclusive: bool = False
+    cpus_per_task: int | None = None  # None: from the cells
+    mem: str | None = None  # e.g. 64G; None: from the cells
+
+
+@dataclass(frozen=True)
 class Gpu:
     """A runner label and the accelerator facts triggers test; the CPU lane has a ``cpu`` one."""
 
@@ -127,6 +142,7 @@ class Gpu:
     # The GPU's own name as nvidia-smi reports it: a glob (``H100*``) or a ``/regex/``
     # (matrix.yaml's ``name``; ``gpu_identity`` matches it). None: any name.
     name_pattern: str | None = None
+    slurm: SlurmOptions = SlurmOptions()
 
 
 # The integer config facts of a model's shape: read from matrix.yaml, tested by triggers,

@@ -20,6 +20,13 @@ request) says whether it exists.
 
 Cells that run at once on one runner take disjoint ids (``select_devices``), never
 "the first N" of the host.
+
+Inside a Slurm job the runner is what Slurm allocated: its cores are
+``SLURM_CPUS_PER_TASK`` (else ``SLURM_CPUS_ON_NODE``) at most, its memory the job's
+(``SLURM_MEM_PER_NODE``, or per CPU times the CPUs), and its GPUs the
+``CUDA_VISIBLE_DEVICES`` Slurm set. Under device constraints Slurm numbers those from 0
+and ``nvidia-smi`` inside the job lists only them, also from 0, so an index is mapped to
+the UUID nvidia-smi gives it: a daemon outside the job (Docker's) counts the host's GPUs.
 """
 
 from __future__ import annotations
@@ -73,6 +80,18 @@ class RunnerGpu:
         return f"{what} ({', '.join(facts)})" if facts else what
 
 
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """The Slurm job this process runs in, and what Slurm allocated it on this node."""
+
+    job_id: str  # SLURM_JOB_ID (an array task's own id)
+    cpus: int | None = None  # cores allocated (None: not said)
+    memory: int | None = None  # bytes allocated (None: not said, or all of the node's)
+
+
 @dataclass(frozen=True)
 class Runner:
     """What this runner is and may lend cells, read once per run."""
@@ -80,12 +99,18 @@ class Runner:
     gpus: tuple[RunnerGpu, ...] = ()  # every GPU the host lists, then every MIG slice
     gpu_ids: tuple[str, ...] = ()  # those this run may use, as indexes where listed
     core_ids: tuple[int, ...] = ()  # the cores this process may run on
-    free_memory: int = 0  # bytes, MemAvailable when read
+    free_memory: int = 0  # bytes, MemAvailable when read (at most the Slurm job's memory)
     # A rehearsal of the GPU lane: its cells run without a device request, vLLM on its CPU.
     rehearse: bool = False
     # Sets of usable GPU ids that sit close together (an NVLink island, a NUMA node), from
     # ``nvidia-smi topo -m``: where a tensor-parallel cell should stay (``gpu_groups``).
     gpu_groups: tuple[tuple[str, ...], ...] = ()
+    slurm: SlurmJob | None = None  # the Slurm job this run is a task of
+
+    @property
+    def memory_limit(self) -> int | None:
+        """Bytes every cell of this runner must stay within (a Slurm job's memory), if any."""
+        return self.slurm.memory if self.slurm is not None else None
 
     @property
     def gpu_count(self) -> int:
@@ -249,6 +274,24 @@ def cpu_cores() -> tuple[int, ...]:
     return tuple(sorted(os.sched_getaffinity(0)))
 
 
+def slurm_job(environ: Mapping[str, str]) -> SlurmJob | None:
+    """The Slurm job in ``environ`` (None outside one): its id, cores and memory."""
+    job_id = environ.get("SLURM_JOB_ID")
+    if not job_id:
+        return None
+    cpus = _whole(environ.get("SLURM_CPUS_PER_TASK")) or _whole(environ.get("SLURM_CPUS_ON_NODE"))
+    per_node, per_cpu = (
+        _whole(environ.get("SLURM_MEM_PER_NODE")),
+        _whole(environ.get("SLURM_MEM_PER_CPU")),
+    )
+    mib = per_node if per_node is not None else (per_cpu * cpus if per_cpu and cpus else None)
+    return SlurmJob(job_id, cpus, mib * MIB if mib else None)  # --mem=0: the whole node
+
+
+def _whole(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
 def detect_runner(
     gpus: str | None = None,
     *,
@@ -259,9 +302,10 @@ def detect_runner(
 ) -> Runner:
     """Read this runner now: ``gpus`` is ``--gpus`` (None: not given), ``environ`` the
     process's environment by default, ``smi`` how nvidia-smi is asked; free memory is what
-    is free at this moment."""
+    is free at this moment, within the Slurm job's allocation when this is one."""
+    env = os.environ if environ is None else environ
     listed = read_gpus(smi)
-    allowed = allowed_gpu_ids(listed, os.environ if environ is None else environ, gpus)
+    allowed = allowed_gpu_ids(listed, env, gpus)
     whole = [gpu_id for gpu_id in allowed if ":" not in gpu_id]
     # Where at most one whole GPU may be used, there is nothing to keep together.
     topology = nvidia_smi.parse_topology(smi(nvidia_smi.TOPOLOGY)) if len(whole) > 1 else None
@@ -270,7 +314,12 @@ def detect_runner(
     except OSError:
         text = ""
     groups = gpu_groups(topology, allowed) if topology is not None else ()
-    return Runner(listed, allowed, cpu_cores(), available_memory(text), rehearse, groups)
+    cores, free, job = cpu_cores(), available_memory(text), slurm_job(env)
+    if job is not None and job.cpus:
+        cores = cores[: job.cpus]  # without task binding every core shows: count the job's
+    if job is not None and job.memory:
+        free = min(free, job.memory)
+    return Runner(listed, allowed, cores, free, rehearse, groups, slurm=job)
 
 
 def select_devices(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -17,7 +18,11 @@ from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.memory import memory_problems
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane, PullPolicy
+from repromatrix.run.folder import resolve_folder
+from repromatrix.run.main import RunOptions
 from repromatrix.runner import parse_gpu_ids
+from repromatrix.slurm.arrays import TaskArray, split
+from repromatrix.slurm.main import planned_scripts, print_scripts
 from repromatrix.upstream.lock import lock_lines
 from repromatrix.upstream.resolve import Locked, Locking, Online, load_locked
 
@@ -38,10 +43,11 @@ def add_parser(subparsers: Any) -> None:
     form = parser.add_mutually_exclusive_group()
     form.add_argument(
         "--format",
-        choices=("table", "json", "github", "buildkite"),
+        choices=("table", "json", "github", "buildkite", "slurm"),
         default="table",
         help="table (default), json (a list of cells), github (an Actions job matrix), "
-        "buildkite (a dynamic pipeline)",
+        "buildkite (a dynamic pipeline), slurm (the batch scripts `run --executor slurm` "
+        "would submit, a job array per GPU kind, for review or to submit by hand)",
     )
     form.add_argument(
         "--json", dest="format", action="store_const", const="json", help="same as --format json"
@@ -52,7 +58,7 @@ def add_parser(subparsers: Any) -> None:
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the CI forms: job size, measured durations, the gate and the install."""
-    ci = parser.add_argument_group("CI jobs (--format github or buildkite)")
+    ci = parser.add_argument_group("CI jobs (--format github, buildkite or slurm)")
     ci.add_argument(
         "--job-minutes",
         type=int,
@@ -186,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"repromatrix: warning: {problem}", file=sys.stderr)
     if args.format == "json":
         text = listing.format_json(cells)
-    elif args.format in ("github", "buildkite"):
+    elif args.format in ("github", "buildkite", "slurm"):
         everything = (
             {cell.id for cell in cells}
             if selector.selects_all
@@ -213,6 +219,16 @@ def _check_pipeline_values(args: argparse.Namespace) -> None:
             raise UsageError(f"{option} {value!r} is refused for --format buildkite: {why}")
 
 
+def slurm_scripts(args: argparse.Namespace, arrays: Sequence[TaskArray]) -> str:
+    """The batch scripts of a new run of ``arrays`` under ``results/``, one after another."""
+    scenarios = tuple(args.scenarios) if args.scenarios else None
+    options = RunOptions(matrix=args.matrix, scenarios=scenarios)
+    folder = resolve_folder(options.results, None, resume=False)
+    out = io.StringIO()
+    print_scripts(planned_scripts(folder, arrays, options), out)
+    return out.getvalue()
+
+
 def _ci_form(
     args: argparse.Namespace, cells: Sequence[Cell], everything: set[str], lock: str | None
 ) -> str:
@@ -222,6 +238,8 @@ def _ci_form(
         raise UsageError("give both --baseline and --candidate for the upgrade gate, or neither")
     budget = jobs.Budget(job_minutes=args.job_minutes)
     estimate = jobs.estimator(jobs.load_durations(args.durations))
+    if args.format == "slurm":
+        return slurm_scripts(args, split(cells, everything, budget, estimate))
     planned = jobs.plan_jobs(cells, everything, budget, estimate)
     if args.format == "github":
         matrix = {"include": [job.to_json() for job in planned]}

@@ -13,11 +13,16 @@ from repromatrix.commands.plan import (
     add_selection_arguments,
     check_output_folder,
 )
-from repromatrix.errors import EXIT_INFRA, EXIT_OK
+from repromatrix.errors import EXIT_INFRA, EXIT_OK, UsageError
+from repromatrix.fleet.jobs import DEFAULT_JOB_MINUTES
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.model import Lane, Outcome
 from repromatrix.run.main import Mode, RunOptions, RunSummary, execute_run
 from repromatrix.run.progress import Progress
+from repromatrix.slurm.main import SlurmRun, execute_slurm_run
+
+HOST, SLURM = "host", "slurm"
+EXECUTORS = (HOST, SLURM)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -92,6 +97,30 @@ def add_parser(subparsers: Any) -> None:
         "longest first, and makes the ETA (default: estimates by lane, level and expected "
         "outcome; `nox -s matrix` passes `latest`)",
     )
+    cluster = parser.add_argument_group("on a Slurm cluster (--executor slurm, docs/slurm.md)")
+    cluster.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default=HOST,
+        help="host (default): run the cells here; slurm: submit them as Slurm job arrays, "
+        "one task per job of cells (split as the CI forms split them), each running "
+        "`repromatrix run` on its node into a shard of the run folder, then wait, merge "
+        "and report here",
+    )
+    cluster.add_argument(
+        "--detach",
+        action="store_true",
+        help="slurm: submit, and a merge job that writes the reports once every task has "
+        "ended (afterany), then return at once instead of waiting",
+    )
+    cluster.add_argument(
+        "--job-minutes",
+        type=_jobs,
+        default=DEFAULT_JOB_MINUTES,
+        metavar="N",
+        help="slurm: the longest a task may run (the partition's time limit); tasks are "
+        f"sized to fit it with a margin (default {DEFAULT_JOB_MINUTES})",
+    )
     parser.add_argument(
         "--run-infeasible",
         action="store_true",
@@ -150,7 +179,13 @@ def run(args: argparse.Namespace) -> int:
     check_output_folder(args.results, "--results")
     progress = Progress(0)
     options = options_from(args)
-    summary = execute_run(options, progress)
+    if args.detach and args.executor != SLURM:
+        raise UsageError("--detach is for --executor slurm")
+    if args.executor == SLURM:
+        slurm = SlurmRun(detach=args.detach, job_minutes=args.job_minutes)
+        summary = execute_slurm_run(options, slurm, progress)
+    else:
+        summary = execute_run(options, progress)
     if options.mode is Mode.PREPARE_ONLY:
         return _prepared_status(summary)
     if options.mode is Mode.DRY_RUN:

@@ -177,8 +177,25 @@ def _gpu(lane: Lane) -> Section:
             Key("compute_capability", "capability", "e.g. 9.0 or 12.0"),
             Key("memory_gib", "integer", "memory per GPU (a MIG slice: its profile's)", minimum=0),
             *usable,
+            Key("slurm", "section", "its batch options on a Slurm cluster", ref="slurm"),
         ),
     )
+
+
+SLURM = Section(
+    "slurm",
+    "how a Slurm site names the machines of this GPU: the options of its tasks (docs/slurm.md)",
+    (
+        Key("partition", "slurm_names", "the partition, or several: gpu,gpu-long (--partition)"),
+        Key("account", "slurm_name", "the account its tasks are charged to (--account)"),
+        Key("qos", "slurm_name", "the quality of service (--qos)"),
+        Key("gres", "slurm_name", "GPU lane: the GRES type, --gres=gpu:<gres>:<count>"),
+        Key("constraint", "slurm_constraint", "node features, e.g. h100&ib (--constraint)"),
+        Key("exclusive", "boolean", "whole nodes only (--exclusive)"),
+        Key("cpus_per_task", "integer", "cores per task (default: from the cells)", minimum=1),
+        Key("mem", "slurm_memory", "memory per task, e.g. 64G (default: from the cells)"),
+    ),
+)
 
 
 def _rule(kind: str) -> Section:
@@ -238,6 +255,7 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
     _follow(Lane.CPU),
     _gpu(Lane.GPU),
     _gpu(Lane.CPU),
+    SLURM,
     Section(
         "model",
         "a model: where its weights are and the config facts triggers test",

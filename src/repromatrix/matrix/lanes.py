@@ -21,6 +21,10 @@ from repromatrix.grammars import (
     check_package_name,
     check_repository,
     check_runner_label,
+    check_slurm_constraint,
+    check_slurm_memory,
+    check_slurm_name,
+    check_slurm_names,
     check_suite,
 )
 from repromatrix.matrix.follow import Follow, read_follow
@@ -28,7 +32,7 @@ from repromatrix.matrix.images import image_version, make_image, read_image
 from repromatrix.matrix.keys import BASE_SOURCES, section
 from repromatrix.matrix.models import read_model
 from repromatrix.matrix.yamlsrc import Reader, YEntry, YMap, YNode, YScalar, describe
-from repromatrix.model import FlagSet, Gpu, Image, Lane, Model, frozen_flags
+from repromatrix.model import FlagSet, Gpu, Image, Lane, Model, SlurmOptions, frozen_flags
 
 T = TypeVar("T")
 
@@ -269,6 +273,7 @@ def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:
     pattern = None
     if (node := body.get("name")) is not None:
         pattern = reader.grammar(node, "`name`", _name_problem)
+    slurm = _slurm(lane, body.get("slurm"), reader)
     return Gpu(
         entry.key,
         lane,
@@ -279,12 +284,47 @@ def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:
         usable_memory_mib=usable,
         line=entry.where.line,
         name_pattern=pattern,
+        slurm=slurm,
     )
 
 
 def _name_problem(pattern: str) -> str | None:
     why = pattern_problem(pattern)
     return None if why is None else f"it names no GPU: {why} (use a glob like H100* or a /regex/)"
+
+
+SLURM_GRAMMARS: dict[str, Callable[[str], str | None]] = {
+    "partition": check_slurm_names,
+    "account": check_slurm_name,
+    "qos": check_slurm_name,
+    "gres": check_slurm_name,
+    "constraint": check_slurm_constraint,
+    "mem": check_slurm_memory,
+}
+
+
+def _slurm(lane: Lane, node: YNode | None, reader: Reader) -> SlurmOptions:
+    """The GPU's ``slurm`` mapping: each value by the grammar of its ``#SBATCH`` line."""
+    body = reader.mapping(node, "`slurm`") if node is not None else None
+    if body is None:
+        return SlurmOptions()
+    reader.keys(body, section("slurm").names, "`slurm`")
+    if lane is Lane.CPU and (gres := body.get("gres")) is not None:
+        reader.error(gres.where, "the CPU lane asks Slurm for no GPUs: `gres` has no place here")
+    texts = {
+        key: reader.grammar(value, f"`slurm.{key}`", check)
+        for key, check in SLURM_GRAMMARS.items()
+        if (value := body.get(key)) is not None
+    }
+    exclusive = body.get("exclusive")
+    cpus = body.get("cpus_per_task")
+    return SlurmOptions(
+        **texts,
+        exclusive=bool(exclusive is not None and reader.boolean(exclusive, "`slurm.exclusive`")),
+        cpus_per_task=reader.integer(cpus, "`slurm.cpus_per_task`", 1)
+        if cpus is not None
+        else None,
+    )
 
 
 def _capability(node: YNode, reader: Reader) -> str | None:

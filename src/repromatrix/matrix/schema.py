@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from repromatrix.grammars import SLURM_CONSTRAINT, SLURM_MEMORY, SLURM_NAME, SLURM_NAMES
 from repromatrix.matrix.conditions import NAMESPACES
 from repromatrix.matrix.keys import (
     AXES,
@@ -123,6 +124,10 @@ def value_schema(key: Key) -> Schema:
         "lanes": _one_or_list({"enum": list(LANES)}),
         "globs": _one_or_list(TEXT),
         "trigger": _trigger(),
+        "slurm_name": {"type": "string", "pattern": _whole(SLURM_NAME.pattern)},
+        "slurm_names": {"type": "string", "pattern": _whole(SLURM_NAMES.pattern)},
+        "slurm_constraint": {"type": "string", "pattern": _whole(SLURM_CONSTRAINT.pattern)},
+        "slurm_memory": {"type": "string", "pattern": _whole(SLURM_MEMORY.pattern)},
     }
     if key.kind in simple:
         schema = dict(simple[key.kind])

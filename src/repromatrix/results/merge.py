@@ -26,10 +26,13 @@ from repromatrix.errors import UsageError
 from repromatrix.model import Outcome
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.store import (
+    CELLS_DIR,
     PLAN_FILE,
     CellResult,
     copy_cell,
     copy_environment,
+    read_plan,
+    read_results,
     read_run,
     write_merge_record,
     write_plan,
@@ -194,21 +197,59 @@ def merge(shards: Sequence[Path], out: Path) -> MergeResult:
         for p in run.problems
         if p.kind is not ProblemKind.INCOMPLETE or p.where != PLAN_FILE  # judged again on `out`
     ]
-    copies = group_copies([(shard, run.results) for shard, run in loaded])
-    choices = []
     out.mkdir(parents=True, exist_ok=True)
+    copies = [(shard, run.results) for shard, run in loaded]
+    return _combine(copies, out, problems, [run.planned for _, run in loaded])
+
+
+def gather(shards: Sequence[Path], run_dir: Path) -> MergeResult:
+    """Merge ``shards`` into the run folder ``run_dir`` itself: the shards a run's tasks wrote
+    (a Slurm run's), gathered again after each submission of the run.
+
+    The folder's own results are one more copy of each cell, first (a tie keeps it), so
+    gathering again changes nothing and a cell resumed elsewhere keeps its newer copy. The
+    folder is judged on its own plan: a shard's unfinished cells are no problem of it.
+    """
+    present = [shard for shard in shards if (shard / CELLS_DIR).is_dir()]
+    own, own_problems = read_results(run_dir)
+    loaded = [(shard, read_run(shard)) for shard in present]
+    problems = [
+        RunProblem(p.kind, f"{shard}/{p.where}", p.message)
+        for shard, run in loaded
+        for p in run.problems
+        if p.kind is not ProblemKind.INCOMPLETE
+    ]
+    copies = [(run_dir, tuple(own)), *((shard, run.results) for shard, run in loaded)]
+    plans = [read_plan(run_dir)[0], *(run.planned for _, run in loaded)]
+    return _combine(copies, run_dir, own_problems + problems, plans)
+
+
+def _combine(
+    copies_by_shard: Sequence[tuple[Path, Sequence[CellResult]]],
+    out: Path,
+    problems: list[RunProblem],
+    plans: Sequence[frozenset[str] | None],
+) -> MergeResult:
+    """Keep one copy of each cell in ``out`` (copied unless it is ``out``'s own), merge the
+    plans, and write ``merge.json``."""
+    copies = group_copies(copies_by_shard)
+    choices = []
     for cell_id in sorted(copies):
         choice = choose(copies[cell_id])
-        for left_out in copy_cell(choice.kept.shard, out, cell_id):
-            where = f"{choice.kept.shard}/cells/{cell_id}"
-            problems.append(RunProblem(ProblemKind.CORRUPT, where, left_out))
-        if (report := choice.kept.result.environment) is not None:
-            for left_out in copy_environment(choice.kept.shard, out, report):
-                problems.append(RunProblem(ProblemKind.CORRUPT, str(choice.kept.shard), left_out))
+        if choice.kept.shard != out:
+            for left_out in copy_cell(choice.kept.shard, out, cell_id):
+                where = f"{choice.kept.shard}/cells/{cell_id}"
+                problems.append(RunProblem(ProblemKind.CORRUPT, where, left_out))
+            if (report := choice.kept.result.environment) is not None:
+                for left_out in copy_environment(choice.kept.shard, out, report):
+                    problems.append(
+                        RunProblem(ProblemKind.CORRUPT, str(choice.kept.shard), left_out)
+                    )
         if len(copies[cell_id]) > 1:
             choices.append(choice)
     problems += [p for c in choices if (p := c.problem()) is not None]
-    merge_plans([run.planned for _, run in loaded], out)
+    merge_plans(plans, out)
+    shards = tuple(shard for shard, _ in copies_by_shard if shard != out)
     write_merge_record(
         out,
         {
@@ -217,7 +258,7 @@ def merge(shards: Sequence[Path], out: Path) -> MergeResult:
             "problems": [p.to_json() for p in unique_problems(problems)],
         },
     )
-    return MergeResult(out, tuple(shards), len(copies), tuple(choices), unique_problems(problems))
+    return MergeResult(out, shards, len(copies), tuple(choices), unique_problems(problems))
 
 
 def merge_plans(plans: Sequence[frozenset[str] | None], out: Path) -> None:

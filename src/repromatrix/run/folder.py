@@ -1,19 +1,16 @@
 """The run folder: its id and path, the cells still to run in it, its plan, and its claim.
 
-One run writes a run folder at a time: a lock held for as long as the run lasts. Two
+One run writes a run folder at a time: a claim held for as long as the run lasts. Two
 runs writing the same ``results/<run>/`` (a ``--resume`` started while the run is still
-going, two CI steps with one ``--run-id``) would interleave results and reports. The
-first takes an exclusive ``flock`` on ``<run>/.lock``; the second is refused with the
-holder's pid. The kernel drops the lock when the holder dies, so a killed run never
-blocks a resume.
+going, two CI steps or two Slurm tasks with one ``--run-id``) would interleave results
+and reports. The claim is in ``claim.py``: a lock file made exclusively, holding who
+made it, so that it works on the network file systems of clusters, where ``flock`` may
+not.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,8 +19,6 @@ from repromatrix.errors import UsageError
 from repromatrix.grammars import RUN_ID
 from repromatrix.model import Cell
 from repromatrix.results import store
-
-LOCK_FILE = ".lock"
 
 
 @dataclass(frozen=True)
@@ -71,46 +66,3 @@ def record_plan(run_dir: Path, cells: Sequence[Cell], matrix: Path) -> None:
     earlier, _ = store.read_plan(run_dir)
     ids = {*(earlier or ()), *(cell.id for cell in cells)}
     store.write_plan(run_dir, ids, matrix=matrix.name)
-
-
-@dataclass
-class RunClaim:
-    """A held claim on a run folder; ``release`` gives it up (also at exit)."""
-
-    path: Path
-    fd: int | None
-
-    def release(self) -> None:
-        """Give the folder up; safe twice."""
-        if self.fd is not None:
-            os.close(self.fd)  # closing the descriptor drops the flock
-            self.fd = None
-
-
-def claim(run_dir: Path) -> RunClaim:
-    """Claim ``run_dir`` for this run, or raise ``UsageError`` naming the run that holds it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
-        os.close(fd)
-        raise UsageError(
-            f"{run_dir} is being written by another run (pid {holder}); wait for it to end "
-            "or choose another --run-id"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return RunClaim(path, fd)
-
-
-@contextmanager
-def claimed(run_dir: Path) -> Iterator[RunClaim]:
-    """Hold ``run_dir`` for the duration of the ``with`` block (see ``claim``)."""
-    held = claim(run_dir)
-    try:
-        yield held
-    finally:
-        held.release()

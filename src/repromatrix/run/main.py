@@ -41,10 +41,10 @@ from repromatrix.reports.ranges import documented_ranges
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
 from repromatrix.run.cells import Pacing, measured_durations, prepare_images, run_cells
+from repromatrix.run.claim import claimed
 from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.folder import (
     RunFolder,
-    claimed,
     latest_run,
     pending,
     record_plan,

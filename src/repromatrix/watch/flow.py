@@ -43,7 +43,7 @@ from repromatrix.reports.findings import ReportOptions
 from repromatrix.reports.ranges import load_documents
 from repromatrix.results.merge import merge
 from repromatrix.results.verdicts import Judged, judge_all
-from repromatrix.run.folder import claimed
+from repromatrix.run.claim import claimed
 from repromatrix.run.main import RunOptions, execute_run, infeasible_reasons, skip_reasons
 from repromatrix.run.progress import Progress
 from repromatrix.runner import Runner, detect_runner

@@ -5,114 +5,31 @@ Everything goes through the real ``repromatrix run`` command: images built from 
 rendered Dockerfiles, the tiny model generated in the first image, real vLLM engines
 in containers without network. The run is interrupted once on purpose (SIGINT while
 its second cell runs) and completed with ``--resume``, which is how the run's
-interrupt handling is proven on the real thing. One session fixture does all of it,
-so images are built and engines started once.
+interrupt handling is proven on the real thing. One session fixture does all of it
+(``cpu_run``, in ``tests/integration/conftest.py``: the Slurm tests compare their cells
+with it), so images are built and engines started once.
 """
 
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from repromatrix.model import Outcome
 from repromatrix.results import store as results
 from support import paths
-from support.cli import ENV, TOKEN, argv
+from support.cli import TOKEN
 from support.runner import containers_of
 
 ROOT = paths.ROOT
 VERSIONS = ("0.31.0", "0.32.0")
-SELECTION = ["--lane", "cpu", "--only", "cpu/0.3{1,2}.0/cpu/tiny-llama/*"]
-RUN_ID = "ci-cpu-matrix"
-# A token-shaped value in the run's environment: containers get it, nothing may keep it.
-BUILD_AND_RUN_S = 3600  # a cold cache builds two images first: minutes on 2 cores
+RUN_ID = "ci-cpu-matrix"  # the run id of the `cpu_run` fixture (tests/integration/conftest.py)
 
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.vllm,
 ]
-
-
-@dataclass(frozen=True)
-class MatrixRun:
-    """What the session's real run left: results by (version, scenario, variant), and facts."""
-
-    run_dir: Path
-    results: dict[tuple[str, str, str], results.CellResult]
-    interrupted_status: int
-    left_after_interrupt: list[str]
-    kept_after_interrupt: set[str]
-    resume_status: int
-    resume_output: str
-    rerun_output: str
-
-
-def interrupt_during_second_cell(args: list[str]) -> tuple[int, list[str]]:
-    """Start the run, SIGINT it once its second cell's container exists; return status, lines."""
-    proc = subprocess.Popen(
-        args, cwd=ROOT, env=ENV, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
-    )
-    assert proc.stderr is not None
-    lines: list[str] = []
-    starts = 0
-    deadline = time.monotonic() + BUILD_AND_RUN_S
-    for raw in proc.stderr:
-        lines.append(raw.decode(errors="replace").rstrip())
-        starts += " start " in lines[-1]
-        if starts == 2:
-            break
-        assert time.monotonic() < deadline, "\n".join(lines[-30:])
-    while not containers_of(RUN_ID) and proc.poll() is None:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, rest = proc.communicate(timeout=120)
-    lines += rest.decode(errors="replace").splitlines()
-    return proc.returncode, lines
-
-
-@pytest.fixture(scope="session")
-def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MatrixRun]:
-    out = tmp_path_factory.mktemp("cpu-matrix")
-    # One cell at a time: the interrupt comes while the second runs, after the first is saved
-    # (test_cpu_matrix_jobs.py runs 0.32.0's cells with --jobs 2).
-    base = [*SELECTION, "--backend", "docker", "--jobs", "1", "--results", str(out)]
-    base += ["--run-id", RUN_ID]
-    status, lines = interrupt_during_second_cell(argv("run", *base))
-    left = containers_of(RUN_ID)
-    kept = results.finished_ids(out / RUN_ID)
-    resumed = subprocess.run(
-        argv("run", *base, "--resume"),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_AND_RUN_S,
-        check=False,
-    )
-    rerun = subprocess.run(
-        argv("run", *SELECTION, "--backend", "docker", "--prepare-only",
-                    "--results", str(out)),
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    found, problems = results.read_results(out / RUN_ID)
-    assert problems == [], problems
-    yield MatrixRun(
-        run_dir=out / RUN_ID,
-        results={(r.image_tag, r.scenario, r.variant): r for r in found},
-        interrupted_status=status,
-        left_after_interrupt=left,
-        kept_after_interrupt=kept,
-        resume_status=resumed.returncode,
-        resume_output="\n".join(lines) + resumed.stderr,
-        rerun_output=rerun.stderr,
-    )
 
 
 def test_sigint_leaves_no_container_keeps_finished_cells_and_resume_completes(cpu_run):

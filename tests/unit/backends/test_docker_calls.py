@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,13 +26,16 @@ from repromatrix.backends.docker.calls import (
     tool_plan,
 )
 from repromatrix.backends.docker.engine import DockerBackend, docker_kwargs
-from repromatrix.backends.docker.kind import container_settings
+from repromatrix.backends.docker.kind import KIND, container_settings
 from repromatrix.backends.docker.owners import HOST_LABEL, PID_LABEL, Owner
 from repromatrix.backends.harness_spec import container_adapter_path, container_model_path
 from repromatrix.errors import InfraError
 from repromatrix.matrix.config import load_matrix
+from repromatrix.matrix.lanes import Runtime
 from repromatrix.model import Adapter, Lane, Launch
-from repromatrix.runner import Runner
+from repromatrix.run.cells import placement_of
+from repromatrix.run.schedule import Allocation
+from repromatrix.runner import Runner, detect_runner
 from repromatrix.secret_env import REDACTED, redact
 from support import paths
 from support.factories import cell as factories_cell
@@ -223,3 +228,68 @@ def test_a_reference_pinned_by_digest_is_pulled_by_its_digest():
         digest,
     )
     assert split_ref(f"vllm/vllm-openai:v0.32.0@{digest}") == ("vllm/vllm-openai", digest)
+
+
+# -- a cell in a Slurm task ------------------------------------------------------------------
+
+# Two GPUs Slurm gave the task under device constraints: the job numbers them 0 and 1, and
+# nvidia-smi inside the job lists only them, from 0 too; they are the host's GPUs 2 and 3.
+RENUMBERED_SMI = """\
+GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-cccccccc-0000-0000-0000-000000000002)
+GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-dddddddd-0000-0000-0000-000000000003)
+"""
+SLURM_TASK_ENV = {
+    "SLURM_JOB_ID": "41",
+    "SLURM_JOB_GPUS": "2,3",
+    "CUDA_VISIBLE_DEVICES": "0,1",
+    "SLURM_CPUS_ON_NODE": "8",
+    "SLURM_MEM_PER_NODE": "65536",
+}
+
+
+def slurm_task_runner(listed: str) -> Runner:
+    """The runner of a task whose ``nvidia-smi -L`` prints ``listed`` (every query fails)."""
+
+    def smi(args: Sequence[str]) -> str:
+        return listed if tuple(args) == ("-L",) else ""
+
+    return detect_runner(environ=SLURM_TASK_ENV, smi=smi, meminfo=Path(os.devnull))
+
+
+def test_renumbered_gpus_reach_docker_by_the_uuids_nvidia_smi_gives_inside_the_task():
+    runner = slurm_task_runner(RENUMBERED_SMI)
+    assert runner.gpu_ids == ("0", "1")
+    placement = placement_of(Allocation(gpu_ids=("0", "1")), runner)
+    gpu_cell = cell(Lane.GPU, gpus=2)
+    settings = container_settings(runtimes(), Path("/models"), runner)[Lane.GPU]
+    call = container_call(gpu_cell, SPEC, "img", settings, "run1", device_ids=placement.gpu_ids)
+    host = engine_body(docker_kwargs(call))["HostConfig"]
+    assert isinstance(host, dict)
+    uuids = ["GPU-cccccccc-0000-0000-0000-000000000002", "GPU-dddddddd-0000-0000-0000-000000000003"]
+    assert host["DeviceRequests"][0]["DeviceIDs"] == uuids  # never the host's GPUs 0 and 1
+    assert KIND.skip_reason(gpu_cell, runner) is None
+
+
+def test_a_gpu_cell_in_a_slurm_task_without_uuids_is_skipped_with_why():
+    runner = slurm_task_runner("")  # no nvidia-smi inside the task
+    reason = KIND.skip_reason(cell(Lane.GPU, gpus=2), runner)
+    assert reason is not None
+    assert "Slurm job 41 numbers its GPUs its own way" in reason and "GPU 0" in reason
+    outside = detect_runner(environ={"CUDA_VISIBLE_DEVICES": "0,1"}, smi=lambda _args: "")
+    assert KIND.skip_reason(cell(Lane.GPU, gpus=2), outside) is None  # host indexes: fine
+
+
+def test_every_container_of_a_slurm_task_is_held_to_the_tasks_memory():
+    runner = slurm_task_runner(RENUMBERED_SMI)
+    settings = container_settings(runtimes(), Path("/models"), runner)
+    call = container_call(cell(), SPEC, "img", settings[Lane.CPU], "run1")
+    host = engine_body(docker_kwargs(call))["HostConfig"]
+    assert isinstance(host, dict)
+    assert host["Memory"] == host["MemorySwap"] == 65536 * 1024 * 1024
+    unlimited = container_settings(runtimes(), Path("/models"), Runner())
+    assert unlimited[Lane.CPU].mem_limit is None
+
+
+def runtimes() -> dict[Lane, Runtime]:
+    lanes = load_matrix(paths.ROOT / "matrix.yaml").lanes
+    return {lane: config.runtime for lane, config in lanes.items()}

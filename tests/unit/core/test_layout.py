@@ -93,6 +93,7 @@ ORDER = (
     "reports",
     "run",
     "fleet",
+    "slurm",
     "publish",
     "bisect",
     "rehearsal",

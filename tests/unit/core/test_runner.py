@@ -10,12 +10,15 @@ import pytest
 
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.runner import (
+    MIB,
     Runner,
+    SlurmJob,
     available_memory,
     detect_runner,
     parse_gpu_ids,
     read_gpus,
     select_devices,
+    slurm_job,
 )
 
 SMI = """\
@@ -175,3 +178,38 @@ def test_a_cell_takes_specific_free_ids_never_the_first_n_of_the_host() -> None:
     assert (first, second) == (("4", "5"), ("6", "7"))
     with pytest.raises(InfraError, match=r"may use \[4, 5, 6, 7\] and 0 of them are free"):
         select_devices(1, usable, busy={*first, *second})
+
+
+# -- inside a Slurm job ----------------------------------------------------------------------
+
+
+def test_outside_slurm_there_is_no_job() -> None:
+    assert slurm_job({"CUDA_VISIBLE_DEVICES": "0"}) is None
+
+
+@pytest.mark.parametrize(
+    "env, cpus, memory",
+    [
+        (
+            {"SLURM_CPUS_PER_TASK": "4", "SLURM_CPUS_ON_NODE": "8", "SLURM_MEM_PER_NODE": "3000"},
+            4,
+            3000,
+        ),
+        ({"SLURM_CPUS_ON_NODE": "2", "SLURM_MEM_PER_CPU": "1024"}, 2, 2048),
+        ({"SLURM_CPUS_ON_NODE": "2", "SLURM_MEM_PER_NODE": "0"}, 2, None),  # --mem=0: the node
+        ({}, None, None),
+    ],
+)
+def test_a_slurm_job_is_its_cores_and_memory(env: dict[str, str], cpus: int, memory: int) -> None:
+    job = slurm_job({"SLURM_JOB_ID": "12", **env})
+    assert job == SlurmJob("12", cpus, memory * MIB if memory else None)
+
+
+def test_in_a_slurm_job_the_runner_is_what_slurm_allocated(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemAvailable: 20000000 kB\n")
+    env = {"SLURM_JOB_ID": "12", "SLURM_CPUS_ON_NODE": "1", "SLURM_MEM_PER_NODE": "3000"}
+    runner = detect_runner(environ=env, smi=lambda _args: "", meminfo=meminfo)
+    assert len(runner.core_ids) == 1  # this sandbox binds no task to its cores: counted
+    assert runner.free_memory == runner.memory_limit == 3000 * MIB
+    assert Runner().memory_limit is None

@@ -9,7 +9,7 @@ from packaging.version import Version
 
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.config import DEFAULT_BASE, BaseImage, load_matrix
-from repromatrix.model import Lane
+from repromatrix.model import Lane, SlurmOptions
 from support import paths
 from support.matrix import GPU_LANE, at, write
 
@@ -242,3 +242,49 @@ include:
         "lane, image, gpu, model, flagset, scenario, variant, level",
         f"{at(text, 'eagre')}: unknown flagset `eagre`. Perhaps you meant `eager`?",
     ]  # a new image tag in an include is allowed: it adds a combination
+
+
+def test_a_gpus_slurm_mapping_is_read(tmp_path: Path) -> None:
+    text = GPU_LANE.replace(
+        "memory_gib: 80}",
+        'memory_gib: 80, slurm: {partition: "gpu,gpu-long", account: vllm, qos: high, '
+        'gres: h100, constraint: "h100&ib", exclusive: true, cpus_per_task: 16, mem: 200G}}',
+    )
+    gpus = {
+        gpu.name: gpu for gpu in load_matrix(write(tmp_path, "m.yaml", text)).lanes[Lane.GPU].gpus
+    }
+    assert gpus["h100"].slurm == SlurmOptions(
+        partition="gpu,gpu-long",
+        account="vllm",
+        qos="high",
+        gres="h100",
+        constraint="h100&ib",
+        exclusive=True,
+        cpus_per_task=16,
+        mem="200G",
+    )
+    assert gpus["a6000"].slurm == SlurmOptions()  # the site's defaults for everything
+
+
+def test_slurm_values_are_checked_by_the_grammar_of_their_sbatch_line(tmp_path: Path) -> None:
+    text = """
+        lanes:
+          cpu:
+            images: ["0.32.0"]
+            gpus:
+              cpu:
+                runner: u
+                count: 0
+                slurm: {partition: "gpu\\n#SBATCH --uid=0", qos: -x, gres: h100, mem: 8GB, tpyo: 1}
+            models: {tiny-llama: {source: tiny-llama}}
+        """
+    partition = at(text, '"gpu')
+    assert errors(tmp_path, text) == [
+        f"{partition}: `slurm.partition` 'gpu\\n#SBATCH --uid=0' is refused: it holds a "
+        "space, a line break or a control character",
+        f"{at(text, '-x')}: `slurm.qos` '-x' is refused: it starts with `-` and would be read as "
+        "an option",
+        f"{at(text, 'h100')}: the CPU lane asks Slurm for no GPUs: `gres` has no place here",
+        f"{at(text, '8GB')}: `slurm.mem` '8GB' is refused: it is not a size like 64G or 512000M",
+        f"{at(text, 'tpyo')}: unknown key `tpyo` in `slurm`.",
+    ]

@@ -15,7 +15,8 @@ from repromatrix.model import Lane
 from repromatrix.reports.write import write_reports
 from repromatrix.results.store import cell_dir, read_run, write_plan
 from repromatrix.results.verdicts import ProblemKind
-from repromatrix.run.folder import claimed, record_plan
+from repromatrix.run.claim import claimed
+from repromatrix.run.folder import record_plan
 from repromatrix.run.main import Mode, RunOptions, execute_run, plan_run
 from repromatrix.run.progress import Progress
 from support import paths

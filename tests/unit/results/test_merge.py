@@ -12,7 +12,7 @@ from repromatrix.cli import main
 from repromatrix.errors import UsageError
 from repromatrix.model import Outcome
 from repromatrix.reports.write import write_reports
-from repromatrix.results.merge import Copy, choose, merge
+from repromatrix.results.merge import Copy, choose, gather, merge
 from repromatrix.results.store import cell_dir, read_plan, read_results, write_plan
 from repromatrix.results.verdicts import ProblemKind
 from support.reports import mixed_run, result, with_id, write_run
@@ -232,3 +232,46 @@ def test_the_merge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert (tmp_path / "m" / "junit.xml").is_file()
     assert main(["merge", str(tmp_path / "nowhere"), "--out", str(tmp_path / "n")]) == 2
     assert "is not a results folder" in capsys.readouterr().err
+
+
+# -- gathering a run's own shards into it (a Slurm run) --------------------------------------
+
+
+def test_gathered_shards_make_the_run_folder_equal_to_the_single_run(tmp_path: Path) -> None:
+    cells = mixed_run()
+    run_dir = tmp_path / "run"
+    write_plan(run_dir, [c.id for c in cells])
+    shards = [tmp_path / "slurm" / "a", tmp_path / "slurm" / "b", tmp_path / "slurm" / "none"]
+    write_run(shards[0], cells[::2])
+    write_run(shards[1], cells[1::2])
+    gathered = gather(shards, run_dir)
+    assert (gathered.cells, gathered.duplicates, gathered.problems) == (18, 0, ())
+    assert gathered.shards == tuple(shards[:2])  # a task that wrote nothing has no shard
+    found, _ = read_results(run_dir)
+    written = read_results(shards[0])[0] + read_results(shards[1])[0]
+    assert sorted(found, key=lambda r: r.id) == sorted(written, key=lambda r: r.id)
+    again = gather(shards, run_dir)  # after the next submission: nothing changes
+    assert (again.cells, again.conflicts, again.problems) == (18, (), ())
+    assert read_results(run_dir)[0] == found
+    assert read_plan(run_dir)[0] == {c.id for c in cells}
+
+
+def test_a_newer_copy_in_the_run_folder_outlives_its_shard(tmp_path: Path) -> None:
+    old = result(outcome=Outcome.INFRA_ERROR, finished_at="2026-01-01T00:00:00+00:00")
+    new = with_id(old, outcome=Outcome.HIT, finished_at="2026-01-02T00:00:00+00:00")
+    write_run(tmp_path / "run", [new])
+    write_run(tmp_path / "shard", [old])
+    gather([tmp_path / "shard"], tmp_path / "run")
+    assert [r.outcome for r in read_results(tmp_path / "run")[0]] == [Outcome.HIT]
+
+
+def test_a_cell_a_shard_left_unfinished_is_no_problem_of_the_gathered_run(tmp_path: Path) -> None:
+    done, cut = mixed_run()[:2]
+    write_run(tmp_path / "shard", [done])
+    folder = cell_dir(tmp_path / "shard", cut.id)
+    folder.mkdir(parents=True)
+    (folder / "log.txt").write_text("cut short by the task's end")
+    write_plan(tmp_path / "run", [done.id, cut.id])
+    gathered = gather([tmp_path / "shard"], tmp_path / "run")
+    assert gathered.problems == ()
+    assert [r.id for r in read_results(tmp_path / "run")[0]] == [done.id]

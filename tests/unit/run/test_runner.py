@@ -16,7 +16,8 @@ from repromatrix.errors import UsageError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.model import Image, Lane, Outcome
 from repromatrix.results import store as results
-from repromatrix.run.folder import claim, pending, resolve_folder
+from repromatrix.run.claim import claim
+from repromatrix.run.folder import pending, resolve_folder
 from repromatrix.runner import Runner
 from support import paths
 from support.pool import Recorder, resources, run
@@ -96,7 +97,7 @@ def test_container_settings_follow_the_matrix_runtimes(tmp_path: Path):
 
 def test_a_second_run_of_the_same_run_folder_is_refused_until_the_first_ends(tmp_path: Path):
     first = claim(tmp_path / "run")
-    with pytest.raises(UsageError, match=f"another run \\(pid {os.getpid()}\\)"):
+    with pytest.raises(UsageError, match=f"another run \\(pid {os.getpid()} on "):
         claim(tmp_path / "run")
     first.release()
     claim(tmp_path / "run").release()  # free again once the first has ended

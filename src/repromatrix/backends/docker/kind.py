@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from repromatrix.backends.docker.calls import ContainerSettings, ImageBuild, Mou
 from repromatrix.backends.docker.engine import DockerBackend, connect, engine_available
 from repromatrix.backends.docker.owners import Owner, this_process
 from repromatrix.backends.harness_spec import build_spec, model_path
+from repromatrix.backends.launchers import apptainer_command, pyxis_command
 from repromatrix.errors import InfraError
 from repromatrix.gpu_identity import runner_mismatch
 from repromatrix.heartbeat import heartbeat
@@ -34,7 +36,7 @@ from repromatrix.images.render import (
 from repromatrix.matrix.images import effective_pull
 from repromatrix.matrix.lanes import Runtime
 from repromatrix.model import Cell, Image, Lane
-from repromatrix.runner import Runner
+from repromatrix.runner import MIB, Runner
 
 
 def container_settings(
@@ -49,11 +51,16 @@ def container_settings(
     names the model by the same path whichever backend runs it. GPU cells take
     their devices from the runner's GPUs (none known: chosen at run time); a
     rehearsal leaves the GPU device request out. Every container is labelled
-    with ``owner``, the process that makes it (this process by default).
+    with ``owner``, the process that makes it (this process by default). In a Slurm
+    job every container gets the job's memory as its limit: the daemon starts
+    containers outside the job's control group, where the job's own limit does not
+    reach them.
     """
     labels = (owner or this_process()).labels()
     gpu_ids = runner.gpu_ids or None
     root = str(models_root)
+    limit = runner.memory_limit
+    mem_limit = f"{limit // MIB}m" if limit else None
     return {
         lane: ContainerSettings(
             shm_size=runtime.shm_size,
@@ -63,6 +70,7 @@ def container_settings(
             devices=not runner.rehearse,
             gpu_ids=gpu_ids if lane is Lane.GPU else None,
             labels=labels,
+            mem_limit=mem_limit,
         )
         for lane, runtime in runtimes.items()
     }
@@ -117,14 +125,21 @@ class DockerKind:
         return engine_available()
 
     def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
-        """GPU cells need as many GPUs as their entry says, each the GPU it names (a rehearsal
-        runs them on the CPU: neither is checked)."""
+        """GPU cells need as many GPUs as their entry says, each the GPU it names, and in a
+        Slurm job each named by its UUID (a rehearsal runs them on the CPU: none is checked)."""
         if cell.lane is not Lane.GPU or runner.rehearse:
             return None
         count = runner.gpu_count
         if count < cell.gpu.count:
             have = "no GPU" if count == 0 else f"{count} GPU(s)"
             return f"GPU cell needs {cell.gpu.count} GPU(s) ({cell.gpu.name}); this host has {have}"
+        unnamed = [i for i in runner.gpu_ids if runner.uuid_of(i) is None]
+        if runner.slurm is not None and unnamed:
+            return (
+                f"Slurm job {runner.slurm.job_id} numbers its GPUs its own way "
+                f"(CUDA_VISIBLE_DEVICES) while the Docker daemon counts the host's, and "
+                f"nvidia-smi inside the job names no UUID for GPU {unnamed[0]}"
+            )
         return runner_mismatch(cell.gpu, runner)
 
     def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
@@ -180,6 +195,11 @@ class DockerKind:
             "skip": self.skip_reason(cell, runner),
             "deadline_s": cell.deadline_s,
             "create": call.describe(),
+            # The same container as nodes without a Docker daemon start it (docs/slurm.md).
+            "launchers": {
+                "pyxis": asdict(pyxis_command(call)),
+                "apptainer": asdict(apptainer_command(call)),
+            },
         }
 
 

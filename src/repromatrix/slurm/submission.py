@@ -1,0 +1,241 @@
+"""What a Slurm run keeps in its run folder: each submission, its tasks' shards and ends.
+
+A run folder of a Slurm run is like any other (cells, plan, reports); beside them::
+
+    <run>/slurm/<n>/submission.json        what submission n asked for: arrays, job ids, tasks
+    <run>/slurm/<n>/<array>.sbatch         each array's batch script (finish.sbatch: --detach)
+    <run>/slurm/<n>/logs/<array>-<i>.log   each task's output, every attempt appended
+    <run>/slurm/<n>/shards/<shard>/        each task's own run folder; task.json: how it ended
+
+A first run is submission 1; each ``--resume`` adds one with the cells still without a
+result. A shard's run id names its containers too, so it holds the run's id, the
+submission, the array and the task: two runs on one node never share one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from repromatrix.grammars import RUN_ID
+from repromatrix.results.store import atomic_write
+from repromatrix.slurm.arrays import TaskArray
+
+SLURM_DIR = "slurm"
+RECORD_FILE = "submission.json"
+TASK_FILE = "task.json"
+SHARDS_DIR = "shards"
+LOGS_DIR = "logs"
+FINISH_SCRIPT = "finish.sbatch"
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """One task as the submission recorded it."""
+
+    array: str
+    index: int
+    shard: str  # the shard's run id (its folder under shards/)
+    only: tuple[str, ...]
+    cells: tuple[str, ...]
+    job_id: str = ""  # the array's job id once submitted
+
+    @property
+    def name(self) -> str:
+        """``cpu-0``: the array and the index."""
+        return f"{self.array}-{self.index}"
+
+    @property
+    def slurm_id(self) -> str:
+        """``41_0``, as squeue and scontrol write it."""
+        return f"{self.job_id}_{self.index}"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One submission of a run: its arrays' jobs and tasks, and how it stands."""
+
+    number: int
+    folder: Path  # <run>/slurm/<n>
+    matrix: str  # the matrix file (absolute): the merge job finds the cells by their ids
+    scenarios: tuple[str, ...] = ()  # the scenario folders given (absolute), if any
+    jobs: Mapping[str, str] = field(default_factory=dict)  # array name -> job id
+    tasks: tuple[TaskEntry, ...] = ()
+    finish_job: str | None = None  # --detach: the job that merges and reports
+    cancelled: bool = False  # the submitter cancelled it (Ctrl-C): unfinished cells stay open
+    finished: bool = False  # its tasks' ends were read and its shards gathered
+
+    @property
+    def shards(self) -> Path:
+        """Where the tasks' run folders are."""
+        return self.folder / SHARDS_DIR
+
+    @property
+    def logs(self) -> Path:
+        """Where the tasks' output goes."""
+        return self.folder / LOGS_DIR
+
+    def shard(self, task: TaskEntry) -> Path:
+        """The run folder of ``task``."""
+        return self.shards / task.shard
+
+    @property
+    def job_ids(self) -> tuple[str, ...]:
+        """Every job it submitted: the arrays, then the merge job."""
+        finish = (self.finish_job,) if self.finish_job else ()
+        return (*self.jobs.values(), *finish)
+
+    def to_json(self) -> dict[str, Any]:
+        """submission.json."""
+        return {
+            "number": self.number,
+            "matrix": self.matrix,
+            "scenarios": list(self.scenarios),
+            "jobs": dict(self.jobs),
+            "tasks": [asdict(task) for task in self.tasks],
+            "finish_job": self.finish_job,
+            "cancelled": self.cancelled,
+            "finished": self.finished,
+        }
+
+    @classmethod
+    def from_json(cls, folder: Path, data: Mapping[str, Any]) -> Submission:
+        """Read submission.json back."""
+        tasks = tuple(
+            TaskEntry(
+                array=str(t["array"]),
+                index=int(t["index"]),
+                shard=str(t["shard"]),
+                only=tuple(t["only"]),
+                cells=tuple(t["cells"]),
+                job_id=str(t.get("job_id", "")),
+            )
+            for t in data.get("tasks", [])
+        )
+        return cls(
+            number=int(data["number"]),
+            folder=folder,
+            matrix=str(data["matrix"]),
+            scenarios=tuple(str(s) for s in data.get("scenarios", [])),
+            jobs={str(k): str(v) for k, v in dict(data.get("jobs", {})).items()},
+            tasks=tasks,
+            finish_job=data.get("finish_job"),
+            cancelled=bool(data.get("cancelled")),
+            finished=bool(data.get("finished")),
+        )
+
+
+def slurm_dir(run_dir: Path) -> Path:
+    """``<run>/slurm``."""
+    return run_dir / SLURM_DIR
+
+
+def submissions(run_dir: Path) -> Iterator[Submission]:
+    """The run's submissions, in order."""
+    folders = [p for p in slurm_dir(run_dir).glob("*/") if p.name.isdigit()]
+    for folder in sorted(folders, key=lambda p: int(p.name)):
+        if (folder / RECORD_FILE).is_file():
+            yield read(folder)
+
+
+def read(folder: Path) -> Submission:
+    """The submission recorded in ``folder``."""
+    data = json.loads((folder / RECORD_FILE).read_text(encoding="utf-8"))
+    return Submission.from_json(folder, data)
+
+
+def write(submission: Submission) -> Submission:
+    """Record ``submission`` (atomically, like every file of a run folder)."""
+    body = json.dumps(submission.to_json(), indent=1).encode() + b"\n"
+    atomic_write(submission.folder / RECORD_FILE, body)
+    return submission
+
+
+def new_submission(
+    run_dir: Path,
+    run_id: str,
+    arrays: Sequence[TaskArray],
+    matrix: Path,
+    scenarios: Sequence[Path] = (),
+) -> Submission:
+    """The next submission of the run, its tasks named; nothing is written or submitted."""
+    numbers = [int(p.name) for p in slurm_dir(run_dir).glob("*/") if p.name.isdigit()]
+    number = max(numbers, default=0) + 1
+    folder = slurm_dir(run_dir) / str(number)
+    tasks = tuple(
+        TaskEntry(
+            array=array.name,
+            index=task.index,
+            shard=shard_id(run_id, number, array.name, task.index),
+            only=task.job.only,
+            cells=task.cell_ids,
+        )
+        for array in arrays
+        for task in array.tasks
+    )
+    return Submission(
+        number,
+        folder,
+        matrix=str(matrix.resolve()),
+        scenarios=tuple(str(s.resolve()) for s in scenarios),
+        tasks=tasks,
+    )
+
+
+def make_folders(submission: Submission) -> None:
+    """Make the submission's folders before anything is submitted: Slurm makes none, and a
+    task whose output folder is missing fails without a word."""
+    submission.logs.mkdir(parents=True, exist_ok=True)
+    submission.shards.mkdir(parents=True, exist_ok=True)
+
+
+def submitted(submission: Submission, jobs: Mapping[str, str]) -> Submission:
+    """``submission`` with the job id of each array."""
+    tasks = tuple(replace(task, job_id=jobs[task.array]) for task in submission.tasks)
+    return replace(submission, jobs=dict(jobs), tasks=tasks)
+
+
+def shard_id(run_id: str, number: int, array: str, index: int) -> str:
+    """A task's shard run id: ``<run>-<n>-<array>-<i>``, unique to the run (its Docker label
+    too); the run's id is hashed short where the whole would be too long for a run id."""
+    whole = f"{run_id}-{number}-{array}-{index}"
+    if RUN_ID.match(whole):
+        return whole
+    short = hashlib.sha256(f"{run_id}/{array}".encode()).hexdigest()[:16]
+    return f"{short}-{number}-{index}"
+
+
+@dataclass(frozen=True)
+class TaskEnd:
+    """What a task writes into its shard when it starts and when it ends (``task.json``)."""
+
+    job: str  # 41_0
+    attempt: int
+    host: str
+    started_at: str
+    ended_at: str | None = None
+    exit_code: int | None = None  # its `repromatrix run`'s exit status
+    signal: str | None = None  # the signal that ended that run, when one did
+
+    def to_json(self) -> dict[str, Any]:
+        """task.json."""
+        return asdict(self)
+
+
+def write_task_end(shard: Path, end: TaskEnd) -> None:
+    """Write ``task.json`` into the task's shard."""
+    body = json.dumps(end.to_json(), indent=1).encode() + b"\n"
+    atomic_write(shard / TASK_FILE, body)
+
+
+def read_task_end(shard: Path) -> TaskEnd | None:
+    """What the task wrote of how it went (None: it never started, or wrote nothing)."""
+    try:
+        data = json.loads((shard / TASK_FILE).read_text(encoding="utf-8"))
+        return TaskEnd(**{key: data.get(key) for key in TaskEnd.__dataclass_fields__})
+    except (OSError, ValueError, TypeError):
+        return None

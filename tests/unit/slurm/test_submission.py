@@ -1,0 +1,56 @@
+"""What a Slurm run keeps in its run folder: submissions numbered in order, shards named
+uniquely, each task's own record of how it went."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from repromatrix.grammars import RUN_ID
+from repromatrix.slurm.submission import (
+    TaskEnd,
+    read,
+    read_task_end,
+    shard_id,
+    submissions,
+    write,
+    write_task_end,
+)
+from support.slurm import cells, submission_of
+
+
+def test_a_submission_reads_back_as_it_was_written(tmp_path: Path):
+    made = submission_of(tmp_path / "run", cells(2))
+    again = read(made.folder)
+    assert again == made
+    assert [t.slurm_id for t in again.tasks] == ["41_0"]
+    assert again.tasks[0].cells == tuple(sorted(c.id for c in cells(2)))
+    assert again.job_ids == ("41",)
+    finished = write(replace(made, finish_job="43", cancelled=True, finished=True))
+    assert read(made.folder) == finished and finished.job_ids == ("41", "43")
+
+
+def test_submissions_are_numbered_in_order(tmp_path: Path):
+    first = submission_of(tmp_path / "run", cells(1))
+    second = submission_of(tmp_path / "run", cells(1), job_id="50")
+    assert (first.number, second.number) == (1, 2)
+    assert [s.number for s in submissions(tmp_path / "run")] == [1, 2]
+    assert first.tasks[0].shard != second.tasks[0].shard  # containers of two tasks never share
+
+
+def test_shard_ids_are_run_ids_unique_to_run_submission_array_and_task():
+    ids = {shard_id(run, n, array, i) for run in ("a", "b") for n in (1, 2)
+           for array in ("cpu", "h100") for i in (0, 1)}  # fmt: skip
+    assert len(ids) == 16 and all(RUN_ID.match(i) for i in ids)
+    long_run = "r" * 64
+    long_ids = {shard_id(long_run, 1, array, 0) for array in ("cpu", "h100")}
+    assert len(long_ids) == 2 and all(RUN_ID.match(i) for i in long_ids)
+
+
+def test_a_tasks_own_record_of_how_it_went(tmp_path: Path):
+    assert read_task_end(tmp_path) is None
+    start = TaskEnd(job="41_0", attempt=1, host="node7", started_at="2026-01-01T00:00:00+00:00")
+    write_task_end(tmp_path, start)
+    assert read_task_end(tmp_path) == start
+    (tmp_path / "task.json").write_text("{not json")
+    assert read_task_end(tmp_path) is None
