@@ -20,9 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from repromatrix.errors import EXIT_INFRA, EXIT_OK, RepromatrixError, UsageError
+from repromatrix.errors import EXIT_INFRA, EXIT_OK, InfraError, RepromatrixError, UsageError
 from repromatrix.matrix.expand import expand
-from repromatrix.matrix.inputs import load_inputs
 from repromatrix.model import Cell, Outcome
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
@@ -44,6 +43,7 @@ from repromatrix.slurm.submission import (
     submissions,
     write,
 )
+from repromatrix.upstream.resolve import Locking, Upstream, load_locked
 
 Records = Mapping[str, Mapping[int, JobRecord]]  # array name -> task index -> its record
 
@@ -174,11 +174,20 @@ def records_of(submission: Submission) -> dict[str, dict[int, JobRecord]]:
 
 
 def cells_by_id(submission: Submission) -> dict[str, Cell]:
-    """The matrix's cells by id, as the submission's matrix and scenarios plan them now."""
+    """The matrix's cells by id, as the submission's matrix, scenarios and lock plan them."""
     scenarios = tuple(Path(s) for s in submission.scenarios) or None
-    matrix, catalogue = load_inputs(Path(submission.matrix), scenarios)
+    lock = Path(submission.lock) if submission.lock else None
+    locked = load_locked(Path(submission.matrix), scenarios, Locking(lock), _no_upstream)
+    matrix, catalogue = locked.matrix, locked.scenarios
     wanted = {cell for task in submission.tasks for cell in task.cells}
     return {cell.id: cell for cell in expand(matrix, catalogue) if cell.id in wanted}
+
+
+def _no_upstream() -> Upstream:
+    # The submitter resolved the lock before any task ran: a merge never resolves again.
+    raise InfraError(
+        "the run's lock of follow rules is missing: resolve it with `repromatrix plan`"
+    )
 
 
 CLAIM_WAIT_S = 120.0  # the submitter lets go of the run folder just after it submits

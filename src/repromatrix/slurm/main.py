@@ -31,10 +31,10 @@ from typing import TextIO
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.fleet.jobs import DEFAULT_JOB_MINUTES, Budget, estimator
 from repromatrix.matrix.expand import expand, plan
-from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell
 from repromatrix.reports.write import write_reports
+from repromatrix.run.cells import save_skipped
 from repromatrix.run.claim import claimed
 from repromatrix.run.folder import RunFolder, pending, record_plan
 from repromatrix.run.main import (
@@ -43,6 +43,7 @@ from repromatrix.run.main import (
     RunPlan,
     RunSummary,
     durations_folder,
+    infeasible_reasons,
     interrupts_as_keyboard_interrupt,
     measured_s,
     plan_run,
@@ -70,6 +71,7 @@ from repromatrix.slurm.submission import (
     write,
 )
 from repromatrix.slurm.watch import POLL_S, wait
+from repromatrix.upstream.resolve import Locking, Online, load_locked
 
 CANCEL_WAIT_S = 180.0  # Slurm's kill wait (30 s by default) and the tasks' container removal
 
@@ -91,7 +93,16 @@ def execute_slurm_run(options: RunOptions, slurm: SlurmRun, progress: Progress) 
         raise UsageError("--gpus names this host's GPUs; Slurm gives each task its own")
     if options.mode is Mode.RUN and (why := cluster.missing()):
         raise InfraError(f"--executor slurm: {why}")
-    matrix, catalogue = load_inputs(options.matrix, options.scenarios)
+    locked = load_locked(
+        options.matrix,
+        options.scenarios,
+        Locking(options.lock, options.relock),
+        lambda: Online(options.cache),
+        progress.note,
+    )
+    # Every task reads the lock resolved here, so all of them run the same images.
+    options = replace(options, lock=locked.path, relock=False)
+    matrix, catalogue = locked.matrix, locked.scenarios
     cells = plan(matrix, catalogue, options.lane, Selector(options.only, options.skip))
     everything = frozenset(cell.id for cell in expand(matrix, catalogue))
     budget = budget_of(slurm)
@@ -109,6 +120,10 @@ def execute_slurm_run(options: RunOptions, slurm: SlurmRun, progress: Progress) 
             if not todo:
                 return report(run, (), progress)
             record_plan(run.folder.path, run.cells, options.matrix)
+            infeasible = {} if options.run_infeasible else infeasible_reasons(todo)
+            # No task would run these (the arrays leave them out): saved here, as any run does.
+            skipped = [cell for cell in todo if cell.id in infeasible]
+            save_skipped(skipped, infeasible, run.folder, {}, progress)
             arrays = split(todo, everything, budget, estimate)
             submission = submit(run, arrays, options, slurm.detach, progress.note)
             if slurm.detach:
@@ -164,6 +179,10 @@ def task_run_argv(options: RunOptions) -> list[str]:
         argv += ["--pull", options.pull]
     if options.jobs:
         argv += ["--jobs", str(options.jobs)]
+    if options.lock is not None:
+        argv += ["--lock", str(options.lock.resolve())]
+    if options.run_infeasible:
+        argv.append("--run-infeasible")
     if options.rehearse:
         argv.append("--rehearse")
     return argv
@@ -190,7 +209,12 @@ def planned_scripts(
     nothing is written (``plan --format slurm`` and ``run --executor slurm --dry-run`` print
     them)."""
     submission = new_submission(
-        folder.path, folder.run_id, arrays, options.matrix, scenario_folders(options)
+        folder.path,
+        folder.run_id,
+        arrays,
+        options.matrix,
+        scenario_folders(options),
+        lock=options.lock,
     )
     context = script_context(folder, options, submission)
     scripts = scripts_of(submission, arrays, context, folder.path)
@@ -223,7 +247,12 @@ def submit(
     with ``detach``), then release them all; a refusal cancels what was accepted and leaves
     nothing behind."""
     submission = new_submission(
-        run.folder.path, run.folder.run_id, arrays, options.matrix, scenario_folders(options)
+        run.folder.path,
+        run.folder.run_id,
+        arrays,
+        options.matrix,
+        scenario_folders(options),
+        lock=options.lock,
     )
     make_folders(submission)
     context = script_context(run.folder, options, submission)

@@ -63,6 +63,7 @@ class Submission:
     folder: Path  # <run>/slurm/<n>
     matrix: str  # the matrix file (absolute): the merge job finds the cells by their ids
     scenarios: tuple[str, ...] = ()  # the scenario folders given (absolute), if any
+    lock: str | None = None  # the lock of the matrix's follow rules (absolute), if any
     jobs: Mapping[str, str] = field(default_factory=dict)  # array name -> job id
     tasks: tuple[TaskEntry, ...] = ()
     finish_job: str | None = None  # --detach: the job that merges and reports
@@ -95,6 +96,7 @@ class Submission:
             "number": self.number,
             "matrix": self.matrix,
             "scenarios": list(self.scenarios),
+            "lock": self.lock,
             "jobs": dict(self.jobs),
             "tasks": [asdict(task) for task in self.tasks],
             "finish_job": self.finish_job,
@@ -121,6 +123,7 @@ class Submission:
             folder=folder,
             matrix=str(data["matrix"]),
             scenarios=tuple(str(s) for s in data.get("scenarios", [])),
+            lock=str(data["lock"]) if data.get("lock") else None,
             jobs={str(k): str(v) for k, v in dict(data.get("jobs", {})).items()},
             tasks=tasks,
             finish_job=data.get("finish_job"),
@@ -161,6 +164,8 @@ def new_submission(
     arrays: Sequence[TaskArray],
     matrix: Path,
     scenarios: Sequence[Path] = (),
+    *,
+    lock: Path | None = None,
 ) -> Submission:
     """The next submission of the run, its tasks named; nothing is written or submitted."""
     numbers = [int(p.name) for p in slurm_dir(run_dir).glob("*/") if p.name.isdigit()]
@@ -182,6 +187,7 @@ def new_submission(
         folder,
         matrix=str(matrix.resolve()),
         scenarios=tuple(str(s.resolve()) for s in scenarios),
+        lock=str(lock.resolve()) if lock is not None else None,
         tasks=tasks,
     )
 

