@@ -95,6 +95,7 @@ ORDER = (
     "fleet",
     "publish",
     "bisect",
+    "drafting",
     "rehearsal",
     "watch",
     "commands",
