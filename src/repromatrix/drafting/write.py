@@ -30,7 +30,7 @@ DEPLOYMENT = frozenset(
         "log_error_stack", "enable_log_requests", "uds", "headless", "download_dir",
     }
 )  # fmt: skip
-_SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
+_SECRET = re.compile(r"(?:^|_)(?:key|token|secret|password)(?:$|_)", re.IGNORECASE)
 _FLAG = re.compile(r"[a-z][a-z0-9_]*")
 _ID = re.compile(r"[a-z0-9][a-z0-9._-]*")
 Scalar = bool | int | float | str
