@@ -15,9 +15,9 @@ Where vLLM has a flag or an environment variable for the fix, ``fix_flags`` says
 as data (``fixes.py``): the changes that may avoid the cause. Every problem in the
 file is reported with its line.
 
-Patterns are written in the subset of regular expressions that Python and
+Patterns are written in the subset of regular expressions that Python, RE2 and
 ``grep -E`` read alike (no ``\\d``, no ``(?:``), so the benchmark can run grep
-with exactly the same patterns.
+with exactly the same patterns; they are matched by RE2 (``patterns.py``).
 
 Searching a line with each of the catalogue's ~270 patterns costs far more than
 checking whether the line contains each pattern's required literal (``in`` runs
