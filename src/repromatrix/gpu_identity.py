@@ -41,7 +41,8 @@ def pattern_problem(pattern: str) -> str | None:
     if not pattern.strip():
         return "it is empty"
     body = _regex_body(pattern)
-    return None if body is None else regex_problem(body)
+    why = None if body is None else regex_problem(body)
+    return None if why is None else f"it is {why}"
 
 
 def name_matches(pattern: str, name: str) -> bool:

@@ -59,7 +59,7 @@ def compile_pattern(text: str, *, ignore_case: bool = False, multiline: bool = F
 
 
 def regex_problem(text: str) -> str | None:
-    """Why RE2 cannot take ``text`` (a sentence for a load error), or ``None`` when it can."""
+    """Why RE2 cannot take ``text`` (``not a valid regular expression: ...``), or ``None``."""
     try:
         compile_pattern(text)
     except PatternError as exc:
@@ -85,7 +85,7 @@ def _reason(exc: re2.error) -> str:
     if isinstance(detail, bytes):
         detail = detail.decode("utf-8", errors="replace")
     return (
-        f"it is not a valid regular expression for RE2, the linear-time engine ({detail}): "
-        "RE2 has no backreferences, look-arounds, possessive repeats or atomic groups, "
-        "and writes `\\Z` as `\\z`"
+        f"not a valid regular expression: {detail} (RE2, which matches in linear time, has no "
+        "backreferences, look-arounds, possessive repeats or atomic groups, and writes `\\Z` "
+        "as `\\z`)"
     )

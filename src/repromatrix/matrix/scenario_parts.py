@@ -129,7 +129,7 @@ def read_pattern(node: YNode | None, what: str, reader: Reader) -> str | None:
     if pattern is None:
         return None
     if (why := regex_problem(pattern)) is not None:
-        reader.error(node.where, f"{what} is refused: {why}")
+        reader.error(node.where, f"{what} is {why}")
         return None
     return pattern
 

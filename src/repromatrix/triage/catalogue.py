@@ -286,7 +286,7 @@ def _compile(patterns: tuple[str, ...], where: _Located, problems: list[Problem]
         return None
     for pattern in patterns:
         if (why := regex_problem(pattern)) is not None:
-            problems.append(where.problem(f"pattern {pattern!r} is refused: {why}"))
+            problems.append(where.problem(f"bad pattern {pattern!r}: {why}"))
             return None
     return compile_pattern("|".join(f"({p})" for p in patterns))
 

@@ -606,14 +606,14 @@ def test_a_scenario_regex_re2_cannot_take_is_refused_at_load_with_its_line(
         load_scenario(path)
     (problem,) = raised.value.problems
     assert problem.file == str(path) and problem.line == 6
-    assert "not a valid regular expression for RE2" in problem.message
+    assert "is not a valid regular expression" in problem.message and "RE2" in problem.message
     err = _one_line(_cli("triage", "-", "--scenarios", str(tmp_path), stdout=subprocess.DEVNULL), 2)
     assert f"{path}:6:" in err
 
 
 @pytest.mark.parametrize("pattern", REFUSED)
 def test_a_catalogue_regex_re2_cannot_take_is_refused_with_its_line(pattern: str) -> None:
-    with pytest.raises(ConfigError, match="for RE2") as raised:
+    with pytest.raises(ConfigError, match="RE2") as raised:
         parse_catalogue(_catalogue(pattern), "causes.yaml")
     (problem,) = raised.value.problems
     assert problem.file == "causes.yaml" and problem.line == 2
