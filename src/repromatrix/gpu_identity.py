@@ -26,8 +26,8 @@ import fnmatch
 import re
 from collections.abc import Sequence
 
-from repromatrix.grammars import unsafe_regex
 from repromatrix.model import Gpu
+from repromatrix.patterns import compile_pattern, regex_problem
 from repromatrix.runner import Runner, RunnerGpu
 
 MEMORY_TOLERANCE = 0.10
@@ -36,18 +36,13 @@ VERSION = re.compile(r"[0-9]+(?:\.[0-9]+)*")
 
 
 def pattern_problem(pattern: str) -> str | None:
-    """Why ``pattern`` cannot name a GPU (an empty one, a regular expression that does not
-    compile or could backtrack without end), or None when it can."""
+    """Why ``pattern`` cannot name a GPU (an empty one, a regular expression RE2 cannot
+    take), or None when it can."""
     if not pattern.strip():
         return "it is empty"
     body = _regex_body(pattern)
-    if body is None:
-        return None
-    try:
-        re.compile(body)
-    except re.error as exc:
-        return f"it is not a valid regular expression: {exc}"
-    return unsafe_regex(body)
+    why = None if body is None else regex_problem(body)
+    return None if why is None else f"it is {why}"
 
 
 def name_matches(pattern: str, name: str) -> bool:
@@ -55,7 +50,7 @@ def name_matches(pattern: str, name: str) -> bool:
     names = {name.strip(), name.strip().removeprefix("NVIDIA ")}
     body = _regex_body(pattern)
     if body is not None:
-        compiled = re.compile(body, re.IGNORECASE)
+        compiled = compile_pattern(body, ignore_case=True)
         return any(compiled.fullmatch(candidate) for candidate in names)
     return any(fnmatch.fnmatchcase(candidate.lower(), pattern.lower()) for candidate in names)
 

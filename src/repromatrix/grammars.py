@@ -10,18 +10,12 @@ The check functions return ``None`` for a good value and the reason otherwise.
 Identifiers read back from data (a run id in a result or a history, a page a
 history links to) are checked here too, at read time, by the grammar they were
 made with: a run id becomes part of a path, a page becomes a link on the site.
-
-``unsafe_regex`` refuses a regular expression that can backtrack
-catastrophically (a repeat inside a repeat, as in ``(a+)+``), so a catalogue
-or scenario pattern cannot hang triage on a hostile log line.
+Regular expressions from data are not values of this kind: ``patterns.py`` holds them.
 """
 
 from __future__ import annotations
 
 import re
-import re._constants as _sre_constants  # type: ignore[import-not-found]  # a pattern's parse tree
-import re._parser as _sre_parser  # type: ignore[import-not-found]
-from typing import Any
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -54,16 +48,6 @@ SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 SLURM_NAMES = re.compile(rf"{SLURM_NAME.pattern}(?:,{SLURM_NAME.pattern})*")
 SLURM_CONSTRAINT = re.compile(r"[A-Za-z0-9\[(][A-Za-z0-9._&|,*:!\[\]()-]{0,255}")
 SLURM_MEMORY = re.compile(r"[1-9][0-9]*[KMGT]?")
-_REPEATS = (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT)
-_NO_BACKTRACK = (_sre_constants.POSSESSIVE_REPEAT, _sre_constants.ATOMIC_GROUP)
-_CATEGORIES = {
-    _sre_constants.CATEGORY_DIGIT: r"\d",
-    _sre_constants.CATEGORY_NOT_DIGIT: r"\D",
-    _sre_constants.CATEGORY_WORD: r"\w",
-    _sre_constants.CATEGORY_NOT_WORD: r"\W",
-    _sre_constants.CATEGORY_SPACE: r"\s",
-    _sre_constants.CATEGORY_NOT_SPACE: r"\S",
-}
 # A CI runner label: a GitHub Actions runner label, a Buildkite agent queue.
 RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # An environment variable name a scenario may set (the secrets come from the host only).
@@ -246,102 +230,3 @@ def check_slurm_memory(value: str) -> str | None:
     if SLURM_MEMORY.fullmatch(value):
         return None
     return _text_problem(value) or "it is not a size like 64G or 512000M"
-
-
-def unsafe_regex(pattern: str) -> str | None:
-    """Why ``pattern`` can backtrack catastrophically, or ``None`` when it cannot.
-
-    Refused: an unbounded repeat (``+``, ``*``, ``{n,}``) around anything that
-    itself repeats a variable number of times, as in ``(a+)+``, ``(\\w*\\s?)*``
-    or ``(x{1,9})+``: on a line that almost matches, the number of ways to split
-    it grows exponentially. Possessive repeats and atomic groups do not backtrack
-    and are allowed. A pattern that does not compile is left to ``re.compile``.
-    """
-    try:
-        tree = _sre_parser.parse(pattern)
-    except re.error:
-        return None
-    if _nested_repeat(list(tree), inside=False):
-        return (
-            "it repeats a repeat (like `(a+)+`) and can take exponential time on a long line; "
-            "rewrite it without the nested repeat (or make the inner one possessive: `a++`)"
-        )
-    return None
-
-
-def _nested_repeat(items: list[tuple[Any, Any]], inside: bool) -> bool:
-    for op, arg in items:
-        if op in _REPEATS:
-            low, high, body = arg
-            if inside and low != high:
-                return True
-            outer = high == _sre_constants.MAXREPEAT and not _separated(list(body))
-            if _nested_repeat(list(body), inside or outer):
-                return True
-        elif op not in _NO_BACKTRACK and any(
-            _nested_repeat(list(sub), inside) for sub in _children(arg)
-        ):
-            return True
-    return False
-
-
-def _separated(body: list[tuple[Any, Any]]) -> bool:
-    """Whether the body of a repeat has a literal that none of its inner repeats can match.
-
-    ``(\\d+\\.)*`` is safe: each round ends at a ``.`` that ``\\d+`` cannot eat, so a
-    line splits into rounds one way only.
-    """
-    while len(body) == 1 and body[0][0] == _sre_constants.SUBPATTERN:
-        body = list(body[0][1][3])  # (group, add_flags, del_flags, pattern)
-    literals = [chr(arg) for op, arg in body if op == _sre_constants.LITERAL]
-    inner = _repeated_items(body)
-    return any(not any(_may_match(item, ch) for item in inner) for ch in literals)
-
-
-def _repeated_items(items: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
-    """The bodies of every variable repeat in ``items``, at any depth."""
-    found = []
-    for op, arg in items:
-        if op in _REPEATS:
-            found.append(list(arg[2]))
-            found += _repeated_items(list(arg[2]))
-        else:
-            for sub in _children(arg):
-                found += _repeated_items(list(sub))
-    return found
-
-
-def _may_match(body: list[tuple[Any, Any]], ch: str) -> bool:
-    """Whether a repeat of ``body`` may consume ``ch`` (True when unsure)."""
-    while len(body) == 1 and body[0][0] == _sre_constants.SUBPATTERN:
-        body = list(body[0][1][3])
-    if len(body) != 1:
-        return True
-    op, arg = body[0]
-    if op == _sre_constants.LITERAL:
-        return bool(arg == ord(ch))
-    if op == _sre_constants.NOT_LITERAL:
-        return bool(arg != ord(ch))
-    if op == _sre_constants.IN:
-        members = [m for m in arg if m[0] != _sre_constants.NEGATE]
-        hit = any(_in_set(m_op, m_arg, ch) for m_op, m_arg in members)
-        return hit != (len(members) != len(arg))
-    return True
-
-
-def _in_set(op: Any, arg: Any, ch: str) -> bool:
-    if op == _sre_constants.LITERAL:
-        return bool(arg == ord(ch))
-    if op == _sre_constants.RANGE:
-        return bool(arg[0] <= ord(ch) <= arg[1])
-    escape = _CATEGORIES.get(arg) if op == _sre_constants.CATEGORY else None
-    return escape is None or re.fullmatch(escape, ch) is not None
-
-
-def _children(arg: object) -> list[_sre_parser.SubPattern]:
-    """The sub-patterns inside one node's argument (groups, branches, look-arounds)."""
-    if isinstance(arg, _sre_parser.SubPattern):
-        return [arg]
-    if isinstance(arg, tuple | list):
-        return [sub for item in arg for sub in _children(item)]
-    return []

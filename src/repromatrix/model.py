@@ -282,7 +282,7 @@ class FactTest:
 
     fact: str
     equals: str | None = None
-    matches: str | None = None  # a Python regular expression, searched in the value
+    matches: str | None = None  # a regular expression (RE2, patterns.py), searched in the value
 
 
 # Evidence that a scenario's code path was entered: a log line (a pattern and the process

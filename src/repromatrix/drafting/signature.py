@@ -2,8 +2,8 @@
 numbers, paths, pids, addresses or sizes matches; the words stay literal.
 
 The pattern keeps to the subset ``re`` and ``grep -E`` share (literals, bracket classes,
-``+`` and ``*`` on one class) and never repeats a repeat, so ``grammars.unsafe_regex``
-accepts it.
+``+`` and ``*`` on one class), which RE2 takes (``patterns.regex_problem``): every
+signature is matched by RE2.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import re
 from types import MappingProxyType
 
 from repromatrix.errors import suggest
-from repromatrix.grammars import check_env_name, unsafe_regex
+from repromatrix.grammars import check_env_name
 from repromatrix.matrix.keys import IMAGE_VARIANTS, REACHED_FACT, section
 from repromatrix.matrix.lanes import SHM_PATTERN
 from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, YSeq, describe
@@ -24,6 +24,7 @@ from repromatrix.model import (
     Signature,
     Source,
 )
+from repromatrix.patterns import regex_problem
 from repromatrix.vllm_facts import FACTS
 from repromatrix.vllm_processes import KNOWN_PROCESSES, same_process
 
@@ -121,19 +122,14 @@ def _pattern(body: YMap, key: str, reader: Reader) -> str | None:
 
 
 def read_pattern(node: YNode | None, what: str, reader: Reader) -> str | None:
-    """A regular expression searched in log lines: it compiles and cannot backtrack forever."""
+    """A regular expression searched in log lines: one RE2 takes (``patterns.py``)."""
     if node is None:
         return None
     pattern = reader.text(node, what)
     if pattern is None:
         return None
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        reader.error(node.where, f"{what} is not a valid regular expression: {exc}")
-        return None
-    if (why := unsafe_regex(pattern)) is not None:
-        reader.error(node.where, f"{what} is refused: {why}")
+    if (why := regex_problem(pattern)) is not None:
+        reader.error(node.where, f"{what} is {why}")
         return None
     return pattern
 

@@ -15,9 +15,9 @@ Where vLLM has a flag or an environment variable for the fix, ``fix_flags`` says
 as data (``fixes.py``): the changes that may avoid the cause. Every problem in the
 file is reported with its line.
 
-Patterns are written in the subset of regular expressions that Python and
+Patterns are written in the subset of regular expressions that Python, RE2 and
 ``grep -E`` read alike (no ``\\d``, no ``(?:``), so the benchmark can run grep
-with exactly the same patterns.
+with exactly the same patterns; they are matched by RE2 (``patterns.py``).
 
 Searching a line with each of the catalogue's ~270 patterns costs far more than
 checking whether the line contains each pattern's required literal (``in`` runs
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -42,7 +41,7 @@ from typing import Any
 import yaml
 
 from repromatrix.errors import ConfigError, Problem, suggest
-from repromatrix.grammars import unsafe_regex
+from repromatrix.patterns import Pattern, compile_pattern, regex_problem
 from repromatrix.triage.fixes import KEY as FIX_FLAGS
 from repromatrix.triage.fixes import FlagFix, parse_fix_flags
 
@@ -89,14 +88,14 @@ class Cause:
     fatal: bool = False  # a consequence that means the engine start is over
     as_warning: bool = False  # a cause even when vLLM logs it only as a WARNING
     fix_flags: tuple[FlagFix, ...] = ()  # the fix as flag and environment changes (fixes.py)
-    regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
-    frame_regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+    regex: Pattern | None = field(default=None, compare=False, repr=False)
+    frame_regex: Pattern | None = field(default=None, compare=False, repr=False)
 
     def matches(self, text: str, exception: str | None, frames: Sequence[str]) -> bool:
         """Whether this entry names a failure: its message or its frames match, and its class."""
         if self.exceptions and (exception or "").rsplit(".", 1)[-1] not in self.exceptions:
             return False
-        if self.regex is not None and self.regex.search(text) is not None:
+        if self.regex is not None and self.regex.search(text):
             return True
         return self.frame_regex is not None and any(self.frame_regex.search(f) for f in frames)
 
@@ -282,21 +281,14 @@ def _strings(value: Any, where: _Located, problems: list[Problem]) -> tuple[str,
     return tuple(value)
 
 
-def _compile(
-    patterns: tuple[str, ...], where: _Located, problems: list[Problem]
-) -> re.Pattern[str] | None:
+def _compile(patterns: tuple[str, ...], where: _Located, problems: list[Problem]) -> Pattern | None:
     if not patterns:
         return None
     for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            problems.append(where.problem(f"bad pattern {pattern!r}: {exc}"))
+        if (why := regex_problem(pattern)) is not None:
+            problems.append(where.problem(f"bad pattern {pattern!r}: {why}"))
             return None
-        if (why := unsafe_regex(pattern)) is not None:
-            problems.append(where.problem(f"pattern {pattern!r} is refused: {why}"))
-            return None
-    return re.compile("|".join(f"({p})" for p in patterns))
+    return compile_pattern("|".join(f"({p})" for p in patterns))
 
 
 def required_literal(pattern: str) -> str:

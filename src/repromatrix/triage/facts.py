@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from repromatrix.model import FactTest
+from repromatrix.patterns import compile_pattern
 from repromatrix.vllm_facts import FACTS
 
 # What triage read: a fact's name to its value, in the order of ``FACTS``.
@@ -220,7 +221,7 @@ def holds(test: FactTest, facts: EngineFacts) -> bool:
         return False
     if test.equals is not None:
         return value == test.equals
-    return test.matches is not None and re.search(test.matches, value) is not None
+    return test.matches is not None and compile_pattern(test.matches).search(value)
 
 
 def describe(test: FactTest) -> str:

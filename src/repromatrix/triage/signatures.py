@@ -16,12 +16,12 @@ per-line search finds.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.model import Scenario, Signature
+from repromatrix.patterns import Pattern, PatternError, compile_pattern
 from repromatrix.triage.logmodel import Line
 from repromatrix.vllm_processes import same_process
 
@@ -29,8 +29,8 @@ from repromatrix.vllm_processes import same_process
 @dataclass(frozen=True)
 class _Signature:
     scenario: Scenario
-    regex: re.Pattern[str]
-    block: re.Pattern[str]  # the same pattern, multi-line, for whole blocks of quiet lines
+    regex: Pattern
+    block: Pattern  # the same pattern, multi-line, for whole blocks of quiet lines
     process: str | None
 
 
@@ -57,9 +57,9 @@ class ScenarioSignatures:
         for scenario in scenarios:
             for signature in patterns(scenario):
                 try:
-                    regex = re.compile(signature.pattern)
-                    block = re.compile(signature.pattern, re.MULTILINE)
-                except re.error as exc:
+                    regex = compile_pattern(signature.pattern)
+                    block = compile_pattern(signature.pattern, multiline=True)
+                except PatternError as exc:
                     where = scenario.file or scenario.id
                     message = f"bad pattern `{signature.pattern}`: {exc}"
                     problems.append(Problem(where, 0, 0, message))

@@ -184,7 +184,14 @@ def test_bad_patterns_are_named():
     assert pattern_problem("H100*") is None and pattern_problem("/H1[0-9]0/") is None
     assert pattern_problem(" ") == "it is empty"
     assert "not a valid regular expression" in (pattern_problem("/H100(/") or "")
-    assert "repeats a repeat" in (pattern_problem("/(a+)+/") or "")
+    assert "no backreferences" in (pattern_problem("/(H100)\\1/") or "")
+    assert "look-arounds" in (pattern_problem("/H100(?= )/") or "")
+
+
+def test_a_name_pattern_that_would_backtrack_forever_matches_at_once():
+    # Python's re takes exponential time here; RE2 answers in linear time.
+    assert pattern_problem("/(a+)+$/") is None
+    assert name_matches("/(a|a)*$/", "a" * 60 + "!") is False
 
 
 # -- the runner as a whole, and the Docker kind's skip reasons -------------------------------------

@@ -506,7 +506,11 @@ def test_triage_of_a_folder_is_one_line(tmp_path: Path) -> None:
     _one_line(_cli("triage", str(tmp_path)), EXIT_USAGE)
 
 
+# Patterns that take Python's re exponential time on a line that almost matches: RE2 takes
+# them all and answers in linear time. The first two are issue 26's (overlapping alternatives).
 CATASTROPHIC = [
+    r"ValueError:(.|\s)*too small$",
+    r"(a|a)*$",
     r"(a+)+$",
     r"(\w+\s?)+$",
     r"(x{1,9})*y",
@@ -515,14 +519,16 @@ CATASTROPHIC = [
     r"(.*,)*;",
     r"Error: (\S+ ?)+ failed",
 ]
-SAFE = [r"(\d+\.)*\d+", r"(a++)+b", r"(?>a+)+b", r"(ab)+c", r"ValueError: .*", r"([^.]+\.)+x"]
+# What RE2 cannot take (backreferences, look-arounds, possessive repeats, atomic groups, \Z).
+REFUSED = [r"(a)\1", r"a(?=b)", r"a(?!b)", r"(?<=a)b", r"(?<!a)b", r"(a++)+b", r"(?>a+)+b", r"a\Z"]
+SAFE = [r"(\d+\.)*\d+", r"(ab)+c", r"ValueError: .*", r"([^.]+\.)+x", r"too small\z"]
+# A line that almost matches each: the number of ways re tries grows as 2 ** 70.
+NEAR_MISS = "ValueError:" + " " * 70 + "too smal" + "a" * 70 + "!"
+BOUND_S = 20  # generous: RE2 answers in milliseconds; a regression fails here, never hangs
 
 
-@pytest.mark.parametrize("pattern", CATASTROPHIC)
-def test_a_scenario_regex_that_backtracks_catastrophically_is_refused_at_load(
-    tmp_path: Path, pattern: str
-) -> None:
-    path = tmp_path / "bad.yaml"
+def _scenario_file(folder: Path, pattern: str) -> Path:
+    path = folder / "bad.yaml"
     path.write_text(
         textwrap.dedent(
             f"""\
@@ -537,21 +543,82 @@ def test_a_scenario_regex_that_backtracks_catastrophically_is_refused_at_load(
             """
         )
     )
-    with pytest.raises(ConfigError) as raised:
-        load_scenario(path)
-    (problem,) = raised.value.problems
-    assert problem.line == 6 and "repeats a repeat" in problem.message
+    return path
+
+
+def _catalogue(pattern: str) -> str:
+    body = "causes:\n  - {category: c, title: C, role: cause, explanation: e, fix: f, "
+    return body + json.dumps({"patterns": [pattern]})[1:-1] + "}\n"
+
+
+def _bounded(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command line in a process of its own: a match that never ends fails, not hangs."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("pattern", CATASTROPHIC[:2])
+def test_triage_with_a_scenario_regex_that_would_backtrack_forever_ends(
+    tmp_path: Path, pattern: str
+) -> None:
+    _scenario_file(tmp_path, pattern)
+    log = tmp_path / "log.txt"
+    log.write_text(f"{PREFIX}{NEAR_MISS}\n" * 3 + f"{PREFIX}ValueError: the cache is too small\n")
+    done = _bounded("-m", "repromatrix", "triage", str(log), "--scenarios", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["scenarios_seen"] == ["bad"]
 
 
 @pytest.mark.parametrize("pattern", CATASTROPHIC)
-def test_a_catalogue_regex_that_backtracks_catastrophically_is_refused(pattern: str) -> None:
-    body = "causes:\n  - {category: c, title: C, role: cause, explanation: e, fix: f}\n"
-    entry = json.dumps({"patterns": [pattern]})[1:-1]
-    with pytest.raises(ConfigError, match="repeats a repeat"):
-        parse_catalogue(body.replace("fix: f}", f"fix: f, {entry}}}"), "causes.yaml")
+def test_a_catalogue_regex_that_would_backtrack_forever_ends(pattern: str) -> None:
+    code = (
+        "import sys; from repromatrix.triage.catalogue import parse_catalogue\n"
+        "found = parse_catalogue(sys.argv[1], 'causes.yaml').match(sys.argv[2])\n"
+        "print(found.category if found else '-')\n"
+    )
+    expected = {CATASTROPHIC[0]: ("-", "c"), CATASTROPHIC[1]: ("c", "c")}.get(pattern)
+    for i, line in enumerate((NEAR_MISS, "ValueError: too small")):
+        done = _bounded("-c", code, _catalogue(pattern), line)
+        assert done.returncode == 0, done.stderr
+        assert expected is None or done.stdout.strip() == expected[i], (pattern, line)
+
+
+@pytest.mark.parametrize("pattern", CATASTROPHIC)
+def test_scenario_regexes_that_would_backtrack_forever_load(tmp_path: Path, pattern: str) -> None:
+    (scenario,) = [load_scenario(_scenario_file(tmp_path, pattern))]
+    assert scenario.signatures[0].pattern == pattern
+
+
+@pytest.mark.parametrize("pattern", REFUSED)
+def test_a_scenario_regex_re2_cannot_take_is_refused_at_load_with_its_line(
+    tmp_path: Path, pattern: str
+) -> None:
+    path = _scenario_file(tmp_path, pattern)
+    with pytest.raises(ConfigError) as raised:
+        load_scenario(path)
+    (problem,) = raised.value.problems
+    assert problem.file == str(path) and problem.line == 6
+    assert "is not a valid regular expression" in problem.message and "RE2" in problem.message
+    err = _one_line(_cli("triage", "-", "--scenarios", str(tmp_path), stdout=subprocess.DEVNULL), 2)
+    assert f"{path}:6:" in err
+
+
+@pytest.mark.parametrize("pattern", REFUSED)
+def test_a_catalogue_regex_re2_cannot_take_is_refused_with_its_line(pattern: str) -> None:
+    with pytest.raises(ConfigError, match="RE2") as raised:
+        parse_catalogue(_catalogue(pattern), "causes.yaml")
+    (problem,) = raised.value.problems
+    assert problem.file == "causes.yaml" and problem.line == 2
 
 
 @pytest.mark.parametrize("pattern", SAFE)
 def test_regexes_that_cannot_blow_up_are_accepted(pattern: str) -> None:
-    body = "causes:\n  - {category: c, title: C, role: cause, explanation: e, fix: f, "
-    parse_catalogue(body + json.dumps({"patterns": [pattern]})[1:-1] + "}\n", "causes.yaml")
+    parse_catalogue(_catalogue(pattern), "causes.yaml")

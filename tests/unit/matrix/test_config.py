@@ -107,7 +107,9 @@ def test_a_gpu_name_that_names_no_gpu_is_refused(tmp_path: Path) -> None:
     where = at(text, '"/H100(/')
     assert errors(tmp_path, text) == [
         f"{where}: `name` '/H100(/' is refused: it names no GPU: it is not a valid "
-        "regular expression: missing ), unterminated subpattern at position 4 "
+        "regular expression: missing ): H100( "
+        "(RE2, which matches in linear time, has no backreferences, look-arounds, possessive "
+        "repeats or atomic groups, and writes `\\Z` as `\\z`) "
         "(use a glob like H100* or a /regex/)"
     ]
     cpu = """

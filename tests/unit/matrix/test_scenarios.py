@@ -211,8 +211,9 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
         f"{quoted}: `ge` compares numbers, not the text '128'",
         f"{at(text, 'online')}: `mode` must be `server` or `offline`, not the text 'online'",
         f"{at(text, 'flagz')}: unknown key `flagz` in `launch`. Perhaps you meant `flags`?",
-        f"{pattern}: `pattern` is not a valid regular expression: "
-        "unterminated character set at position 1",
+        f"{pattern}: `pattern` is not a valid regular expression: missing ]: [a- "
+        "(RE2, which matches in linear time, has no backreferences, look-arounds, possessive "
+        "repeats or atomic groups, and writes `\\Z` as `\\z`)",
         f"{affected}: `affected` `>=0.31.0,<<0.31.1` is not a version specifier set "
         "(e.g. `>=0.31.0,<0.31.1rc0` or `all`)",
         f"{at(text, '{name: trigger')}: duplicate variant `trigger` (`trigger` is reserved)",
