@@ -311,7 +311,8 @@ def test_a_task_killed_mid_run_ends_its_cell_as_an_infra_error_naming_it(tmp_pat
 
 
 def matrix_with(folder: Path, entry: str, slurm: str) -> list[str]:
-    """The default matrix with a ``slurm`` mapping under the GPU entry ``entry`` (its lines)."""
+    """The default matrix with a ``slurm`` mapping under the GPU entry ``entry`` (its name and
+    runner lines)."""
     text = (ROOT / "matrix.yaml").read_text()
     assert entry in text
     matrix = folder / "matrix.yaml"
@@ -319,11 +320,8 @@ def matrix_with(folder: Path, entry: str, slurm: str) -> list[str]:
     return ["--matrix", str(matrix), "--scenarios", str(ROOT / "scenarios")]
 
 
-CPU_ENTRY = "      cpu:\n        runner: ubuntu-latest\n        count: 0\n"
-H100_ENTRY = (
-    "      h100:\n        runner: gpu-h100\n        count: 1\n"
-    '        compute_capability: "9.0"\n        memory_gib: 80\n'
-)
+CPU_ENTRY = "      cpu:\n        runner: ubuntu-latest\n"
+H100_ENTRY = "      h100:\n        runner: gpu-h100\n"
 
 
 def test_a_partition_slurm_does_not_know_is_refused_before_anything_runs(tmp_path: Path):
