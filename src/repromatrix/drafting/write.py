@@ -9,11 +9,13 @@ the draft says so in a comment at the place the value would go.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from repromatrix.drafting.signature import signature_pattern
+from repromatrix.results.store import RootCause
 from repromatrix.secret_env import redact_text
 from repromatrix.triage import Diagnosis, FlagFix
 from repromatrix.triage.facts import LaunchRecord
@@ -117,9 +119,9 @@ def _text(value: str) -> str:
 def _value(value: Scalar) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float):
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
         return json.dumps(value)
-    return _text(value)
+    return _text(str(value))  # NaN and infinities are no YAML number: written as text
 
 
 def _title(diagnosis: Diagnosis) -> str:
@@ -129,9 +131,8 @@ def _title(diagnosis: Diagnosis) -> str:
     return f"{what} (drafted from a log)"
 
 
-def _short(cause: object) -> str:
-    exception = getattr(cause, "exception", None)
-    return f"{exception} at start-up." if exception else "such error at start-up."
+def _short(cause: RootCause) -> str:
+    return f"{cause.exception} at start-up." if cause.exception else "such error at start-up."
 
 
 def _lanes(out: _Lines, record: LaunchRecord) -> None:
