@@ -78,3 +78,8 @@ def test_where_the_log_is_silent_the_draft_says_so():
 
 def test_the_id_comes_from_the_category():
     assert draft_id(diagnosis()) == "draft-kv-cache-too-small"
+
+
+def test_a_value_yaml_has_no_number_for_is_written_as_text():
+    text = render_draft(diagnosis(), record(gpu_memory_utilization=float("nan")), "draft-x", "x")
+    assert yaml.safe_load(text)["launch"]["flags"]["gpu_memory_utilization"] == "nan"
