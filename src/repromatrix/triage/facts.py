@@ -366,10 +366,12 @@ def namespace_args(items: str) -> _Args | None:
 
 def _top_level_items(text: str) -> list[str] | None:
     """``text`` split at the commas outside brackets (a repr's items), strings read as
-    Python reads them; ``None`` where Python cannot tokenize it (a string cut short)."""
+    Python reads them; ``None`` where it is cut short (a string or a bracket left open)."""
     cuts, depth = [0], 0
     try:
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.ERRORTOKEN and token.string[:1] in ("'", '"'):
+                return None  # a string cut short
             if token.type != tokenize.OP:
                 continue
             if token.string in _OPEN:
@@ -380,6 +382,8 @@ def _top_level_items(text: str) -> list[str] | None:
                 cuts.append(token.start[1] + 1)
     except (tokenize.TokenError, SyntaxError):
         return None
+    if depth:
+        return None  # a bracket never closed: cut short
     ends = [*cuts[1:], len(text) + 1]
     pieces = (text[start : end - 1] for start, end in zip(cuts, ends, strict=True))
     return [piece for piece in pieces if piece.strip()]
