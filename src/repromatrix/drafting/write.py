@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from repromatrix.drafting.defaults import set_in_dump
 from repromatrix.drafting.signature import signature_pattern
 from repromatrix.results.store import RootCause
 from repromatrix.secret_env import redact_text
@@ -55,11 +56,18 @@ def draft_id(diagnosis: Diagnosis) -> str:
 
 
 def engine_flags(record: LaunchRecord) -> tuple[dict[str, Scalar], list[str]]:
-    """The engine flags a draft keeps from the record, and a note for each one left out."""
+    """The engine flags a draft keeps from the record, and a note for each one left out.
+
+    From an argument dump (every argument, set or not) only the flags
+    ``defaults.set_in_dump`` shows set are kept; a note says how many others were left.
+    """
+    dump = record.source == "argument dump"
     kept: dict[str, Scalar] = {}
     notes: list[str] = []
     for name, value in record.args.items():
         if name in DEPLOYMENT or _FLAG.fullmatch(name) is None:
+            continue
+        if dump and not set_in_dump(name, value):
             continue
         if _SECRET.search(name):
             notes.append(f"{name}: left out (a secret)")
@@ -67,7 +75,19 @@ def engine_flags(record: LaunchRecord) -> tuple[dict[str, Scalar], list[str]]:
             kept[name] = value
         elif value is not None:
             notes.append(f"{name}: left out (a {type(value).__name__} value: fill it in by hand)")
-    return kept, notes
+    return kept, notes + (_dump_notes(record, len(kept)) if dump else [])
+
+
+def _dump_notes(record: LaunchRecord, kept: int) -> list[str]:
+    left = len(record.args) - kept
+    notes = [
+        f"from the log's argument dump: {left} other arguments left out (deployment ones,"
+        " vLLM's defaults, or flags whose default the draft does not know)"
+    ]
+    if record.unread:
+        names = ", ".join(record.unread)
+        notes.append(f"not read (no literal value in the dump): {names}")
+    return notes
 
 
 def render_draft(diagnosis: Diagnosis, record: LaunchRecord, scenario_id: str, log: str) -> str:
@@ -157,7 +177,12 @@ def _trigger(out: _Lines, flags: Mapping[str, Scalar], record: LaunchRecord) -> 
 
 def _silent(record: LaunchRecord, what: str) -> str:
     if record.source is None:
-        return f"{what}: the log records no engine arguments (no non-default args, no command line)"
+        return (
+            f"{what}: the log records no engine arguments"
+            " (no non-default args, no argument dump, no command line)"
+        )
+    if record.source == "argument dump":
+        return f"{what}: the log's argument dump sets no engine flag the draft knows the default of"
     return f"{what}: the log's {record.source} hold no engine argument beyond deployment ones"
 
 

@@ -14,8 +14,10 @@ same where not said) and the real logs it was seen in.
 from __future__ import annotations
 
 import ast
+import io
 import re
 import shlex
+import tokenize
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -23,6 +25,7 @@ from typing import Any
 
 from repromatrix.model import FactTest
 from repromatrix.patterns import compile_pattern
+from repromatrix.triage.dumps import join_dumps
 from repromatrix.vllm_facts import FACTS
 
 # What triage read: a fact's name to its value, in the order of ``FACTS``.
@@ -233,9 +236,13 @@ def describe(test: FactTest) -> str:
 
 # --- How the log says vLLM was launched: its engine arguments, model, GPU and platform ---
 # api_server.py / cli/serve.py: "non-default args: {...}" (a Python dict literal, every CPU
-# log in tests/data/logs); a shell's or launcher's echo of "vllm serve MODEL --flag value"
-# or "python -m vllm.entrypoints.openai.api_server --flag value".
+# log in tests/data/logs); older servers' api_server.py "args: Namespace(host=None, ...)",
+# the whole parsed namespace (argparse's repr: ``name=repr(value)``, k3, k5 and k7 in
+# tests/data/logs/classes); a shell's or launcher's echo of "vllm serve MODEL --flag value"
+# or "python -m vllm.entrypoints.openai.api_server --flag value". A dump hard-wrapped over
+# lines is read joined (``dumps.join_dumps``).
 _NON_DEFAULT = re.compile(r"[Nn]on-default args: (?P<dict>\{.*\})\s*$")
+_NAMESPACE = re.compile(r"(?:\bargs: |^)Namespace\((?P<items>.*)\)\s*$")
 _COMMAND = re.compile(r"(?:\bvllm serve|-m vllm\.entrypoints\.openai\.api_server)\s(?P<rest>.*)$")
 _BANNER_MODEL = re.compile("\u2588  model +(?P<value>\\S+)")
 _CONFIG_MODEL = re.compile(r"with config: model='(?P<value>[^']+)'")
@@ -245,8 +252,12 @@ _GPU = re.compile(r"Your (?P<value>[\w .-]+?) GPU has compute capability")
 _PLATFORM = re.compile(r"detected platform (?P<value>[a-z]+)")
 # Statements only the CPU platform makes (cpu_worker.py, CPU_ATTN, the CPU punica wrapper).
 _CPU_ONLY = ("CPU KV cache size", "CPU_ATTN", "PunicaWrapperCPU", "GiB for KV cache")
+_ITEM_NAME = re.compile(r"\s*(?P<name>[A-Za-z_]\w*)=(?P<value>.*)\Z", re.DOTALL)
+_OPEN, _CLOSE = "([{<", ")]}>"
 
 ArgValue = bool | int | float | str | None | list[Any] | dict[str, Any] | tuple[Any, ...]
+# Where a record's arguments came from, first choice first.
+SOURCES = ("non-default args", "argument dump", "command line")
 
 
 @dataclass(frozen=True)
@@ -254,44 +265,68 @@ class LaunchRecord:
     """What a log records of its own launch; ``None`` (or no arguments) where it is silent."""
 
     args: Mapping[str, ArgValue]  # engine arguments as recorded, in snake_case
-    source: str | None  # "non-default args" or "command line": where ``args`` came from
+    source: str | None  # one of ``SOURCES``: where ``args`` came from
     model: str | None
     gpu: str | None
     platform: str | None
+    # Arguments of an argument dump whose value is no Python literal (``<enum ...>``,
+    # ``functools.partial(...)``): named, their value not read.
+    unread: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Args:
+    args: dict[str, ArgValue]
+    unread: tuple[str, ...] = ()
 
 
 def read_launch(lines: Iterable[str]) -> LaunchRecord:
-    """The launch a log records: the first non-default args line (else a command line),
+    """The launch a log records: its engine arguments (the first non-default args line,
+    else the first argument dump, else a command line; a dump wrapped over lines joined),
     the model and GPU it names, and the platform it ran on."""
-    args: dict[str, ArgValue] | None = None
-    command: dict[str, ArgValue] | None = None
+    records: dict[str, _Args] = {}
     found: dict[str, str] = {}
-    for line in lines:
-        if args is None and (match := _NON_DEFAULT.search(line)):
-            args = _literal_dict(match.group("dict"))
-        if command is None and (match := _COMMAND.search(line)):
-            command = command_args(match.group("rest"))
-        for name, regex in (("model", _BANNER_MODEL), ("model", _CONFIG_MODEL), ("gpu", _GPU)):
-            if name not in found and (match := regex.search(line)):
-                found[name] = match.group("value")[:MAX_VALUE]
-        if "platform" not in found:
-            if match := _PLATFORM.search(line):
-                found["platform"] = match.group("value")
-            elif any(marker in line for marker in _CPU_ONLY):
-                found["platform"] = "cpu"
-    recorded, source = _recorded(args, command)
+    for line in join_dumps(lines):
+        for name, read in _READERS:
+            if name not in records and (args := read(line)) is not None:
+                records[name] = args
+        _read_setting(line, found)
+    source = next((name for name in SOURCES if name in records), None)
+    chosen = records[source] if source is not None else _Args({})
+    recorded = MappingProxyType(chosen.args)
     model = _model_arg(recorded) or found.get("model")
-    return LaunchRecord(recorded, source, model, found.get("gpu"), found.get("platform"))
+    return LaunchRecord(
+        recorded, source, model, found.get("gpu"), found.get("platform"), chosen.unread
+    )
 
 
-def _recorded(
-    args: dict[str, ArgValue] | None, command: dict[str, ArgValue] | None
-) -> tuple[Mapping[str, ArgValue], str | None]:
-    if args is not None:
-        return MappingProxyType(args), "non-default args"
-    if command is not None:
-        return MappingProxyType(command), "command line"
-    return MappingProxyType({}), None
+def _read_setting(line: str, found: dict[str, str]) -> None:
+    """Note the model, GPU and platform ``line`` names, where not found yet."""
+    for name, regex in (("model", _BANNER_MODEL), ("model", _CONFIG_MODEL), ("gpu", _GPU)):
+        if name not in found and (match := regex.search(line)):
+            found[name] = match.group("value")[:MAX_VALUE]
+    if "platform" not in found:
+        if match := _PLATFORM.search(line):
+            found["platform"] = match.group("value")
+        elif any(marker in line for marker in _CPU_ONLY):
+            found["platform"] = "cpu"
+
+
+def _non_default(line: str) -> _Args | None:
+    match = _NON_DEFAULT.search(line)
+    args = _literal_dict(match.group("dict")) if match else None
+    return _Args(args) if args is not None else None
+
+
+def _command(line: str) -> _Args | None:
+    match = _COMMAND.search(line)
+    args = command_args(match.group("rest")) if match else None
+    return _Args(args) if args is not None else None
+
+
+def _dump(line: str) -> _Args | None:
+    match = _NAMESPACE.search(line)
+    return namespace_args(match.group("items")) if match else None
 
 
 def _model_arg(args: Mapping[str, ArgValue]) -> str | None:
@@ -306,10 +341,59 @@ def _literal_dict(text: str) -> dict[str, ArgValue] | None:
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None  # cut or hard-wrapped: the log does not hold the whole record
+        return None  # cut short: the log does not hold the whole record
     if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
         return None
     return value
+
+
+def namespace_args(items: str) -> _Args | None:
+    """The arguments of an argparse ``Namespace(...)``'s inside (``host=None, port=8000``):
+    each value read as a Python literal, the names of those that are none listed as unread;
+    ``None`` when ``items`` is not such a list (cut short, or something else)."""
+    args: dict[str, ArgValue] = {}
+    unread: list[str] = []
+    for item in _top_level_items(items) or ():
+        match = _ITEM_NAME.match(item)
+        if match is None:
+            return None
+        try:
+            args[match.group("name")] = ast.literal_eval(match.group("value").strip())
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            unread.append(match.group("name"))
+    return _Args(args, tuple(unread)) if args or unread else None
+
+
+def _top_level_items(text: str) -> list[str] | None:
+    """``text`` split at the commas outside brackets (a repr's items), strings read as
+    Python reads them; ``None`` where it is cut short (a string or a bracket left open)."""
+    cuts, depth = [0], 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.ERRORTOKEN and token.string[:1] in ("'", '"'):
+                return None  # a string cut short
+            if token.type != tokenize.OP:
+                continue
+            if token.string in _OPEN:
+                depth += 1
+            elif token.string in _CLOSE:
+                depth = max(depth - 1, 0)
+            elif token.string == "," and depth == 0:
+                cuts.append(token.start[1] + 1)
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    if depth:
+        return None  # a bracket never closed: cut short
+    ends = [*cuts[1:], len(text) + 1]
+    pieces = (text[start : end - 1] for start, end in zip(cuts, ends, strict=True))
+    return [piece for piece in pieces if piece.strip()]
+
+
+_READERS: tuple[tuple[str, Callable[[str], _Args | None]], ...] = (
+    ("non-default args", _non_default),
+    ("argument dump", _dump),
+    ("command line", _command),
+)
 
 
 def command_args(rest: str) -> dict[str, ArgValue] | None:

@@ -53,6 +53,7 @@ from repromatrix.model import FactTest, Scenario
 from repromatrix.triage import facts, reasoning
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue, required_literals
 from repromatrix.triage.diagnosis import Diagnosis, RequestError
+from repromatrix.triage.dumps import MIN_WRAP, is_dump_piece
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.logmodel import (
     QUIET,
@@ -61,7 +62,6 @@ from repromatrix.triage.logmodel import (
     Line,
     LineSplitter,
     PrefixLearner,
-    continues_dump,
     decode,
     http_status,
     is_compiler_error,
@@ -71,7 +71,7 @@ from repromatrix.triage.logmodel import (
     reparse,
 )
 from repromatrix.triage.signatures import ScenarioSignatures, reached_lines
-from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader, is_traceback_line
+from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader
 from repromatrix.vllm_processes import same_process
 
 MAX_PER_TIER = 32
@@ -79,7 +79,6 @@ MAX_REQUEST_ERRORS = 16  # refused requests kept for the answer (all are counted
 MAX_UNANSWERED = 64  # failures after start-up waiting for the server's answer
 MAX_LAST_ERRORS = 12
 RECENT_LINES = 8
-MIN_WRAP = 60  # a line cut by a paste's hard wrap is at least this long
 # The server is up once one of these is printed; a failure after it happened on a request.
 READY_MARKERS = (
     "Application startup complete",
@@ -387,9 +386,7 @@ class Triager:
         value``), and is no line of a traceback nor the harness's. The cut may fall
         inside the words that mark the dump (``non-default ar`` + ``gs: {...``).
         """
-        if line.level is not None or line.stream is not None or not continues_dump(line.text):
-            return None
-        if line.raw.startswith(HARNESS_LINE) or is_traceback_line(line.text):
+        if not is_dump_piece(line):
             return None
         if self._dump_end == line.number - 1 and self._prev is not None:
             return self._prev.raw

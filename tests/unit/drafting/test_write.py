@@ -12,7 +12,8 @@ from repromatrix.drafting.check import load_draft
 from repromatrix.drafting.write import draft_id, engine_flags, render_draft
 from repromatrix.results.store import RootCause
 from repromatrix.triage import Change, Diagnosis, Direction, FlagFix
-from repromatrix.triage.facts import LaunchRecord
+from repromatrix.triage.facts import LaunchRecord, read_launch
+from support import paths
 
 HOSTILE = "!!python/object:os.system &a *a $(rm -rf /) `id` #x\n: {y} 'q' \"d\""
 SILENT = LaunchRecord(MappingProxyType({}), None, None, None, None)
@@ -83,3 +84,25 @@ def test_the_id_comes_from_the_category():
 def test_a_value_yaml_has_no_number_for_is_written_as_text():
     text = render_draft(diagnosis(), record(gpu_memory_utilization=float("nan")), "draft-x", "x")
     assert yaml.safe_load(text)["launch"]["flags"]["gpu_memory_utilization"] == "nan"
+
+
+def test_from_an_argument_dump_only_flags_set_off_vllm_s_defaults_are_drafted():
+    log = paths.DATA / "logs" / "classes" / "k7-v0-args-namespace-hard-wrapped-at-80-columns.log"
+    dump = read_launch(log.read_text().splitlines())
+    kept, notes = engine_flags(dump)
+    assert kept == {"trust_remote_code": True, "max_model_len": 8192, "tensor_parallel_size": 2}
+    assert notes[0].startswith(f"from the log's argument dump: {len(dump.args) - 3} other")
+    assert notes[1] == "not read (no literal value in the dump): config_format"
+    text = render_draft(diagnosis(), dump, "draft-x", log.name)
+    assert load_draft("draft-x", text).launch.flags == kept
+    assert "  flags.tensor_parallel_size: {eq: 2}" in text
+
+
+def test_a_dump_that_sets_no_known_flag_says_so():
+    dump = LaunchRecord(
+        MappingProxyType({"port": 8000, "seed": 0}), "argument dump", None, None, None
+    )
+    kept, _ = engine_flags(dump)
+    assert kept == {}
+    text = render_draft(diagnosis(), dump, "draft-x", "x.log")
+    assert "argument dump sets no engine flag the draft knows the default of" in text

@@ -199,3 +199,57 @@ def test_read_launch_reads_a_command_line_and_not_prose():
     }
     assert command_args("with --enable-scale-out to enable them.") is None
     assert read_launch(["nothing here"]).source is None
+
+
+def _launch_of(name: str):  # type: ignore[no-untyped-def]
+    from repromatrix.triage.facts import read_launch  # noqa: PLC0415
+
+    return read_launch((LOGS / name).read_text(errors="replace").splitlines())
+
+
+def test_read_launch_reads_an_argument_dump_hard_wrapped_at_80_columns():
+    record = _launch_of("classes/k7-v0-args-namespace-hard-wrapped-at-80-columns.log")
+    assert record.source == "argument dump"
+    # Every value of the dump is recorded, the first and the last piece's included.
+    assert record.args["host"] == "0.0.0.0"
+    assert record.args["enable_prompt_tokens_details"] is False
+    assert record.args["tensor_parallel_size"] == 2
+    assert record.args["trust_remote_code"] is True
+    assert record.args["allowed_origins"] == ["*"]
+    assert record.unread == ("config_format",)  # <ConfigFormat.AUTO: 'auto'>
+    assert record.model == "microsoft/Phi-3-small-8k-instruct"
+
+
+def test_read_launch_reads_a_wrapped_non_default_args_line_to_its_itemless_tail():
+    record = _launch_of("classes/k7-compose-non-default-args-hard-wrapped-then-a-real-error.log")
+    assert record.source == "non-default args"
+    assert record.args["tensor_parallel_size"] == 2  # 'tensor_parallel_si' + 'ze': cut
+    assert record.args["enable_prefix_caching"] is True  # its last piece is "True}"
+
+
+def test_read_launch_prefers_the_non_default_args_to_a_dump_and_a_dump_to_a_command():
+    from repromatrix.triage.facts import read_launch  # noqa: PLC0415
+
+    record = _launch_of("classes/k1-launcher-prints-the-start-up-dumps-without-a-level.log")
+    assert record.source == "non-default args"
+    assert "port" not in record.args  # the dump's port=8000 is not what was set
+    record = read_launch(
+        ["$ vllm serve /m --max-model-len 9", "INFO args: Namespace(model='/m', max_model_len=8)"]
+    )
+    assert (record.source, record.args["max_model_len"]) == ("argument dump", 8)
+
+
+def test_namespace_args_reads_each_value_and_names_those_that_are_no_literal():
+    from repromatrix.triage.facts import namespace_args  # noqa: PLC0415
+
+    items = (
+        "a='x, y)', b=[1, (2, 3)], c={'k': 'v,w'}, d=<E.X: 'x'>, "
+        "e=functools.partial(<function f at 0x7f>, n=1), f=None, g=-0.5"
+    )
+    read = namespace_args(items)
+    assert read is not None
+    assert read.args == {"a": "x, y)", "b": [1, (2, 3)], "c": {"k": "v,w"}, "f": None, "g": -0.5}
+    assert read.unread == ("d", "e")
+    assert namespace_args("a='cut sho") is None  # a string cut short: not the whole dump
+    assert namespace_args("a=[1, 2") is None
+    assert namespace_args("not a namespace") is None
