@@ -15,13 +15,15 @@ character.
 Only ``search`` answering yes or no is offered: groups match but capture nothing,
 and a lazy repeat accepts what its greedy form does. Supported: literals, ``.``,
 classes (ranges, ``\\d \\w \\s`` and their negations), ``* + ? {m,n}`` and their
-lazy forms, alternation, groups, ``^ $ \\A \\Z \\b \\B``, the flags ``i m s x a``
-(given, inline or scoped), with ``re``'s Unicode meaning of each. Bounded repeats
-are expanded, up to ``MAX_STATES`` instructions. ``Unsupported`` (an ``re.error``)
-refuses the rest: backreferences, look-arounds, conditionals, possessive repeats
-and atomic groups, which RE2 refuses when the file loads, so they never arrive.
+lazy forms, alternation, groups, ``^ $ \\A \\Z \\b \\B`` (and RE2's ``\\z``), the
+flags ``i m s x a`` (given, inline or scoped), each with ``re``'s (Unicode) meaning.
+Bounded repeats are expanded, up to ``MAX_STATES`` instructions. ``Unsupported`` (an
+``re.error``) refuses the rest: backreferences, look-arounds, conditionals,
+possessive repeats and atomic groups, which RE2 refuses when the file loads, so
+they never arrive.
 
-The harness and the probes may import only their own folder, so each keeps this
+The harness and the probes may import only their own folder, and run from the
+package's folders as they are on the local backend, so each folder keeps this
 file; a test keeps the two copies identical.
 """
 
@@ -66,7 +68,7 @@ class Regex:
     """A pattern compiled for ``search``: whether it occurs in a text, in linear time."""
 
     def __init__(self, pattern: str, flags: int = 0) -> None:
-        parsed = _PARSER.parse(pattern, flags)
+        parsed = _PARSER.parse(_python_spelling(pattern), flags)
         self.pattern = pattern
         self._program = compile_program(parsed.data, parsed.state.flags)
         self._match = len(self._program) - 1
@@ -95,6 +97,12 @@ class Regex:
 def search(pattern: str, text: str, flags: int = 0) -> bool:
     """Whether ``pattern`` matches anywhere in ``text``, in time linear in ``text``."""
     return Regex(pattern, flags).search(text)
+
+
+def _python_spelling(pattern: str) -> str:
+    """``pattern`` with RE2's ``\\z`` (the very end) written as ``re`` reads it: ``\\Z``."""
+    # Escapes are read pairwise from the left, so an escaped backslash before a z stays.
+    return re.sub(r"\\(.)", lambda m: "\\Z" if m[1] == "z" else m[0], pattern, flags=re.DOTALL)
 
 
 def compile_program(items: Sequence[Any], flags: int) -> tuple[Instruction, ...]:

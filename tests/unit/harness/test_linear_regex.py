@@ -77,6 +77,13 @@ def test_made_up_patterns_answer_as_re_does(pattern: str, texts: list[str]) -> N
         assert regex.search(text) is (re.search(pattern, text) is not None), text
 
 
+def test_re2_s_very_end_is_read_as_re_s() -> None:
+    # RE2 refuses `\Z` and writes it `\z`, which `re` before 3.14 refuses.
+    assert Regex(r"small\z").search("too small")
+    assert not Regex(r"small\z").search("too small\n")
+    assert Regex(r"a\\z").search("a\\z") and not Regex(r"a\\z").search("a")
+
+
 def test_flags_given_to_the_constructor_count() -> None:
     assert Regex("abc", re.IGNORECASE).search("xABC")
     assert not Regex("^b").search("a\nb")
