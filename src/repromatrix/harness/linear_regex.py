@@ -72,12 +72,12 @@ class Regex:
         self.pattern = pattern
         self._program = compile_program(parsed.data, parsed.state.flags)
         self._match = len(self._program) - 1
-        self._contextual = any(op == _ASSERT for op, _, _, _ in self._program)
+        self._context = _context_reader(self._program)
         self._steps: dict[tuple[frozenset[int], str, int], frozenset[int]] = {}
 
     def search(self, text: str) -> bool:
         """Whether the pattern matches anywhere in ``text`` (``re.search`` is not None)."""
-        context = _context if self._contextual else _no_context
+        context = self._context
         states = _closure(self._program, (0,), context(text, 0))
         steps = self._steps
         for index, char in enumerate(text):
@@ -129,7 +129,8 @@ def _emit_item(program: list[list[Any]], name: str, value: Any, flags: int) -> N
     if name in ("LITERAL", "NOT_LITERAL", "ANY", "IN"):
         _add(program, [_CHAR, _char_test(name, value, flags), 0, 0])
     elif name == "AT":
-        _add(program, [_ASSERT, _at_test(value.name, flags), 0, 0])
+        words = value.name in ("AT_BOUNDARY", "AT_NON_BOUNDARY")
+        _add(program, [_ASSERT, _at_test(value.name, flags), int(words), 0])
     elif name == "BRANCH":
         _emit_branch(program, value[1], flags)
     elif name == "SUBPATTERN":
@@ -289,27 +290,44 @@ def _at_word_edge(context: int, prev: int, nxt: int) -> bool:
     return (not context & prev) != (not context & nxt)
 
 
+def _context_reader(program: Sequence[Instruction]) -> Callable[[str, int], int]:
+    """What reads a position's context for ``program``: no more than its assertions ask."""
+    asserts = [words for op, _, words, _ in program if op == _ASSERT]
+    if not asserts:
+        return _no_context
+    return _word_context if any(asserts) else _line_context
+
+
 def _no_context(text: str, index: int) -> int:
     return 0
 
 
-def _context(text: str, index: int) -> int:
-    """What the assertions may ask of the position ``index`` in ``text``, as bits."""
+def _line_context(text: str, index: int) -> int:
+    """Where the position ``index`` is in ``text`` and its lines, as bits."""
     bits = 0 if text else _EMPTY
     if index == 0:
         bits |= _START
-    else:
-        before = text[index - 1]
-        bits |= _AFTER_NL if before == "\n" else 0
-        bits |= _PREV_WORD if _word(before) else 0
-        bits |= _PREV_ASCII_WORD if _ascii_word(before) else 0
+    elif text[index - 1] == "\n":
+        bits |= _AFTER_NL
     if index == len(text):
         return bits | _END
-    after = text[index]
-    if after == "\n":
+    if text[index] == "\n":
         bits |= _AT_NL | (_BEFORE_FINAL_NL if index == len(text) - 1 else 0)
-    bits |= _NEXT_WORD if _word(after) else 0
-    return bits | (_NEXT_ASCII_WORD if _ascii_word(after) else 0)
+    return bits
+
+
+def _word_context(text: str, index: int) -> int:
+    """``_line_context`` and whether a word character is just before and just after."""
+    bits = _line_context(text, index)
+    if index > 0:
+        before = text[index - 1]
+        bits |= _PREV_WORD if _word(before) else 0
+        bits |= _PREV_ASCII_WORD if _ascii_word(before) else 0
+    if index < len(text):
+        after = text[index]
+        bits |= _NEXT_WORD if _word(after) else 0
+        bits |= _NEXT_ASCII_WORD if _ascii_word(after) else 0
+    return bits
 
 
 def _step(
