@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 # Python's own parser: ``re._parser`` from 3.11 (``sre_parse`` is deprecated there).
 _PARSER: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
 MAX_STATES = 20_000  # instructions of one program, bounded repeats expanded
-CACHE_LIMIT = 50_000  # DFA steps kept per pattern; past it the cache starts again
+# States held in a pattern's cached DFA steps, all together; past it the cache starts again
+# (a bound on memory, whatever the pattern: a step's set may hold thousands of states).
+CACHE_LIMIT = 200_000
 
 _CHAR, _SPLIT, _JMP, _ASSERT, _MATCH = range(5)
 # What an assertion may ask of a position, as bits of its context.
@@ -74,24 +76,32 @@ class Regex:
         self._match = len(self._program) - 1
         self._context = _context_reader(self._program)
         self._steps: dict[tuple[frozenset[int], str, int], frozenset[int]] = {}
+        self._cached = 0  # states held in the values of ``_steps``
 
     def search(self, text: str) -> bool:
         """Whether the pattern matches anywhere in ``text`` (``re.search`` is not None)."""
         context = self._context
         states = _closure(self._program, (0,), context(text, 0))
-        steps = self._steps
         for index, char in enumerate(text):
             if self._match in states:
                 return True
             key = (states, char, context(text, index + 1))
-            following = steps.get(key)
+            following = self._steps.get(key)
             if following is None:
-                following = _step(self._program, states, char, key[2])
-                if len(steps) >= CACHE_LIMIT:
-                    steps.clear()
-                steps[key] = following
+                following = self._remember(key, _step(self._program, states, char, key[2]))
             states = following
         return self._match in states
+
+    def _remember(
+        self, key: tuple[frozenset[int], str, int], following: frozenset[int]
+    ) -> frozenset[int]:
+        """``following`` kept as the step from ``key``, within ``CACHE_LIMIT``."""
+        if self._cached + len(following) > CACHE_LIMIT:
+            self._steps.clear()
+            self._cached = 0
+        self._steps[key] = following
+        self._cached += len(following)
+        return following
 
 
 def search(pattern: str, text: str, flags: int = 0) -> bool:

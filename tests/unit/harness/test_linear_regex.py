@@ -114,6 +114,17 @@ def test_what_re_cannot_parse_is_refused_with_re_s_reason() -> None:
         Regex("(unclosed")
 
 
+def test_the_step_cache_stays_within_its_bound_and_answers_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(linear_regex, "CACHE_LIMIT", 40)
+    pattern, texts = r"a.{0,12}b|\d\s+x", ["a" + "xy" * 40 + "b", "zzaqqqqb", "9 \t x", "a" * 90]
+    regex = Regex(pattern)
+    for text in texts * 2:
+        assert regex.search(text) is (re.search(pattern, text) is not None), text
+        assert sum(map(len, regex._steps.values())) <= 40
+
+
 def _data_patterns() -> list[str]:
     catalogue = builtin_catalogue()
     found = [p for cause in catalogue.causes for p in (*cause.patterns, *cause.frames)]
