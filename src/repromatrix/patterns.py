@@ -16,6 +16,12 @@ Differences from ``re`` a pattern may meet: ``\\d``, ``\\w``, ``\\s`` and ``\\b`
 are ASCII (``\\s`` is ``[\\t\\n\\f\\r ]``); without ``multiline``, ``$`` matches only
 at the very end of the text (lines are searched without their line break, so
 this is the same there).
+
+The programs that run inside images have the standard library only, no RE2:
+the harness searches ``interrupt_on`` and a probe its ``signature`` with
+``harness/linear_regex.py`` (``probes/`` holds the same file), a Thompson NFA
+over Python's own parser, linear in the text too. It reads a pattern as ``re``
+does (``\\d``, ``\\w``, ``\\s``, ``\\b`` are Unicode there) and takes RE2's ``\\z``.
 """
 
 from __future__ import annotations

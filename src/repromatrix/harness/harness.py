@@ -46,9 +46,10 @@ from typing import IO, Any
 
 try:  # run as a script inside the image: its siblings are on sys.path
     import hubcache  # type: ignore[import-not-found,unused-ignore]
+    import linear_regex  # type: ignore[import-not-found,unused-ignore]
     from oomwatch import LINE_PREFIX, OomWatch  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # imported as part of the repromatrix package
-    from repromatrix.harness import hubcache
+    from repromatrix.harness import hubcache, linear_regex
     from repromatrix.harness.oomwatch import LINE_PREFIX, OomWatch
 
 # Lines the harness and probes print for the host to read (never evidence for triage).
@@ -368,7 +369,8 @@ class Interrupt:
     """
 
     def __init__(self, pattern: str, out: Output) -> None:
-        self.regex = re.compile(pattern)
+        # Not ``re``: it backtracks, and one line could stall the relay for minutes.
+        self.regex = linear_regex.Regex(pattern)
         self.out = out
         self.line: str | None = None
 
