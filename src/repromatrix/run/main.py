@@ -54,7 +54,7 @@ from repromatrix.run.images import ImageReady, distinct_images
 from repromatrix.run.progress import Progress
 from repromatrix.runner import Runner, detect_runner
 from repromatrix.upstream.lock import lock_lines
-from repromatrix.upstream.resolve import Locking, Online, load_locked
+from repromatrix.upstream.resolve import Locked, Locking, Online, load_locked
 
 REHEARSAL_RUNNER = (
     "rehearsal: GPU cells run on the CPU without a device request; they are not matched "
@@ -189,23 +189,30 @@ def execute_run(
     return RunSummary(run.folder, run.todo, outcomes=counts, infeasible=len(infeasible))
 
 
+def locked_inputs(options: RunOptions, note: Callable[[str], None]) -> Locked:
+    """The matrix and scenarios of ``options``, each following lane's images from the lock
+    (read, or resolved now), and a note of what the lock holds."""
+    locked = load_locked(
+        options.matrix,
+        options.scenarios,
+        Locking(options.lock, options.relock),
+        lambda: Online(options.cache),
+        note,
+    )
+    if locked.lock is not None and locked.path is not None:
+        for line in lock_lines(locked.lock, locked.path, locked.fresh):
+            note(line)
+    return locked
+
+
 def plan_run(
     options: RunOptions, progress: Progress, planned: tuple[Matrix, Sequence[Cell]] | None
 ) -> RunPlan:
     """Load and expand the matrix (unless ``planned``), apply the selection, name the run
     folder and drop the cells a resumed run finished."""
     if planned is None:
-        locked = load_locked(
-            options.matrix,
-            options.scenarios,
-            Locking(options.lock, options.relock),
-            lambda: Online(options.cache),
-            progress.note,
-        )
+        locked = locked_inputs(options, progress.note)
         matrix, scenarios = locked.matrix, locked.scenarios
-        if locked.lock is not None and locked.path is not None:
-            for line in lock_lines(locked.lock, locked.path, locked.fresh):
-                progress.note(line)
         cells = plan(matrix, scenarios, options.lane, Selector(options.only, options.skip))
     else:
         matrix, cells = planned[0], tuple(planned[1])

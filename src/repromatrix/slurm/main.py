@@ -45,6 +45,7 @@ from repromatrix.run.main import (
     durations_folder,
     infeasible_reasons,
     interrupts_as_keyboard_interrupt,
+    locked_inputs,
     measured_s,
     plan_run,
     uninterruptible,
@@ -71,7 +72,6 @@ from repromatrix.slurm.submission import (
     write,
 )
 from repromatrix.slurm.watch import POLL_S, wait
-from repromatrix.upstream.resolve import Locking, Online, load_locked
 
 CANCEL_WAIT_S = 180.0  # Slurm's kill wait (30 s by default) and the tasks' container removal
 
@@ -93,13 +93,7 @@ def execute_slurm_run(options: RunOptions, slurm: SlurmRun, progress: Progress) 
         raise UsageError("--gpus names this host's GPUs; Slurm gives each task its own")
     if options.mode is Mode.RUN and (why := cluster.missing()):
         raise InfraError(f"--executor slurm: {why}")
-    locked = load_locked(
-        options.matrix,
-        options.scenarios,
-        Locking(options.lock, options.relock),
-        lambda: Online(options.cache),
-        progress.note,
-    )
+    locked = locked_inputs(options, progress.note)
     # Every task reads the lock resolved here, so all of them run the same images.
     options = replace(options, lock=locked.path, relock=False)
     matrix, catalogue = locked.matrix, locked.scenarios
