@@ -45,10 +45,18 @@ def resolve_folder(results: Path, run_id: str | None, resume: bool) -> RunFolder
     return RunFolder(run_id, store.run_folder(results, run_id))
 
 
-def latest_run(results: Path, besides: Path | None = None) -> Path | None:
+def latest_run(
+    results: Path, besides: Path | None = None, *, with_cells: bool = False
+) -> Path | None:
     """The run folder under ``results`` whose id sorts last (run ids are UTC times), other
-    than ``besides``; None when there is none."""
-    runs = sorted(p.name for p in results.glob("*/") if RUN_ID.fullmatch(p.name) and p != besides)
+    than ``besides`` and, ``with_cells``, holding cells; None when there is none."""
+    runs = sorted(
+        p.name
+        for p in results.glob("*/")
+        if RUN_ID.fullmatch(p.name)
+        and p != besides
+        and (not with_cells or (p / store.CELLS_DIR).is_dir())
+    )
     return results / runs[-1] if runs else None
 
 

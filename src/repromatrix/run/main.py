@@ -312,7 +312,8 @@ def durations_folder(options: RunOptions, folder: RunFolder) -> Path | None:
     no earlier run); ``UsageError`` for a folder that is not a run folder."""
     earlier = options.durations_from
     if earlier == LATEST:
-        earlier = latest_run(options.results, besides=folder.path)
+        # A folder without cells (the image logs of a --prepare-only run) measured nothing.
+        earlier = latest_run(options.results, besides=folder.path, with_cells=True)
     if earlier is not None and not (earlier / store.CELLS_DIR).is_dir():
         raise UsageError(f"--durations-from {earlier}: not a run folder (no {store.CELLS_DIR}/)")
     return earlier

@@ -203,6 +203,9 @@ def test_durations_from_latest_reads_the_latest_earlier_run_or_nothing(tmp_path:
     assert durations_folder(latest, folder("20261130-120000")) == results / "20261130-110000"
     # A resumed run does not read its own folder: the one before it.
     assert durations_folder(latest, folder("20261130-110000")) == results / "20261130-100000"
+    # A later folder with no cells (a --prepare-only run's image logs) measured nothing.
+    (results / "20261130-113000" / "images").mkdir(parents=True)
+    assert durations_folder(latest, folder("20261130-120000")) == results / "20261130-110000"
 
 
 def test_an_image_job_holds_no_cell_resources_and_says_how_its_image_came():
