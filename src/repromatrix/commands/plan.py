@@ -14,7 +14,7 @@ from repromatrix.errors import UsageError
 from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.grammars import check_pipeline_text
-from repromatrix.matrix.config_facts import facts_problems, source_text
+from repromatrix.matrix.config_facts import cells_models, facts_problems, source_text
 from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.memory import memory_problems
 from repromatrix.matrix.selector import Selector
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     cells = plan(matrix, scenarios, lane, selector)
     for problem in memory_problems(cells, str(args.matrix)):
         print(f"repromatrix: warning: {problem}", file=sys.stderr)
-    models = list({(cell.lane, cell.model.name): cell.model for cell in cells}.values())
+    models = cells_models(cells)
     for problem in facts_problems(models, str(args.matrix)):
         print(f"repromatrix: warning: {problem}", file=sys.stderr)
     for model in models:

@@ -34,7 +34,7 @@ from typing import TypeGuard
 
 from repromatrix.errors import Problem
 from repromatrix.harness import hubcache
-from repromatrix.model import DTYPE_BYTES, FactsSource, Lane, Model
+from repromatrix.model import DTYPE_BYTES, Cell, FactsSource, Lane, Model
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -361,6 +361,11 @@ def merged(model: Model, given: frozenset[str], files: FileFacts) -> Model:
         tuple(disagreements),
     )
     return dataclasses.replace(model, **taken, facts_source=source)  # type: ignore[arg-type]
+
+
+def cells_models(cells: Iterable[Cell]) -> list[Model]:
+    """The models of ``cells``, each once (by lane and name)."""
+    return list({(cell.lane, cell.model.name): cell.model for cell in cells}.values())
 
 
 def facts_problems(models: Iterable[Model], matrix_file: str) -> list[Problem]:

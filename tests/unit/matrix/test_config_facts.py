@@ -473,3 +473,30 @@ def test_a_config_lacking_a_fact_leaves_the_estimate_unknown_and_says_where(
     assert "model.num_hidden_layers" in found.missing
     [problem] = [p for p in memory_problems([cell], "m.yaml") if "model `" in str(p)]
     assert f"`num_hidden_layers`, which its files in {folder} lack" in str(problem)
+
+
+def test_plan_warns_at_the_model_line_where_the_matrix_and_its_file_disagree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = fake_cache(tmp_path / "hf", ["Qwen/Qwen3-30B-A3B"])
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        f"""lanes:
+  gpu:
+    runtime: {{hf_cache: {cache}}}
+    images: [v0.31.0]
+    gpus: {{h100: {{runner: gpu-h100, count: 1, memory_gib: 80}}}}
+    models:
+      qwen3:
+        source: Qwen/Qwen3-30B-A3B
+        head_dim: 64
+"""
+    )
+    assert main(["plan", "--matrix", str(matrix), "--scenarios", str(paths.SCENARIOS)]) == 0
+    err = capsys.readouterr().err
+    config = cache / "hub" / "models--Qwen--Qwen3-30B-A3B" / "snapshots" / COMMIT / "config.json"
+    assert (
+        f"repromatrix: warning: {matrix}:7: model `qwen3`: `head_dim`: the matrix gives 64, "
+        f"{config} 128; the matrix's is used"
+    ) in err
+    assert f"repromatrix: model `qwen3`: facts from {config} (" in err
