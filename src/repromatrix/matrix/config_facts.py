@@ -71,6 +71,8 @@ CONFIG_DTYPES: Mapping[str, str] = {
 # Where each kind of config names its routed experts and their width.
 EXPERTS_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 EXPERT_WIDTH_KEYS = ("moe_intermediate_size", "expert_intermediate_size")
+# The facts the weights' files give (the rest come from config.json).
+WEIGHTS_FACTS = frozenset({"weights_bytes", "num_parameters"})
 # The plain whole-number facts, read as the config names them.
 INTEGER_FACTS = (
     "hidden_size",
@@ -348,9 +350,9 @@ def merged(model: Model, given: frozenset[str], files: FileFacts) -> Model:
         if name not in given:
             taken[name] = value
         elif (typed := getattr(model, name)) != value:
+            where = files.weights if name in WEIGHTS_FACTS else files.config
             disagreements.append(
-                f"`{name}`: the matrix gives {typed!r}, {files.config} {value!r}; "
-                "the matrix's is used"
+                f"`{name}`: the matrix gives {typed!r}, {where} {value!r}; the matrix's is used"
             )
     source = FactsSource(
         files.config,
