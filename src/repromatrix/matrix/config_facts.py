@@ -294,6 +294,10 @@ def weights_facts(
             return {}, [counted], None
         size, params = size + counted[0], params + counted[1]
     where = str(files[0]) if len(files) == 1 else f"{folder}/*{WEIGHTS_SUFFIX} ({len(files)} files)"
+    if "quantization_config" in config and values.get("dtype") != "fp8":
+        # Packed weights (int4 in int32, ...): their elements are not the parameters.
+        why = f"{where}: a quantized checkpoint's tensor elements are not its parameters"
+        return {"weights_bytes": size}, [why], where
     return {"weights_bytes": size, "num_parameters": params}, [], where
 
 

@@ -533,3 +533,15 @@ def test_layers_with_experts_and_windows() -> None:
     values, notes = config_facts.config_facts(short)
     assert "full_attention_layers" not in values
     assert any("`layer_types` has 1 entries for 3 layers" in note for note in notes)
+
+
+def test_packed_quantized_weights_give_bytes_but_no_parameter_count(tmp_path: Path) -> None:
+    config = json.loads((data_folder(LLAMA) / "config.json").read_text())
+    awq = {**config, "quantization_config": {"quant_method": "awq", "bits": 4}}
+    (tmp_path / "config.json").write_text(json.dumps(awq))
+    safetensors(tmp_path / "model.safetensors", {"qweight": ("I32", [4, 2], 32)})
+    found = config_facts.read_files(tmp_path)
+    assert found.values["weights_bytes"] == 32
+    assert "num_parameters" not in found.values and "dtype" not in found.values
+    assert any("'awq'" in note for note in found.notes)
+    assert any("elements are not its parameters" in note for note in found.notes)
