@@ -214,8 +214,9 @@ def _layers(body: Mapping[str, object], values: dict[str, FactValue], notes: lis
         values["kv_shared_layers"] = shared
     types = body.get("layer_types")
     if isinstance(types, list) and isinstance(layers, int) and len(types) == layers:
-        # A KV-shared layer reads an earlier layer's cache (vLLM's gemma4.py,
-        # ``kv_sharing_target_layer_name``): only the layers before them hold one.
+        # A KV-shared layer reads an earlier layer's cache (``kv_sharing_target_layer_name``,
+        # vLLM 0.22.1 gemma4.py:457-463, 0.32.0 gemma4.py:471-490): only the layers before
+        # them hold one.
         own = types[: max(layers - shared, 0)]
         values["full_attention_layers"] = sum(1 for kind in own if kind == "full_attention")
     elif isinstance(types, list):
