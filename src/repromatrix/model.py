@@ -164,6 +164,7 @@ MODEL_SIZES = (
     "num_experts",
     "moe_intermediate_size",
     "moe_layers",
+    "global_head_dim",
 )
 
 
@@ -176,6 +177,19 @@ class Adapter:
     path: str | None = None  # absolute host folder, mounted read-only
     line: int = 0  # where matrix.yaml gives it, for errors
     revision: str | None = None  # the repo's branch, tag or commit (None: main)
+
+
+@dataclass(frozen=True)
+class FactsSource:
+    """Where a model's facts came from: its own files (``matrix.config_facts``), where the
+    matrix does not give them."""
+
+    config: str  # the config.json read, or where it was looked for
+    found: bool  # whether config.json was read
+    from_files: tuple[str, ...] = ()  # the facts taken from the files (the rest: the matrix's)
+    weights: str | None = None  # the file the weights' size came from
+    notes: tuple[str, ...] = ()  # what the files lack, or where they and the matrix disagree
+    disagreements: tuple[str, ...] = ()  # the notes that are warnings: matrix and file differ
 
 
 @dataclass(frozen=True)
@@ -216,6 +230,15 @@ class Model:
     full_attention_layers: int | None = None
     line: int = 0  # where matrix.yaml gives the model, for problems
     revision: str | None = None  # GPU lane: the repo's branch, tag or commit (None: main)
+    # The full-attention layers' head_dim where it differs from ``head_dim`` (Gemma 4's
+    # ``global_head_dim``: vLLM's gemma4.py sizes those layers' KV with it); 0: the same.
+    global_head_dim: int = 0
+    # Read from the model's own files only (``matrix.config_facts``); None: not known.
+    weights_bytes: int | None = None  # the checkpoint's tensors, bytes as stored
+    tie_word_embeddings: bool | None = None
+    vocab_size: int | None = None
+    kv_shared_layers: int | None = None  # the last layers that reuse earlier layers' KV cache
+    facts_source: FactsSource | None = None  # None: the matrix's facts, no file looked for
 
     @property
     def dtype_bytes(self) -> int:

@@ -14,6 +14,7 @@ from repromatrix.errors import UsageError
 from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.grammars import check_pipeline_text
+from repromatrix.matrix.config_facts import cells_models, facts_problems, source_text
 from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.memory import memory_problems
 from repromatrix.matrix.selector import Selector
@@ -190,6 +191,12 @@ def run(args: argparse.Namespace) -> int:
     cells = plan(matrix, scenarios, lane, selector)
     for problem in memory_problems(cells, str(args.matrix)):
         print(f"repromatrix: warning: {problem}", file=sys.stderr)
+    models = cells_models(cells)
+    for problem in facts_problems(models, str(args.matrix)):
+        print(f"repromatrix: warning: {problem}", file=sys.stderr)
+    for model in models:
+        if model.facts_source is not None and model.facts_source.found:
+            print(f"repromatrix: {source_text(model)}", file=sys.stderr)
     if args.format == "json":
         text = listing.format_json(cells)
     elif args.format in ("github", "buildkite", "slurm"):

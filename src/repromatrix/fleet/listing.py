@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from repromatrix.matrix import memory
+from repromatrix.matrix import config_facts, memory
 from repromatrix.model import Cell, Lane
 
 TABLE_COLUMNS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant", "level")
@@ -36,6 +36,7 @@ def cell_json(cell: Cell) -> dict[str, Any]:
         "model": cell.model.name,
         "model_source": cell.model.source,
         "model_path": cell.model.path,
+        "model_facts": config_facts.source_json(cell.model),
         "adapter": _adapter_json(cell),
         "lora_rank": cell.scenario.launch.lora_rank,
         "model_files": cell.model_files,

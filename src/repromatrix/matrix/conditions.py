@@ -37,6 +37,7 @@ from repromatrix.model import (
     ContainerOptions,
     FlagValue,
     Gpu,
+    Lane,
     Launch,
     Model,
     Op,
@@ -161,13 +162,30 @@ def launch_fact(launch: Launch, name: str) -> FlagValue:
 
 
 def head_dim(model: Model) -> int | None:
-    """Return the model's ``head_dim``, else hidden_size / num_attention_heads, or ``None``
-    when neither is known."""
+    """Return the model's ``head_dim``; else hidden_size / num_attention_heads only where that
+    is known to be it (``derives_head_dim``); else ``None``: unknown, never a guess
+    (Qwen3-30B-A3B's is 128, not 2048 / 32)."""
     if model.head_dim:
         return model.head_dim
-    if model.hidden_size and model.num_attention_heads:
+    if derives_head_dim(model) and model.hidden_size and model.num_attention_heads:
         return model.hidden_size // model.num_attention_heads
     return None
+
+
+def derives_head_dim(model: Model) -> bool:
+    """Whether hidden_size / num_attention_heads is known to be the model's head size when
+    the matrix gives none: only for the CPU lane's tiny recipes, whose config
+    ``harness/make_tiny_model.py`` builds so. A GPU model's config.json may give any
+    (Qwen3's class defaults to 128, Gemma's to 256): read from the model's own files
+    (``matrix.config_facts``, which applies each config class's rule), or unknown."""
+    return model.lane is Lane.CPU
+
+
+def full_attention_head_dim(model: Model) -> int | None:
+    """Return the head size of the layers whose KV cache holds every token: Gemma 4's
+    ``global_head_dim`` where it has one (vLLM 0.22.1 gemma4.py:559-565, 0.32.0
+    ``per_layer_config``), else ``head_dim``."""
+    return model.global_head_dim or head_dim(model)
 
 
 def full_attention_layers(model: Model) -> int | None:
@@ -236,7 +254,8 @@ def kv_cache_dtype_bytes(model: Model, flags: Mapping[str, FlagValue]) -> int | 
 
 def kv_cache_bytes_needed(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
     """Return the KV cache bytes one request of ``max_model_len`` tokens needs."""
-    length, dim, layers = max_model_len(model, flags), head_dim(model), full_attention_layers(model)
+    length, layers = max_model_len(model, flags), full_attention_layers(model)
+    dim = full_attention_head_dim(model)
     dtype = kv_cache_dtype_bytes(model, flags)
     if not (length and dim and model.num_key_value_heads and dtype) or layers is None:
         return None

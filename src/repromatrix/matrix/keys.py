@@ -42,11 +42,12 @@ MODEL_INTS = MODEL_SHAPE
 USABLE_DOC = "memory per GPU as the driver reports it (nvidia-smi memory.total, MiB)"
 # What each of the memory estimate's facts is (``matrix.memory``), for the docs and schema.
 SIZE_DOCS = {
-    "head_dim": "config.json head_dim, where it is not hidden_size / num_attention_heads",
+    "head_dim": "config.json head_dim (unknown when left out, unless read from the model's files)",
     "num_parameters": "parameters of the checkpoint (its safetensors metadata total)",
     "num_experts": "MoE: routed experts per layer (num_experts, num_local_experts)",
     "moe_intermediate_size": "MoE: each expert's intermediate size",
     "moe_layers": "MoE: layers with experts (default: every layer)",
+    "global_head_dim": "config.json global_head_dim: the full-attention layers' (Gemma 4)",
 }
 PULL_POLICIES = tuple(policy.value for policy in PullPolicy)
 MODEL_FILES_CHOICES = tuple(MODEL_FILES)

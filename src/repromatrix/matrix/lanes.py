@@ -130,7 +130,10 @@ def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
         images = _read_images(lane, images_node, runtime, reader)
     gpus = _read_named(body.get("gpus"), f"{what} `gpus`", reader, lambda e: _gpu(lane, e, reader))
     models = _read_named(
-        body.get("models"), f"{what} `models`", reader, lambda e: read_model(lane, e, reader)
+        body.get("models"),
+        f"{what} `models`",
+        reader,
+        lambda e: read_model(lane, e, reader, runtime.hf_cache),
     )
     flagsets = _read_flagsets(lane, body.get("flagsets"), reader)
     return LaneConfig(lane, images, gpus, models, flagsets, runtime, follow)

@@ -38,7 +38,13 @@ from typing import Any
 from packaging.version import Version
 
 from repromatrix.errors import Problem
-from repromatrix.matrix.conditions import effective_dtype_bytes, int_flag, kv_cache_bytes_needed
+from repromatrix.matrix.conditions import (
+    effective_dtype_bytes,
+    full_attention_head_dim,
+    int_flag,
+    kv_cache_bytes_needed,
+)
+from repromatrix.matrix.config_facts import missing_hint
 from repromatrix.matrix.keys import section
 from repromatrix.model import Cell, FlagValue, Gpu, Lane, Level, Model
 
@@ -254,7 +260,7 @@ def _kv_cache_missing(model: Model, flags: Mapping[str, FlagValue]) -> list[str]
     missing = []
     if not (flags.get("max_model_len") or model.max_position_embeddings):
         missing.append("model.max_position_embeddings")
-    if not (model.head_dim or (model.hidden_size and model.num_attention_heads)):
+    if full_attention_head_dim(model) is None:
         missing.append("model.head_dim")
     if not model.num_key_value_heads:
         missing.append("model.num_key_value_heads")
@@ -360,26 +366,33 @@ def memory_problems(cells: Iterable[Cell], matrix_file: str) -> list[Problem]:
     memory, at its line in the matrix, naming the facts; those cells are planned with
     their memory unknown, never guessed."""
     wanted: dict[tuple[str, str, int], dict[str, None]] = {}
+    hints: dict[tuple[str, str, int], str] = {}
     for cell in cells:
         found = estimate(cell)
         for fact in found.missing if found is not None else ():
             namespace, _, name = fact.partition(".")
             owner = cell.model if namespace == "model" else cell.gpu
-            wanted.setdefault((namespace, owner.name, owner.line), {})[name] = None
-    return [
-        Problem(matrix_file, line, 0, _missing_message(namespace, name, facts))
-        for (namespace, name, line), facts in wanted.items()
-    ]
+            key = (namespace, owner.name, owner.line)
+            wanted.setdefault(key, {})[name] = None
+            if namespace == "model":
+                hints[key] = missing_hint(cell.model)
+    problems = []
+    for (namespace, name, line), facts in wanted.items():
+        message = _missing_message(namespace, name, facts, hints.get((namespace, name, line)))
+        problems.append(Problem(matrix_file, line, 0, message))
+    return problems
 
 
-def _missing_message(namespace: str, name: str, facts: Iterable[str]) -> str:
-    """The facts in the order the key table (and docs/matrix-reference.md) lists them."""
+def _missing_message(namespace: str, name: str, facts: Iterable[str], hint: str | None) -> str:
+    """The facts in the order the key table (and docs/matrix-reference.md) lists them, and
+    where a model's would come from (``config_facts.missing_hint``)."""
     keys = section("model" if namespace == "model" else "gpu_gpu").names
     given = ", ".join(f"`{fact}`" for fact in sorted(facts, key=keys.index))
     what = "model" if namespace == "model" else "GPU"
+    where = f", {hint}" if hint else ""
     return (
-        f"{what} `{name}`: too few facts to estimate the memory of its cells; give {given} "
-        "(its cells are planned with memory unknown)"
+        f"{what} `{name}`: too few facts to estimate the memory of its cells; give "
+        f"{given}{where}; its cells are planned with memory unknown"
     )
 
 

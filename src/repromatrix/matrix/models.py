@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from repromatrix.grammars import check_model_source, check_revision
+from repromatrix.matrix.config_facts import with_file_facts
 from repromatrix.matrix.keys import section
 from repromatrix.matrix.yamlsrc import Location, Reader, YEntry, YMap, YNode
 from repromatrix.model import DTYPE_BYTES, MODEL_SHAPE, MODEL_SIZES, Adapter, Lane, Model
@@ -32,8 +34,11 @@ MODEL_INTS = (*MODEL_SHAPE, *MODEL_SIZES)
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[A-Za-z0-9][\w.-]*)?")
 
 
-def read_model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
-    """Read one model entry (its problems recorded in ``reader``)."""
+def read_model(
+    lane: Lane, entry: YEntry, reader: Reader, hf_cache: str | None = None
+) -> Model | None:
+    """Read one model entry (its problems recorded in ``reader``), with the facts of its own
+    files (in ``hf_cache``, the GPU lane's, or its ``path``) where the entry gives none."""
     what = f"model `{entry.key}`"
     body = reader.mapping(entry.value, what)
     if body is None:
@@ -50,7 +55,7 @@ def read_model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
     adapters = _adapters(lane, body.get("adapters"), reader)
     moe, multimodal = _bool(body, "moe", reader), _bool(body, "multimodal", reader)
     line = path_node.where.line if (path_node := body.get("path")) is not None else 0
-    return Model(
+    model = Model(
         entry.key,
         lane,
         source,
@@ -67,11 +72,12 @@ def read_model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
         revision=revision,
         **facts,
     )
+    return with_file_facts(model, (item.key for item in body), hf_cache)
 
 
-def _integers(body: YMap, reader: Reader) -> dict[str, int]:
+def _integers(body: YMap, reader: Reader) -> dict[str, Any]:
     """The model's sizes that are given (each at least 1)."""
-    facts: dict[str, int] = {}
+    facts: dict[str, Any] = {}
     for key in MODEL_INTS:
         if (node := body.get(key)) is not None:
             value = reader.integer(node, f"`{key}`", minimum=1)

@@ -31,6 +31,7 @@ from repromatrix.backends.base import Backend, BackendKind, Setup
 from repromatrix.errors import ConfigError, UsageError
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
+from repromatrix.matrix.config_facts import cells_models, facts_problems
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.memory import infeasible_reason, memory_problems
 from repromatrix.matrix.selector import Selector
@@ -217,6 +218,8 @@ def plan_run(
     else:
         matrix, cells = planned[0], tuple(planned[1])
     for problem in memory_problems(cells, str(matrix.file)):
+        print(f"repromatrix: warning: {problem}", file=sys.stderr)
+    for problem in facts_problems(cells_models(cells), str(matrix.file)):
         print(f"repromatrix: warning: {problem}", file=sys.stderr)
     folder = resolve_folder(options.results, options.run_id, options.resume)
     todo = pending(cells, folder.path, options.resume)

@@ -13,6 +13,8 @@ import pytest
 from repromatrix.cli import main
 from repromatrix.fleet.jobs import plan_jobs
 from repromatrix.matrix.conditions import kv_cache_bytes_needed
+from repromatrix.matrix.config import load_matrix
+from repromatrix.matrix.config_facts import missing_hint
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.memory import (
@@ -155,8 +157,9 @@ def test_the_kv_cache_of_one_request() -> None:
     assert estimated(gpu_cell({}, model=replace(QWEN3_30B, full_attention_layers=0))).kv_cache == 0
     # The trigger fact is the same arithmetic.
     assert kv_cache_bytes_needed(QWEN3_30B, {"max_model_len": 8192}) == 8192 * per_token
+    # Without head_dim the KV cache is unknown: 2048 / 32 = 64 would halve it (it is 128).
     no_head_dim = replace(QWEN3_30B, head_dim=0)
-    assert kv_cache_bytes_needed(no_head_dim, {"max_model_len": 8192}) == 8192 * per_token // 2
+    assert kv_cache_bytes_needed(no_head_dim, {"max_model_len": 8192}) is None
 
 
 def test_a_fixed_kv_cache_takes_the_whole_memory() -> None:
@@ -225,6 +228,13 @@ MATRIX = GPU_LANE.replace(
 ).replace("memory_gib: 80}", "memory_gib: 80, usable_memory_mib: 81559}")
 
 
+# Where a model's facts would come from: this matrix sets no HF cache.
+HINT = (
+    "or set the GPU lane's runtime.hf_cache to a cache holding its files (config.json, and "
+    "for the weights model.safetensors.index.json or *.safetensors)"
+)
+
+
 def test_missing_facts_are_warnings_at_the_model_line(tmp_path: Path) -> None:
     matrix, scenarios = setup(tmp_path, MATRIX)
     cells = plan(matrix, scenarios, Lane.GPU, Selector(["gpu/v0.31.0/*"]))
@@ -235,11 +245,11 @@ def test_missing_facts_are_warnings_at_the_model_line(tmp_path: Path) -> None:
     assert [str(p) for p in problems] == [
         f"matrix.yaml:{moe_line}: model `moe`: too few facts to estimate the memory of its "
         "cells; give `hidden_size`, `num_hidden_layers`, `num_key_value_heads`, "
-        "`max_position_embeddings`, `head_dim`, `num_experts`, `moe_intermediate_size` (its "
-        "cells are planned with memory unknown)",
+        f"`max_position_embeddings`, `head_dim`, `num_experts`, `moe_intermediate_size`, {HINT}; "
+        "its cells are planned with memory unknown",
         f"matrix.yaml:{dense_line}: model `dense`: too few facts to estimate the memory of its "
         "cells; give `num_hidden_layers`, `num_key_value_heads`, `max_position_embeddings`, "
-        "`head_dim`, `num_parameters` (its cells are planned with memory unknown)",
+        f"`head_dim`, `num_parameters`, {HINT}; its cells are planned with memory unknown",
     ]
 
 
@@ -294,10 +304,15 @@ def test_plan_warns_with_file_and_line(capsys: pytest.CaptureFixture[str]) -> No
     line = next(
         n for n, text in enumerate(matrix.read_text().splitlines(), 1) if "gemma-4-e2b-it:" in text
     )
+    # The rest of its facts are typed from its config.json; its weights would be read from the
+    # runner's HF cache (where they come from depends on this host's cache).
+    gemma = next(
+        m for m in load_matrix(matrix).lanes[Lane.GPU].models if m.name == "gemma-4-e2b-it"
+    )
     assert err == [
         f"repromatrix: warning: {matrix}:{line}: model `gemma-4-e2b-it`: too few facts to "
-        "estimate the memory of its cells; give `num_hidden_layers`, `num_key_value_heads`, "
-        "`head_dim`, `num_parameters` (its cells are planned with memory unknown)"
+        f"estimate the memory of its cells; give `num_parameters`, {missing_hint(gemma)}; its "
+        "cells are planned with memory unknown"
     ]
 
 

@@ -203,7 +203,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
         "multimodal, dtype, dtype_bytes, intermediate_size, hidden_size, num_hidden_layers, "
         "num_attention_heads, num_key_value_heads, max_position_embeddings, architecture, "
         "head_dim, num_parameters, num_experts, moe_intermediate_size, moe_layers, "
-        "full_attention_layers, use_double_wide_mlp). "
+        "global_head_dim, full_attention_layers, use_double_wide_mlp). "
         "Perhaps you meant `moe`?",
         f"{at(text, 'gtt')}: unknown comparison `gtt`: use eq, ne, gt, ge, lt, le, in. "
         "Perhaps you meant `gt`?",
