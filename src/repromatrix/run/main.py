@@ -126,6 +126,7 @@ class RunSummary:
     outcomes: Mapping[str, int] = field(default_factory=dict)  # outcome -> cells (a real run)
     images: Mapping[str, ImageReady] = field(default_factory=dict)  # image key -> made (prepare)
     infeasible: int = 0  # of the skipped cells, those too big for their GPU's memory
+    skipped: int = 0  # a dry run: the cells it shows skipped (a real run counts outcomes)
 
 
 def execute_run(
@@ -154,8 +155,8 @@ def execute_run(
         # An infeasible cell could not decide on any runner: that reason wins over this one's.
         skips = {**skip_reasons(kind, run.todo, runner), **infeasible}
         if options.mode is Mode.DRY_RUN:
-            print_calls(kind, setup, run.todo, runner)
-            return RunSummary(run.folder, run.todo)
+            print_calls(kind, setup, run.todo, runner, skips)
+            return RunSummary(run.folder, run.todo, skipped=len(skips), infeasible=len(infeasible))
         runnable = [cell for cell in run.todo if cell.id not in skips]
         if missing := check_local(runnable, run.matrix.file):
             raise ConfigError(missing)  # before any image is pulled or any cell started
@@ -284,10 +285,13 @@ def print_calls(
     setup: Setup,
     cells: Sequence[Cell],
     runner: Runner,
+    skips: Mapping[str, str],
+    *,
     out: TextIO | None = None,
 ) -> None:
     """The dry run: what the run would do, as indented JSON, from the same values a real run
-    executes (for Docker: every build, pull and container; secrets by name only)."""
+    executes (for Docker: every build, pull and container; secrets by name only); each cell
+    in ``skips`` shown with the reason a real run would skip it for."""
     described = {
         "run_id": setup.run_id,
         "backend": kind.name,
@@ -297,7 +301,7 @@ def print_calls(
             gpu.summary if gpu else f"{gpu_id}: unchecked"
             for gpu_id, gpu in zip(runner.gpu_ids, runner.usable, strict=True)
         ],
-        **kind.describe(setup, cells, runner),
+        **kind.describe(setup, cells, runner, skips),
     }
     stream = out or sys.stdout
     json.dump(described, stream, indent=2, sort_keys=True)
