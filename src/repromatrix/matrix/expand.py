@@ -350,7 +350,8 @@ def plan(
     if lane is not None and lane not in matrix.lanes:
         raise UsageError(f"{matrix.file} defines no `{lane}` lane")
     cells = plan_once(tuple(expand(matrix, scenarios, lane, selector)))
-    problems = check_adapters(cells)
+    models = (model for config in matrix.lanes.values() for model in config.models)
+    problems = check_adapters(cells, models)
     if problems:
         raise ConfigError(problems)
     if cells:
