@@ -143,6 +143,10 @@ class Gpu:
     # (matrix.yaml's ``name``; ``gpu_identity`` matches it). None: any name.
     name_pattern: str | None = None
     slurm: SlurmOptions = SlurmOptions()
+    # Environment variables for its cells (NCCL_* and friends), over the lane's runtime
+    # ``env``: (name, value) pairs, checked by ``grammars.check_fleet_env_name`` and
+    # ``check_env_value`` when the matrix loads.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 # The integer config facts of a model's shape: read from matrix.yaml, tested by triggers,
@@ -216,6 +220,9 @@ class Model:
     full_attention_layers: int | None = None
     line: int = 0  # where matrix.yaml gives the model, for problems
     revision: str | None = None  # GPU lane: the repo's branch, tag or commit (None: main)
+    # Seconds a cell of this model may take, over the lane's runtime ``deadline_s`` (None:
+    # the lane's): a 120B model loads for longer than an 8B one.
+    deadline_s: float | None = None
 
     @property
     def dtype_bytes(self) -> int:

@@ -65,8 +65,15 @@ def read_model(lane: Lane, entry: YEntry, reader: Reader) -> Model | None:
         architecture=architecture,
         line=entry.where.line,
         revision=revision,
+        deadline_s=_deadline(body, reader),
         **facts,
     )
+
+
+def _deadline(body: YMap, reader: Reader) -> float | None:
+    """The model's own ``deadline_s`` (a positive number of seconds), if it gives one."""
+    node = body.get("deadline_s")
+    return reader.number(node, "`deadline_s`", positive=True) if node is not None else None
 
 
 def _integers(body: YMap, reader: Reader) -> dict[str, int]:

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from repromatrix.backends.base import Backend, Placement
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.gpu_identity import driver_shortfall
+from repromatrix.gpu_idle import NO_WAIT, IdleWait, wait_idle
 from repromatrix.model import Cell, Expected, Lane, Level, Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import GpuFact
@@ -49,6 +50,7 @@ class Pacing:
     jobs: int | None = None  # cells at once at most (None: as the runner's resources allow)
     image_jobs: int = 1  # image builds and pulls at once, apart from the cells
     measured: Mapping[str, float] | None = None  # seconds each cell took in an earlier run
+    idle_wait: IdleWait = NO_WAIT  # how long a GPU cell waits for its GPUs to be idle
 
 
 @dataclass(frozen=True)
@@ -189,9 +191,16 @@ def jobs_for(cells: Sequence[Cell], runner: Runner, pacing: Pacing, images: Imag
     return [replace(job, need=alone) if job.key in gpu else job for job in jobs]
 
 
-def work_for(backend: Backend, cell: Cell, runner: Runner, models_root: Path) -> Work[Ran]:
-    """The callable that runs ``cell`` in a pool thread, on the value of its image's job;
-    cancelling it stops its container."""
+def work_for(
+    backend: Backend,
+    cell: Cell,
+    runner: Runner,
+    models_root: Path,
+    idle_wait: IdleWait = NO_WAIT,
+) -> Work[Ran]:
+    """The callable that runs ``cell`` in a pool thread, on the value of its image's job,
+    once its GPUs are idle (waiting for them as ``idle_wait`` says); cancelling it stops
+    its wait or its container."""
 
     def work(ticket: Ticket) -> Ran:
         ticket.on_cancel(lambda: backend.stop(cell.id))
@@ -201,7 +210,12 @@ def work_for(backend: Backend, cell: Cell, runner: Runner, models_root: Path) ->
         context = cell_context(cell, ticket.before, models_root)
         placement = placement_of(ticket.allocation, runner)
         gpus = lent_gpus(ticket.allocation.gpu_ids, runner)
-        if (refused := gpu_refusal(backend, cell, context, placement, runner)) is not None:
+        refused = wait_idle(
+            lambda: gpu_refusal(backend, cell, context, placement, runner),
+            idle_wait,
+            ticket.wait_cancelled,
+        )
+        if refused is not None:
             return Ran(started_at, CellRun(outcome.infra_error(refused), NOT_RUN), context, gpus)
         return Ran(started_at, run_cell(backend, cell, context, placement), context, gpus)
 
@@ -295,7 +309,7 @@ def run_pooled(
 
     models_root = images.models_root
     work: dict[str, Work[Ran | ImageReady]] = {
-        cell.id: work_for(backend, cell, runner, models_root) for cell in cells
+        cell.id: work_for(backend, cell, runner, models_root, pacing.idle_wait) for cell in cells
     }
     work.update(images.work())
     pool = Pool(

@@ -29,6 +29,7 @@ from typing import TextIO
 from repromatrix.backends import kinds
 from repromatrix.backends.base import Backend, BackendKind, Setup
 from repromatrix.errors import ConfigError, UsageError
+from repromatrix.gpu_idle import NO_WAIT, IdleWait
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
@@ -170,7 +171,8 @@ def execute_run(
                     image_jobs=options.image_jobs,
                 )
             return RunSummary(run.folder, run.todo, images=made)
-        pacing = Pacing(options.jobs, options.image_jobs, measured_s(earlier, progress.note))
+        measured = measured_s(earlier, progress.note)
+        pacing = Pacing(options.jobs, options.image_jobs, measured, idle_wait_of(run.matrix))
         with claimed(run.folder.path):
             record_plan(run.folder.path, run.cells, options.matrix)
             with opened(kind, setup, distinct_images(runnable)) as backend:
@@ -266,6 +268,12 @@ def backend_setup(
         pull=options.pull,
         runner=runner,
     )
+
+
+def idle_wait_of(matrix: Matrix) -> IdleWait:
+    """How long a GPU cell waits for its GPUs to be idle: the GPU lane's ``gpu_idle_wait_s``."""
+    gpu = matrix.lanes.get(Lane.GPU)
+    return IdleWait(gpu.runtime.gpu_idle_wait_s) if gpu is not None else NO_WAIT
 
 
 def skip_reasons(kind: BackendKind, cells: Sequence[Cell], runner: Runner) -> dict[str, str]:
