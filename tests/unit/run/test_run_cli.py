@@ -284,3 +284,26 @@ def test_a_dry_run_on_an_l40s_runner_shows_every_cell_it_would_skip_and_why(tmp_
     assert "2 of the cells asked for (--lane/--only) cannot run on this host" in done.stderr
     assert "a real run here would exit 3" in done.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_dry_run_of_the_default_gpu_lane_on_an_l40s_runner_skips_each_cell_with_a_reason(
+    tmp_path: Path,
+):
+    """The shipped matrix names no L40S, and its h200x4 cells need four GPUs of the two here:
+    every cell is shown skipped with the reason a real run would save, and the dry run ends 0."""
+    install_program(tmp_path / "bin", L40S)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "DOCKER_HOST": "unix:///nonexistent"}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    done = repromatrix(
+        "run", "--lane", "gpu", "--dry-run", "--backend", "docker",
+        "--results", str(tmp_path / "r"), env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cells = json.loads(done.stdout)["cells"]
+    planned = json.loads(repromatrix("plan", "--lane", "gpu", "--json").stdout)
+    assert [cell["id"] for cell in cells] == [cell["id"] for cell in planned]
+    assert all(cell["skip"] for cell in cells)
+    wide = [cell["skip"] for cell in cells if "/h200x4/" in cell["id"]]
+    assert wide and all("needs 4 GPU(s) (h200x4); this host has 2 GPU(s)" in s for s in wide)
+    unfit = [cell for cell in cells if not cell["skip"].startswith("infeasible")]
+    assert f"{len(unfit)} of the cells asked for (--lane/--only) cannot run" in done.stderr
