@@ -5,7 +5,8 @@ callable that runs the one-cell code (``cell.run_cell``: its own deadline,
 live triage, early stop at the root cause, OOM detection, cleanup, its own
 log) on the device ids the ``Pool`` lends it, with ``Backend.stop`` as its
 cancel hook; a GPU cell first checks its driver against its image's CUDA and
-its GPUs idle (``gpu_refusal``). The images are jobs of the same pool
+its GPUs idle, looking again for the lane's ``gpu_idle_wait_s`` while they are busy
+(``gpu_refusal``). The images are jobs of the same pool
 (``images.ImageJobs``): each cell waits for its own image's job only, so a pull
 or build overlaps with the
 cells of images already made, and the pool hands the image job's value to each
@@ -19,7 +20,7 @@ whose image job raised ends as an infra error.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -210,31 +211,39 @@ def work_for(
         context = cell_context(cell, ticket.before, models_root)
         placement = placement_of(ticket.allocation, runner)
         gpus = lent_gpus(ticket.allocation.gpu_ids, runner)
-        refused = wait_idle(
-            lambda: gpu_refusal(backend, cell, context, placement, runner),
-            idle_wait,
-            ticket.wait_cancelled,
-        )
-        if refused is not None:
+        lent = Lent(placement, runner, idle_wait, ticket.wait_cancelled)
+        if (refused := gpu_refusal(backend, cell, context, lent)) is not None:
             return Ran(started_at, CellRun(outcome.infra_error(refused), NOT_RUN), context, gpus)
         return Ran(started_at, run_cell(backend, cell, context, placement), context, gpus)
 
     return work
 
 
-def gpu_refusal(
-    backend: Backend, cell: Cell, context: CellContext, placement: Placement, runner: Runner
-) -> str | None:
-    """Why a GPU cell must not start on ``placement`` now: the driver is older than its image's
-    CUDA, or a GPU is busy (the backend names what holds it). Either is the machine's fault,
-    so the cell becomes an infrastructure error, never a verdict. None for a CPU cell, a
-    rehearsal (no device), or an image that is not ready (``run_cell`` says why)."""
-    prepared = context.prepared
+@dataclass(frozen=True)
+class Lent:
+    """The GPUs a cell was lent, on which runner, and how long it waits for them to be idle
+    (``pause`` waits up to the seconds given, True when the run is interrupted)."""
+
+    placement: Placement
+    runner: Runner
+    idle_wait: IdleWait = NO_WAIT
+    pause: Callable[[float], bool] = lambda _seconds: True
+
+
+def gpu_refusal(backend: Backend, cell: Cell, context: CellContext, lent: Lent) -> str | None:
+    """Why a GPU cell must not start on its lent GPUs: the driver is older than its image's
+    CUDA (at once: waiting changes nothing), or a GPU is still busy after the wait (the backend
+    names what holds it). Either is the machine's fault, so the cell becomes an
+    infrastructure error, never a verdict. None for a CPU cell, a rehearsal (no device), or
+    an image that is not ready (``run_cell`` says why)."""
+    prepared, runner = context.prepared, lent.runner
     if cell.lane is not Lane.GPU or runner.rehearse or prepared is None or prepared.error:
         return None
-    gpus = [gpu for i in placement.gpu_ids or () if (gpu := runner.gpu(i)) is not None]
+    gpus = [gpu for i in lent.placement.gpu_ids or () if (gpu := runner.gpu(i)) is not None]
     short = driver_shortfall(gpus, prepared.cuda_version, prepared.cuda_requirement)
-    return short or backend.busy_reason(placement)
+    if short is not None:
+        return short
+    return wait_idle(lambda: backend.busy_reason(lent.placement), lent.idle_wait, lent.pause)
 
 
 def ended_run(done: Done[Ran | ImageReady]) -> Ran:

@@ -194,6 +194,21 @@ def test_a_driver_older_than_the_images_cuda_is_an_infra_error(tmp_path: Path):
     assert gpu.id in older.placements
 
 
+def test_a_driver_too_old_is_not_waited_for(tmp_path: Path):
+    gpu = cell(Lane.GPU, gpus=1)
+    host = resources(gpus=1)
+    host = replace(host, gpus=(replace(host.gpus[0], cuda_version="12.2"),))
+    looks: list[Placement] = []
+    backend = Recorder(
+        make=lambda image: Prepared(image.key, "img", cuda_version="12.9.1"),
+        busy=lambda placement: looks.append(placement) or "busy",
+    )
+    never = IdleWait(wait_s=600, poll_s=0, clock=lambda: 0.0)  # a wait that would not end
+    run(tmp_path, backend, [gpu], host, pacing=Pacing(idle_wait=never))
+    assert saved(tmp_path)[gpu.id].reason.startswith("the driver")
+    assert looks == []  # waiting changes no driver: the GPUs were not even looked at
+
+
 def test_a_rehearsal_checks_neither_driver_nor_idleness(tmp_path: Path):
     gpu = cell(Lane.GPU, gpus=1)
     host = resources(gpus=1)
