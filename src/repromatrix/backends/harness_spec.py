@@ -218,8 +218,8 @@ def startup_timeout_s(cell: Cell) -> float:
 
 
 def spec_env(cell: Cell) -> dict[str, str]:
-    """The scenario's and the cell's env (the variant's over the launch's), checked: valid
-    names, no secrets."""
+    """The cell's env (the lane's runtime env, its GPU entry's, the scenario launch's, the
+    variant's, each over the one before), checked again: valid names, no secrets."""
     env = {**cell.scenario.launch.env, **cell.env}
     problems = []
     for name in sorted(env):
