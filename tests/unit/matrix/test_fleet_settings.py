@@ -11,7 +11,8 @@ import pytest
 
 from repromatrix.backends.docker.calls import ContainerSettings, container_call
 from repromatrix.backends.harness_spec import build_spec
-from repromatrix.errors import ConfigError
+from repromatrix.cli import main
+from repromatrix.errors import EXIT_USAGE, ConfigError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.lanes import DEFAULT_GPU_IDLE_WAIT_S
@@ -161,3 +162,16 @@ def test_values_operators_use_pass(tmp_path: Path) -> None:
         text = FLEET.replace("NCCL_DEBUG: WARN", f"NCCL_X{number}: '{value}'")
         runtime = load_matrix(write(tmp_path, f"m{number}.yaml", text)).lanes[Lane.GPU].runtime
         assert dict(runtime.env)[f"NCCL_X{number}"] == value
+
+
+def test_the_command_refuses_a_secret_in_the_env_with_exit_2_and_no_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = FLEET.replace("NCCL_P2P_LEVEL: NVL", f"NCCL_P2P_LEVEL: {TOKEN}")
+    matrix = write(tmp_path, "matrix.yaml", text)
+    scenarios = write(tmp_path / "scenarios", "healthy.yaml", BASELINE).parent
+    code = main(["plan", "--matrix", str(matrix), "--scenarios", str(scenarios)])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE
+    assert f"{matrix}:{at(text, TOKEN)}: GPU `a100x2` `env` `NCCL_P2P_LEVEL`" in err
+    assert TOKEN not in err and "Traceback" not in err
