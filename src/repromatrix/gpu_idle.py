@@ -15,7 +15,8 @@ infrastructure error with ``describe``'s words, never a verdict.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from repromatrix import nvidia_smi
@@ -23,6 +24,7 @@ from repromatrix.nvidia_smi import Smi, mebibytes
 from repromatrix.runner import Runner, RunnerGpu
 
 IDLE_MEMORY_MIB = 256
+IDLE_POLL_S = 5.0  # between two looks at a busy GPU: nvidia-smi takes a fraction of a second
 
 
 @dataclass(frozen=True)
@@ -128,3 +130,35 @@ def unreadable(gpus: Sequence[RunnerGpu]) -> str:
     """The reason when nvidia-smi did not answer at a cell's start."""
     names = ", ".join(gpu.summary for gpu in gpus)
     return f"nvidia-smi did not answer, so {names} could not be checked idle before the cell"
+
+
+@dataclass(frozen=True)
+class IdleWait:
+    """How long a cell waits for its GPUs to become idle (the matrix's ``gpu_idle_wait_s``),
+    how often it looks again, and the clock that measures the wait."""
+
+    wait_s: float = 0.0  # 0: the first look decides
+    poll_s: float = IDLE_POLL_S
+    clock: Callable[[], float] = time.monotonic
+
+
+NO_WAIT = IdleWait()  # the first look decides
+
+
+def wait_idle(
+    check: Callable[[], str | None], wait: IdleWait, pause: Callable[[float], bool]
+) -> str | None:
+    """None as soon as ``check`` finds the GPUs idle; else its last reason once ``wait.wait_s``
+    has passed (saying how long it waited), or at once when ``pause`` (which waits up to the
+    seconds it is given) says to stop waiting (the run is interrupted)."""
+    start = wait.clock()
+    reason = check()
+    while reason is not None:
+        waited = wait.clock() - start
+        left = wait.wait_s - waited
+        if left <= 0 or pause(min(wait.poll_s, left)):
+            if wait.wait_s <= 0:
+                return reason
+            return f"{reason}; still so after {waited:.0f} s of waiting"
+        reason = check()
+    return None

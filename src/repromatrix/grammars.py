@@ -168,6 +168,57 @@ def check_env_name(value: str) -> str | None:
     return None
 
 
+# Words in a variable name that say it holds a secret: a cell is given none.
+SECRET_NAME_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+# What the run itself sets for a cell: the GPUs it chose, the offline Hugging Face cache.
+RUN_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HF_HOME", "HF_HUB_OFFLINE")
+# A value of an environment variable a matrix or scenario sets: characters no shell, YAML
+# parser (tags `!`, anchors `&` `*`, comments `#`) or template (`{{`, `{%`, `${`) reads.
+ENV_VALUE = re.compile(r"[A-Za-z0-9_.,:=/+%^-]{0,1024}")
+ENV_VALUE_CHARACTERS = "letters, digits and `_ . , : = / + % ^ -`"
+# Well-known token shapes (a value with one is refused, and never shown).
+SECRET_SHAPES = (
+    ("a Hugging Face token", re.compile(r"hf_[A-Za-z0-9]{30,}")),
+    ("a GitHub token", re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}")),
+    ("an AWS access key", re.compile(r"(?:AKIA|ASIA)[A-Z0-9]{16}")),
+    ("a GitLab token", re.compile(r"glpat-[A-Za-z0-9_-]{20,}")),
+    ("a Buildkite token", re.compile(r"bk(?:ua|ct)_[A-Za-z0-9]{30,}")),
+    ("an API key", re.compile(r"sk-[A-Za-z0-9_-]{20,}")),
+)
+RANDOM_RUN = 32  # letters and digits of this many, in both cases and with digits: a key
+
+
+def check_fleet_env_name(value: str) -> str | None:
+    """A variable a matrix sets for a lane's or a GPU entry's cells (``NCCL_IB_HCA``): a
+    shell name that names no secret and nothing the run sets itself."""
+    if (why := check_env_name(value)) is not None:
+        return why
+    upper = value.upper()
+    if any(word in upper for word in SECRET_NAME_WORDS):
+        words = ", ".join(SECRET_NAME_WORDS)
+        return f"a name with {words} in it holds a secret, and a cell is given none"
+    if upper in RUN_ENV:
+        return "the run sets it for each cell (its GPUs, its offline Hugging Face cache)"
+    return None
+
+
+def check_env_value(value: str) -> str | None:
+    """A variable's value: one line of ``ENV_VALUE``'s characters, no secret's shape. The
+    reason never repeats the value (it may be a secret)."""
+    if not ENV_VALUE.fullmatch(value):
+        return (
+            f"use {ENV_VALUE_CHARACTERS} (1024 at most): no space, quote, `$`, backquote, "
+            "`;`, `!`, `&`, `*`, `#` or brace, which a shell, YAML or a template would read"
+        )
+    for what, shape in SECRET_SHAPES:
+        if shape.search(value):
+            return f"it looks like {what}, and a cell is given no secret"
+    for run in re.findall(rf"[A-Za-z0-9]{{{RANDOM_RUN},}}", value):
+        if re.search("[a-z]", run) and re.search("[A-Z]", run) and re.search("[0-9]", run):
+            return "it looks like a key (a long run of mixed letters and digits)"
+    return None
+
+
 def check_host_path(value: str) -> str | None:
     """A path on the runner (a cache to mount): no line break or control character."""
     if any(not ch.isprintable() for ch in value):

@@ -143,6 +143,10 @@ class Gpu:
     # (matrix.yaml's ``name``; ``gpu_identity`` matches it). None: any name.
     name_pattern: str | None = None
     slurm: SlurmOptions = SlurmOptions()
+    # Environment variables for its cells (NCCL_* and friends), over the lane's runtime
+    # ``env``: (name, value) pairs, checked by ``grammars.check_fleet_env_name`` and
+    # ``check_env_value`` when the matrix loads.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 # The integer config facts of a model's shape: read from matrix.yaml, tested by triggers,
@@ -239,6 +243,9 @@ class Model:
     vocab_size: int | None = None
     kv_shared_layers: int | None = None  # the last layers that reuse earlier layers' KV cache
     facts_source: FactsSource | None = None  # None: the matrix's facts, no file looked for
+    # Seconds a cell of this model may take, over the lane's runtime ``deadline_s`` (None:
+    # the lane's): a 120B model loads for longer than an 8B one.
+    deadline_s: float | None = None
 
     @property
     def dtype_bytes(self) -> int:

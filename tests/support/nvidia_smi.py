@@ -7,7 +7,10 @@ there, so every fact a test reads went through the production parsers.
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from repromatrix import nvidia_smi
 from repromatrix.nvidia_smi import Smi
@@ -61,3 +64,24 @@ MACHINES: Mapping[str, Mapping[tuple[str, ...], str]] = {
     "titan-v-rtx-5880": TITAN_V_RTX_5880,
 }
 TOPOLOGIES = sorted(path.name for path in CAPTURES.glob("topo-*.txt"))
+
+
+def install_program(folder: Path, answers: Mapping[tuple[str, ...], str]) -> Path:
+    """An ``nvidia-smi`` program in ``folder`` (put it first on PATH) that prints, for each
+    query of ``answers``, the capture it names, and fails (exit 9) for any other: a stand-in
+    runner for a ``repromatrix`` process, read through ``run_nvidia_smi`` and its parsers."""
+    outputs = {"\0".join(args): captured(name) for args, name in answers.items()}
+    program = folder / "nvidia-smi"
+    folder.mkdir(parents=True, exist_ok=True)
+    program.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        f"OUTPUTS = json.loads({json.dumps(json.dumps(outputs))})\n"
+        "text = OUTPUTS.get('\\0'.join(sys.argv[1:]))\n"
+        "if text is None:\n"
+        "    sys.exit(9)\n"
+        "sys.stdout.write(text)\n",
+        encoding="utf-8",
+    )
+    program.chmod(0o755)
+    return program

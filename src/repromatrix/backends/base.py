@@ -183,8 +183,13 @@ class BackendKind(Protocol):
         """Why this backend on ``runner`` cannot run ``cell``, or None when it can."""
         ...
 
-    def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
-        """What a run of ``cells`` would do, as JSON-ready data; writes and starts nothing."""
+    def describe(
+        self, setup: Setup, cells: Sequence[Cell], runner: Runner, skips: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """What a run of ``cells`` would do, as JSON-ready data; writes and starts nothing.
+
+        ``skips`` are the run's own skip reasons by cell id (this kind's, the memory
+        estimate's): a skipped cell is shown with its reason and is given no GPU."""
         ...
 
     def open(self, setup: Setup, images: Sequence[Image]) -> Backend:

@@ -124,7 +124,7 @@ def build_spec(
         "mode": _mode(cell),
         "model": model_path,
         "env": spec_env(cell),
-        "startup_timeout_s": min(cell.scenario.launch.startup_timeout_s, cell.deadline_s),
+        "startup_timeout_s": startup_timeout_s(cell),
         "interrupt_on": cell.interrupt_on,
         "port": port,
         "port_taken": bool(cell.container.port_taken),
@@ -209,9 +209,17 @@ def server_command(spec: Mapping[str, Any], port: int = 8000, python: str = "pyt
     return harness.server_command(dict(spec), port, python)
 
 
+def startup_timeout_s(cell: Cell) -> float:
+    """How long the harness waits for vLLM to start: the scenario's start-up time, or the
+    model's own deadline where that is longer (a 120B model loads longer than an 8B one),
+    within the cell's deadline."""
+    wanted = max(cell.scenario.launch.startup_timeout_s, cell.model.deadline_s or 0.0)
+    return min(wanted, cell.deadline_s)
+
+
 def spec_env(cell: Cell) -> dict[str, str]:
-    """The scenario's and the cell's env (the variant's over the launch's), checked: valid
-    names, no secrets."""
+    """The cell's env (the lane's runtime env, its GPU entry's, the scenario launch's, the
+    variant's, each over the one before), checked again: valid names, no secrets."""
     env = {**cell.scenario.launch.env, **cell.env}
     problems = []
     for name in sorted(env):

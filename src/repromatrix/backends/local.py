@@ -401,8 +401,11 @@ class LocalKind:
             )
         return None
 
-    def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
-        """Each virtualenv and each harness spec the run would use; nothing is created."""
+    def describe(
+        self, setup: Setup, cells: Sequence[Cell], runner: Runner, skips: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """Each virtualenv and each harness spec the run would use (none for a cell in
+        ``skips``, shown with its reason); nothing is created."""
         backend = LocalBackend(setup.cache / "venvs", create=False, workdir=False)
         envs = {
             cell.image.key: str(backend.venv_path(cell.image))
@@ -411,7 +414,7 @@ class LocalKind:
         }
         return {
             "images": [{"key": key, "virtualenv": venv} for key, venv in sorted(envs.items())],
-            "cells": [self._cell(cell, setup, runner) for cell in cells],
+            "cells": [self._cell(cell, setup, skips.get(cell.id)) for cell in cells],
         }
 
     def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
@@ -420,8 +423,7 @@ class LocalKind:
             setup.cache / "venvs", wheelhouse=setup.cache / "wheelhouse", note=setup.note
         )
 
-    def _cell(self, cell: Cell, setup: Setup, runner: Runner) -> dict[str, Any]:
-        skip = self.skip_reason(cell, runner)
+    def _cell(self, cell: Cell, setup: Setup, skip: str | None) -> dict[str, Any]:
         model = "" if skip else model_path(cell, setup.models_root)
         return {
             "id": cell.id,

@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     if options.mode is Mode.PREPARE_ONLY:
         return _prepared_status(summary)
     if options.mode is Mode.DRY_RUN:
-        return EXIT_OK
+        return _dry_run_status(args, summary)
     if summary.outcomes:
         counts = ", ".join(f"{n} {name}" for name, n in sorted(summary.outcomes.items()))
         progress.note(f"done: {counts}; results in {summary.folder.path}/")
@@ -204,6 +204,19 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_INFRA if failed or skipped else EXIT_OK
+
+
+def _dry_run_status(args: argparse.Namespace, summary: RunSummary) -> int:
+    """After ``--dry-run``: 0, as nothing ran and no result stands for anything; where cells
+    asked for cannot run on this host, one line says so and that a real run would exit 3."""
+    unfit = summary.skipped - summary.infeasible if args.lane or args.only else 0
+    if unfit:
+        print(
+            f"repromatrix: note: {unfit} of the cells asked for (--lane/--only) cannot run on "
+            "this host (their `skip` says why); a real run here would exit 3",
+            file=sys.stderr,
+        )
+    return EXIT_OK
 
 
 def _jobs(text: str) -> int:

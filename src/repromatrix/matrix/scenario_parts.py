@@ -11,7 +11,7 @@ import re
 from types import MappingProxyType
 
 from repromatrix.errors import suggest
-from repromatrix.grammars import check_env_name
+from repromatrix.matrix import env
 from repromatrix.matrix.keys import IMAGE_VARIANTS, REACHED_FACT, section
 from repromatrix.matrix.lanes import SHM_PATTERN
 from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, YSeq, describe
@@ -135,18 +135,9 @@ def read_pattern(node: YNode | None, what: str, reader: Reader) -> str | None:
 
 
 def read_env(node: YNode | None, what: str, reader: Reader) -> dict[str, str]:
-    """Environment variables: valid names, text values, never a secret (those reach a cell
-    from the host at run time only)."""
-    if node is None:
-        return {}
-    env = reader.strings(node, what) or {}
-    body = node if isinstance(node, YMap) else None
-    for name in list(env):
-        if (why := check_env_name(name)) is not None:
-            where = (body.get(name) if body is not None else None) or node
-            reader.error(where.where, f"{what} name {name!r} is refused: {why}")
-            del env[name]
-    return env
+    """Environment variables: valid names, values by their grammar, never a secret (those
+    reach a cell from the host at run time only); ``env.read_env``."""
+    return env.read_env(node, what, reader)
 
 
 def _process(node: YNode | None, whose: str, reader: Reader) -> str | None:

@@ -13,7 +13,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from repromatrix.grammars import SLURM_CONSTRAINT, SLURM_MEMORY, SLURM_NAME, SLURM_NAMES
+from repromatrix.grammars import (
+    ENV_NAME,
+    ENV_VALUE,
+    SLURM_CONSTRAINT,
+    SLURM_MEMORY,
+    SLURM_NAME,
+    SLURM_NAMES,
+)
 from repromatrix.matrix.conditions import NAMESPACES
 from repromatrix.matrix.keys import (
     AXES,
@@ -107,7 +114,17 @@ def value_schema(key: Key) -> Schema:
         "boolean": {"type": "boolean"},
         "zero": {"const": 0},
         "flags": FLAGS,
-        "env": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+        "seconds": {"type": "number", "minimum": 0},
+        "env": {
+            "type": "object",
+            "propertyNames": {"pattern": _whole(ENV_NAME.pattern)},
+            "additionalProperties": {
+                "anyOf": [
+                    {"type": "string", "pattern": _whole(ENV_VALUE.pattern)},
+                    {"type": "number"},
+                ]
+            },
+        },
         "size": _size(),
         "capability": {
             "anyOf": [{"type": "string", "pattern": _whole(CC_PATTERN.pattern)}, {"type": "number"}]

@@ -11,12 +11,12 @@ prepare`` fetches into the HF cache, so the cells themselves stay offline.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from repromatrix.errors import Problem, suggest
-from repromatrix.model import Cell, Lane, Level
+from repromatrix.model import Cell, Lane, Level, Model
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,17 @@ def _needs_weights(cell: Cell) -> bool:
     return cell.lane is Lane.GPU and cell.level is Level.ENGINE
 
 
-def check_adapters(cells: Iterable[Cell]) -> list[Problem]:
-    """A problem for each scenario adapter a cell's model does not have, at the scenario line."""
+def check_adapters(cells: Iterable[Cell], models: Iterable[Model] = ()) -> list[Problem]:
+    """A problem for each scenario adapter a cell's model does not have, at the scenario line.
+
+    A LoRA adapter serves only the model it was trained for, so the advice is never to
+    add it to this model: declare it under its own model (``models`` says where it already
+    is) and exclude this model from the scenario.
+    """
+    owners: dict[str, list[str]] = {}
+    for model in models:
+        for adapter in model.adapters:
+            owners.setdefault(adapter.name, []).append(model.name)
     problems: dict[tuple[str, str, str], Problem] = {}
     for cell in cells:
         name = cell.scenario.launch.lora_adapter
@@ -48,16 +57,34 @@ def check_adapters(cells: Iterable[Cell]) -> list[Problem]:
             continue
         if cell.model.adapter(name) is not None:
             continue
-        known = [adapter.name for adapter in cell.model.adapters]
-        message = (
-            f"adapter `{name}` belongs to no model of cell {cell.id}: add it under "
-            f"`models: {cell.model.name}: adapters:` in the matrix (`{name}: {{source: "
-            f"org/repo}}` or `{{path: /folder}}`).{suggest(name, known)}"
-        )
         where = cell.scenario.file or f"scenario {cell.scenario.id}"
         key = (where, name, cell.model.name)
+        message = _adapter_advice(cell, name, owners)
         problems.setdefault(key, Problem(where, cell.scenario.launch.lora_adapter_line, 0, message))
     return list(problems.values())
+
+
+def _adapter_advice(cell: Cell, name: str, owners: Mapping[str, Sequence[str]]) -> str:
+    """Why a cell lacks its scenario's adapter, and the fix that keeps each adapter on the
+    model it was trained for (``owners``: the models that declare each adapter)."""
+    model, scenario = cell.model.name, cell.scenario.id
+    exclude = f"`exclude: [{{model: {model}, scenario: {scenario}}}]`"
+    if name in owners:
+        declared = ", ".join(f"`{owner}`" for owner in owners[name])
+        kind = "model" if len(owners[name]) == 1 else "models"
+        return (
+            f"adapter `{name}` is declared under {kind} {declared}, not under `{model}` "
+            f"(cell {cell.id}): a LoRA adapter serves only the model it was trained for, so "
+            f"exclude `{model}` from scenario `{scenario}` in the matrix ({exclude})"
+        )
+    known = sorted({*owners, *(adapter.name for adapter in cell.model.adapters)})
+    return (
+        f"adapter `{name}` is declared under no model (cell {cell.id}): declare it under "
+        f"the model it was trained for (its adapter_config.json names it as "
+        f"`base_model_name_or_path`), as `models: <that model>: adapters: {name}: "
+        f"{{source: org/repo}}` (or `{{path: /folder}}`), and exclude the other models from "
+        f"scenario `{scenario}` ({exclude}).{suggest(name, known)}"
+    )
 
 
 def check_local(

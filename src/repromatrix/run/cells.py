@@ -5,7 +5,8 @@ callable that runs the one-cell code (``cell.run_cell``: its own deadline,
 live triage, early stop at the root cause, OOM detection, cleanup, its own
 log) on the device ids the ``Pool`` lends it, with ``Backend.stop`` as its
 cancel hook; a GPU cell first checks its driver against its image's CUDA and
-its GPUs idle (``gpu_refusal``). The images are jobs of the same pool
+its GPUs idle, looking again for the lane's ``gpu_idle_wait_s`` while they are busy
+(``gpu_refusal``). The images are jobs of the same pool
 (``images.ImageJobs``): each cell waits for its own image's job only, so a pull
 or build overlaps with the
 cells of images already made, and the pool hands the image job's value to each
@@ -19,7 +20,7 @@ whose image job raised ends as an infra error.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -27,6 +28,7 @@ from types import MappingProxyType
 from repromatrix.backends.base import Backend, Placement
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.gpu_identity import driver_shortfall
+from repromatrix.gpu_idle import NO_WAIT, IdleWait, wait_idle
 from repromatrix.model import Cell, Expected, Lane, Level, Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import GpuFact
@@ -49,6 +51,7 @@ class Pacing:
     jobs: int | None = None  # cells at once at most (None: as the runner's resources allow)
     image_jobs: int = 1  # image builds and pulls at once, apart from the cells
     measured: Mapping[str, float] | None = None  # seconds each cell took in an earlier run
+    idle_wait: IdleWait = NO_WAIT  # how long a GPU cell waits for its GPUs to be idle
 
 
 @dataclass(frozen=True)
@@ -189,9 +192,16 @@ def jobs_for(cells: Sequence[Cell], runner: Runner, pacing: Pacing, images: Imag
     return [replace(job, need=alone) if job.key in gpu else job for job in jobs]
 
 
-def work_for(backend: Backend, cell: Cell, runner: Runner, models_root: Path) -> Work[Ran]:
-    """The callable that runs ``cell`` in a pool thread, on the value of its image's job;
-    cancelling it stops its container."""
+def work_for(
+    backend: Backend,
+    cell: Cell,
+    runner: Runner,
+    models_root: Path,
+    idle_wait: IdleWait = NO_WAIT,
+) -> Work[Ran]:
+    """The callable that runs ``cell`` in a pool thread, on the value of its image's job,
+    once its GPUs are idle (waiting for them as ``idle_wait`` says); cancelling it stops
+    its wait or its container."""
 
     def work(ticket: Ticket) -> Ran:
         ticket.on_cancel(lambda: backend.stop(cell.id))
@@ -201,26 +211,39 @@ def work_for(backend: Backend, cell: Cell, runner: Runner, models_root: Path) ->
         context = cell_context(cell, ticket.before, models_root)
         placement = placement_of(ticket.allocation, runner)
         gpus = lent_gpus(ticket.allocation.gpu_ids, runner)
-        if (refused := gpu_refusal(backend, cell, context, placement, runner)) is not None:
+        lent = Lent(placement, runner, idle_wait, ticket.wait_cancelled)
+        if (refused := gpu_refusal(backend, cell, context, lent)) is not None:
             return Ran(started_at, CellRun(outcome.infra_error(refused), NOT_RUN), context, gpus)
         return Ran(started_at, run_cell(backend, cell, context, placement), context, gpus)
 
     return work
 
 
-def gpu_refusal(
-    backend: Backend, cell: Cell, context: CellContext, placement: Placement, runner: Runner
-) -> str | None:
-    """Why a GPU cell must not start on ``placement`` now: the driver is older than its image's
-    CUDA, or a GPU is busy (the backend names what holds it). Either is the machine's fault,
-    so the cell becomes an infrastructure error, never a verdict. None for a CPU cell, a
-    rehearsal (no device), or an image that is not ready (``run_cell`` says why)."""
-    prepared = context.prepared
+@dataclass(frozen=True)
+class Lent:
+    """The GPUs a cell was lent, on which runner, and how long it waits for them to be idle
+    (``pause`` waits up to the seconds given, True when the run is interrupted)."""
+
+    placement: Placement
+    runner: Runner
+    idle_wait: IdleWait = NO_WAIT
+    pause: Callable[[float], bool] = lambda _seconds: True
+
+
+def gpu_refusal(backend: Backend, cell: Cell, context: CellContext, lent: Lent) -> str | None:
+    """Why a GPU cell must not start on its lent GPUs: the driver is older than its image's
+    CUDA (at once: waiting changes nothing), or a GPU is still busy after the wait (the backend
+    names what holds it). Either is the machine's fault, so the cell becomes an
+    infrastructure error, never a verdict. None for a CPU cell, a rehearsal (no device), or
+    an image that is not ready (``run_cell`` says why)."""
+    prepared, runner = context.prepared, lent.runner
     if cell.lane is not Lane.GPU or runner.rehearse or prepared is None or prepared.error:
         return None
-    gpus = [gpu for i in placement.gpu_ids or () if (gpu := runner.gpu(i)) is not None]
+    gpus = [gpu for i in lent.placement.gpu_ids or () if (gpu := runner.gpu(i)) is not None]
     short = driver_shortfall(gpus, prepared.cuda_version, prepared.cuda_requirement)
-    return short or backend.busy_reason(placement)
+    if short is not None:
+        return short
+    return wait_idle(lambda: backend.busy_reason(lent.placement), lent.idle_wait, lent.pause)
 
 
 def ended_run(done: Done[Ran | ImageReady]) -> Ran:
@@ -295,7 +318,7 @@ def run_pooled(
 
     models_root = images.models_root
     work: dict[str, Work[Ran | ImageReady]] = {
-        cell.id: work_for(backend, cell, runner, models_root) for cell in cells
+        cell.id: work_for(backend, cell, runner, models_root, pacing.idle_wait) for cell in cells
     }
     work.update(images.work())
     pool = Pool(

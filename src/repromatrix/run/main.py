@@ -29,6 +29,7 @@ from typing import TextIO
 from repromatrix.backends import kinds
 from repromatrix.backends.base import Backend, BackendKind, Setup
 from repromatrix.errors import ConfigError, UsageError
+from repromatrix.gpu_idle import NO_WAIT, IdleWait
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.config_facts import cells_models, facts_problems
@@ -127,6 +128,7 @@ class RunSummary:
     outcomes: Mapping[str, int] = field(default_factory=dict)  # outcome -> cells (a real run)
     images: Mapping[str, ImageReady] = field(default_factory=dict)  # image key -> made (prepare)
     infeasible: int = 0  # of the skipped cells, those too big for their GPU's memory
+    skipped: int = 0  # a dry run: the cells it shows skipped (a real run counts outcomes)
 
 
 def execute_run(
@@ -155,8 +157,8 @@ def execute_run(
         # An infeasible cell could not decide on any runner: that reason wins over this one's.
         skips = {**skip_reasons(kind, run.todo, runner), **infeasible}
         if options.mode is Mode.DRY_RUN:
-            print_calls(kind, setup, run.todo, runner)
-            return RunSummary(run.folder, run.todo)
+            print_calls(kind, setup, run.todo, runner, skips)
+            return RunSummary(run.folder, run.todo, skipped=len(skips), infeasible=len(infeasible))
         runnable = [cell for cell in run.todo if cell.id not in skips]
         if missing := check_local(runnable, run.matrix.file):
             raise ConfigError(missing)  # before any image is pulled or any cell started
@@ -170,7 +172,8 @@ def execute_run(
                     image_jobs=options.image_jobs,
                 )
             return RunSummary(run.folder, run.todo, images=made)
-        pacing = Pacing(options.jobs, options.image_jobs, measured_s(earlier, progress.note))
+        measured = measured_s(earlier, progress.note)
+        pacing = Pacing(options.jobs, options.image_jobs, measured, idle_wait_of(run.matrix))
         with claimed(run.folder.path):
             record_plan(run.folder.path, run.cells, options.matrix)
             with opened(kind, setup, distinct_images(runnable)) as backend:
@@ -270,6 +273,12 @@ def backend_setup(
     )
 
 
+def idle_wait_of(matrix: Matrix) -> IdleWait:
+    """How long a GPU cell waits for its GPUs to be idle: the GPU lane's ``gpu_idle_wait_s``."""
+    gpu = matrix.lanes.get(Lane.GPU)
+    return IdleWait(gpu.runtime.gpu_idle_wait_s) if gpu is not None else NO_WAIT
+
+
 def skip_reasons(kind: BackendKind, cells: Sequence[Cell], runner: Runner) -> dict[str, str]:
     """Why ``kind`` on ``runner`` cannot run each of ``cells`` that it cannot run."""
     return {
@@ -287,10 +296,13 @@ def print_calls(
     setup: Setup,
     cells: Sequence[Cell],
     runner: Runner,
+    skips: Mapping[str, str],
+    *,
     out: TextIO | None = None,
 ) -> None:
     """The dry run: what the run would do, as indented JSON, from the same values a real run
-    executes (for Docker: every build, pull and container; secrets by name only)."""
+    executes (for Docker: every build, pull and container; secrets by name only); each cell
+    in ``skips`` shown with the reason a real run would skip it for."""
     described = {
         "run_id": setup.run_id,
         "backend": kind.name,
@@ -300,7 +312,7 @@ def print_calls(
             gpu.summary if gpu else f"{gpu_id}: unchecked"
             for gpu_id, gpu in zip(runner.gpu_ids, runner.usable, strict=True)
         ],
-        **kind.describe(setup, cells, runner),
+        **kind.describe(setup, cells, runner, skips),
     }
     stream = out or sys.stdout
     json.dump(described, stream, indent=2, sort_keys=True)

@@ -9,10 +9,12 @@ from repromatrix.gpu_idle import (
     Busy,
     GpuProcess,
     GpuUse,
+    IdleWait,
     busy,
     describe,
     read_use,
     unreadable,
+    wait_idle,
 )
 from repromatrix.runner import detect_runner
 from support.nvidia_smi import A100_MIG, H100, captured, machine
@@ -118,3 +120,52 @@ def test_a_mig_slice_is_judged_by_its_own_memory_its_gpus_processes_named():
         "MIG 0:1: NVIDIA A100-SXM4-80GB MIG 1g.20gb (19.5 GiB) is not idle: 8000 MiB in use; "
         "held on its GPU by pid 42 python (8000 MiB)" in describe([found])
     )
+
+
+class FakeTime:
+    """A clock that moves only when the wait pauses; ``pause`` records what it was asked and
+    says to stop once ``cancel_after`` pauses have passed."""
+
+    def __init__(self, cancel_after: int | None = None) -> None:
+        self.now = 1000.0
+        self.pauses: list[float] = []
+        self.cancel_after = cancel_after
+
+    def clock(self) -> float:
+        return self.now
+
+    def pause(self, seconds: float) -> bool:
+        self.pauses.append(seconds)
+        self.now += seconds
+        return self.cancel_after is not None and len(self.pauses) >= self.cancel_after
+
+
+def looks(*answers: str | None):
+    """A check that gives ``answers`` in turn (the GPUs as each look at them finds them)."""
+    given = iter(answers)
+    return lambda: next(given)
+
+
+def test_a_gpu_let_go_of_while_the_cell_waits_lets_the_cell_start():
+    time = FakeTime()
+    wait = IdleWait(wait_s=60, poll_s=5, clock=time.clock)
+    assert wait_idle(looks("busy", "busy", None), wait, time.pause) is None
+    assert time.pauses == [5, 5]
+
+
+def test_a_gpu_still_busy_after_the_wait_gives_its_reason_and_how_long_it_waited():
+    time = FakeTime()
+    wait = IdleWait(wait_s=12, poll_s=5, clock=time.clock)
+    reason = wait_idle(lambda: "GPU 0: NVIDIA H100 is not idle", wait, time.pause)
+    assert reason == "GPU 0: NVIDIA H100 is not idle; still so after 12 s of waiting"
+    assert time.pauses == [5, 5, 2]  # bounded: the last pause ends at the wait's end
+
+
+def test_no_wait_decides_at_the_first_look_and_an_interrupt_ends_the_wait():
+    time = FakeTime()
+    assert wait_idle(looks("busy"), IdleWait(wait_s=0, clock=time.clock), time.pause) == "busy"
+    assert time.pauses == []
+    interrupted = FakeTime(cancel_after=1)
+    wait = IdleWait(wait_s=600, poll_s=5, clock=interrupted.clock)
+    assert wait_idle(lambda: "busy", wait, interrupted.pause).startswith("busy; still so")
+    assert interrupted.pauses == [5]

@@ -116,17 +116,41 @@ def test_a_missing_folder_is_named_before_anything_starts(tmp_path: Path) -> Non
     assert check_local(cells, "matrix.yaml", is_dir=lambda _: True) == []
 
 
-def test_a_scenario_adapter_that_belongs_to_no_model_is_a_config_error(tmp_path: Path) -> None:
+def test_a_scenario_adapter_of_another_model_is_excluded_never_added(tmp_path: Path) -> None:
+    """An adapter serves the model it was trained for: the advice keeps it there and excludes
+    the model that lacks it from the scenario (it never says to add it to that model)."""
     text = MODELS.replace("seed-adapter: {source: org/moe-lora}", "seed-adaptor: {source: o/a}")
     with pytest.raises(ConfigError) as info:
         cells_of(tmp_path, text)
     (problem,) = info.value.problems
     assert problem.file.endswith("lora-moe.yaml")
     assert problem.line == int(at(ADAPTER_SCENARIO, "lora_adapter").split(":")[0])
-    assert "adapter `seed-adapter` belongs to no model of cell gpu/v0.17.0/h200x4/hub-moe/" in str(
-        problem
+    message = str(problem)
+    assert "adapter `seed-adapter` is declared under model `local-moe`, not under `hub-moe` " in (
+        message
     )
-    assert "Perhaps you meant `seed-adaptor`?" in str(problem)
+    assert "cell gpu/v0.17.0/h200x4/hub-moe/" in message
+    assert "exclude `hub-moe` from scenario `lora-moe`" in message
+    assert "`exclude: [{model: hub-moe, scenario: lora-moe}]`" in message
+    assert "add it under" not in message
+
+
+def test_a_scenario_adapter_declared_under_no_model_is_declared_where_it_was_trained(
+    tmp_path: Path,
+) -> None:
+    text = MODELS.replace("seed-adapter: {source: org/moe-lora}", "seed-adaptor: {source: o/a}")
+    text = text.replace("seed-adapter: {path: /srv/adapters/moe}", "other: {path: /srv/a}")
+    with pytest.raises(ConfigError) as info:
+        cells_of(tmp_path, text)
+    messages = sorted(str(problem) for problem in info.value.problems)
+    assert len(messages) == 2  # one per model that lacks it, each at the scenario's line
+    hub = messages[0]
+    assert "adapter `seed-adapter` is declared under no model" in hub
+    assert "(cell gpu/v0.17.0/h200x4/hub-moe/" in hub
+    assert "declare it under the model it was trained for" in hub
+    assert "base_model_name_or_path" in hub
+    assert "exclude the other models from scenario `lora-moe`" in hub
+    assert "Perhaps you meant `seed-adaptor`?" in hub
 
 
 def test_bad_model_entries_each_with_a_position(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from repromatrix.backends.base import Execution, Placement, Prepared
 from repromatrix.backends.docker.calls import ContainerSettings
 from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.backends.local import LocalBackend, kill_tagged
+from repromatrix.gpu_idle import IdleWait
 from repromatrix.model import Cell, Lane, Outcome
 from repromatrix.run.cells import Pacing, capacity_of
 from repromatrix.run.schedule import GIB
@@ -147,6 +148,35 @@ def test_a_busy_gpu_makes_the_cell_an_infra_error_never_a_verdict(tmp_path: Path
     assert counts["infra_error"] == 1
 
 
+def test_a_gpu_busy_at_first_look_is_waited_for_and_then_the_cell_runs(tmp_path: Path):
+    gpu = cell(Lane.GPU, gpus=1)
+    answers = iter(["GPU 0: NVIDIA H200 is not idle: 9000 MiB in use", "still", None])
+    backend = Recorder(busy=lambda _placement: next(answers))
+    idle_wait = IdleWait(wait_s=600, poll_s=0)  # looks again at once: no time passes in a test
+    run(tmp_path, backend, [gpu], resources(gpus=1), pacing=Pacing(idle_wait=idle_wait))
+    assert gpu.id in backend.placements  # it started once the GPU was idle
+    assert saved(tmp_path)[gpu.id].outcome is not Outcome.INFRA_ERROR
+
+
+def test_a_gpu_busy_for_the_whole_wait_is_an_infra_error_saying_how_long(tmp_path: Path):
+    gpu = cell(Lane.GPU, gpus=1)
+    looks: list[Placement] = []
+
+    def busy(placement: Placement) -> str:
+        looks.append(placement)
+        return "GPU 0: NVIDIA H200 is not idle: 9000 MiB in use"
+
+    ticks = iter(range(0, 10_000, 10))  # a clock that moves 10 s at each reading
+    idle_wait = IdleWait(wait_s=30, poll_s=0, clock=lambda: float(next(ticks)))
+    backend = Recorder(busy=busy)
+    run(tmp_path, backend, [gpu], resources(gpus=1), pacing=Pacing(idle_wait=idle_wait))
+    result = saved(tmp_path)[gpu.id]
+    assert result.outcome is Outcome.INFRA_ERROR
+    assert result.reason.endswith("9000 MiB in use; still so after 30 s of waiting")
+    assert gpu.id not in backend.placements
+    assert 1 < len(looks) < 10  # looked again, and stopped once the wait was over
+
+
 def test_a_driver_older_than_the_images_cuda_is_an_infra_error(tmp_path: Path):
     gpu = cell(Lane.GPU, gpus=1)
     host = resources(gpus=1)
@@ -162,6 +192,21 @@ def test_a_driver_older_than_the_images_cuda_is_an_infra_error(tmp_path: Path):
     older = Recorder(make=lambda image: Prepared(image.key, "img", cuda_version="12.2.2"))
     run(tmp_path / "old", older, [gpu], host)
     assert gpu.id in older.placements
+
+
+def test_a_driver_too_old_is_not_waited_for(tmp_path: Path):
+    gpu = cell(Lane.GPU, gpus=1)
+    host = resources(gpus=1)
+    host = replace(host, gpus=(replace(host.gpus[0], cuda_version="12.2"),))
+    looks: list[Placement] = []
+    backend = Recorder(
+        make=lambda image: Prepared(image.key, "img", cuda_version="12.9.1"),
+        busy=lambda placement: looks.append(placement) or "busy",
+    )
+    never = IdleWait(wait_s=600, poll_s=0, clock=lambda: 0.0)  # a wait that would not end
+    run(tmp_path, backend, [gpu], host, pacing=Pacing(idle_wait=never))
+    assert saved(tmp_path)[gpu.id].reason.startswith("the driver")
+    assert looks == []  # waiting changes no driver: the GPUs were not even looked at
 
 
 def test_a_rehearsal_checks_neither_driver_nor_idleness(tmp_path: Path):

@@ -14,6 +14,8 @@ from repromatrix.model import Outcome
 from repromatrix.results import store as results
 from support import paths
 from support.cli import repromatrix
+from support.matrix import BASELINE, setup
+from support.nvidia_smi import L40S, install_program
 
 ROOT = paths.ROOT
 TOKEN = "hf_repromatrixDryRunToken42"
@@ -219,3 +221,89 @@ def test_a_dry_run_checks_durations_from_too(tmp_path: Path, folder: str) -> Non
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "--durations-from" in done.stderr and "not a run folder" in done.stderr
+
+
+L40S_TEAM = """
+lanes:
+  gpu:
+    images: [v0.31.0]
+    gpus:
+      l40s: {runner: team-l40s, name: "*L40S", count: 1, memory_gib: 48, usable_memory_mib: 46068}
+      l40sx4: {runner: team-l40sx4, name: "*L40S", count: 4, usable_memory_mib: 46068}
+      h100: {runner: gpu-h100, name: "H100*", count: 1, usable_memory_mib: 81559}
+    models:
+      llama-8b: &llama
+        source: meta-llama/Llama-3.1-8B-Instruct
+        hidden_size: 4096
+        intermediate_size: 14336
+        num_hidden_layers: 32
+        num_attention_heads: 32
+        num_key_value_heads: 8
+        head_dim: 128
+        max_position_embeddings: 131072
+        num_parameters: 8030261248
+      llama-70b:
+        <<: *llama
+        source: meta-llama/Llama-3.1-70B-Instruct
+        hidden_size: 8192
+        intermediate_size: 28672
+        num_hidden_layers: 80
+        num_attention_heads: 64
+        num_parameters: 70553706496
+"""
+
+
+def test_a_dry_run_on_an_l40s_runner_shows_every_cell_it_would_skip_and_why(tmp_path: Path):
+    """A stand-in nvidia-smi reports two L40S (a real capture): the dry run of the whole lane
+    exits 0 and shows each cell as a real run would skip it (too few GPUs, another kind of GPU,
+    too big for its GPU's memory), and chooses devices only for the cells it would run."""
+    setup(tmp_path, L40S_TEAM, {"healthy": BASELINE.replace("[gpu, cpu]", "[gpu]")})
+    install_program(tmp_path / "bin", L40S)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "DOCKER_HOST": "unix:///nonexistent"}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    done = repromatrix(
+        "run", "--lane", "gpu", "--dry-run", "--backend", "docker",
+        "--matrix", str(tmp_path / "matrix.yaml"), "--scenarios", str(tmp_path / "scenarios"),
+        "--results", str(tmp_path / "r"), "--dockerfiles", str(tmp_path / "df"), env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["runner_gpus"] == ["GPU 0: NVIDIA L40S (45.0 GiB)", "GPU 1: NVIDIA L40S (45.0 GiB)"]
+    skips = {"/".join(cell["id"].split("/")[2:4]): cell for cell in plan["cells"]}
+    assert len(skips) == 6
+    runs = skips.pop("l40s/llama-8b")
+    assert runs["skip"] is None
+    assert runs["create"]["device_requests"][0]["device_ids"] == ["0"]
+    assert "needs 4 GPU(s) (l40sx4); this host has 2 GPU(s)" in skips["l40sx4/llama-8b"]["skip"]
+    assert "its name is not H100*" in skips["h100/llama-8b"]["skip"]
+    for gpu in ("l40s", "l40sx4", "h100"):  # too big on any runner: that reason wins
+        assert skips[f"{gpu}/llama-70b"]["skip"].startswith("infeasible: needs at least")
+    for cell in skips.values():  # a cell no run starts here is given no GPU of this runner
+        assert cell["create"]["device_requests"][0]["device_ids"].startswith("<")
+    assert "2 of the cells asked for (--lane/--only) cannot run on this host" in done.stderr
+    assert "a real run here would exit 3" in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_dry_run_of_the_default_gpu_lane_on_an_l40s_runner_skips_each_cell_with_a_reason(
+    tmp_path: Path,
+):
+    """The shipped matrix names no L40S, and its h200x4 cells need four GPUs of the two here:
+    every cell is shown skipped with the reason a real run would save, and the dry run ends 0."""
+    install_program(tmp_path / "bin", L40S)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "DOCKER_HOST": "unix:///nonexistent"}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    done = repromatrix(
+        "run", "--lane", "gpu", "--dry-run", "--backend", "docker",
+        "--results", str(tmp_path / "r"), env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    cells = json.loads(done.stdout)["cells"]
+    planned = json.loads(repromatrix("plan", "--lane", "gpu", "--json").stdout)
+    assert [cell["id"] for cell in cells] == [cell["id"] for cell in planned]
+    assert all(cell["skip"] for cell in cells)
+    wide = [cell["skip"] for cell in cells if "/h200x4/" in cell["id"]]
+    assert wide and all("needs 4 GPU(s) (h200x4); this host has 2 GPU(s)" in s for s in wide)
+    unfit = [cell for cell in cells if not cell["skip"].startswith("infeasible")]
+    assert f"{len(unfit)} of the cells asked for (--lane/--only) cannot run" in done.stderr

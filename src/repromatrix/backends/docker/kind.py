@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -142,14 +142,20 @@ class DockerKind:
             )
         return runner_mismatch(cell.gpu, runner)
 
-    def describe(self, setup: Setup, cells: Sequence[Cell], runner: Runner) -> dict[str, Any]:
-        """Every build and ``containers.create`` the run would make (no secret is in any)."""
+    def describe(
+        self, setup: Setup, cells: Sequence[Cell], runner: Runner, skips: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """Every build and ``containers.create`` the run would make (no secret is in any); a
+        cell in ``skips`` with its reason and its devices left unchosen, as no run gives it
+        any."""
         images = sorted({cell.image.key: cell.image for cell in cells}.values(), key=_key)
         tags = {image.key: self._tag(image, setup) for image in images}
         settings = _settings(setup, this_process())
         return {
             "images": [build.describe() for build in image_builds(images, tags, setup)],
-            "cells": [self._cell(cell, tags, settings, setup, runner) for cell in cells],
+            "cells": [
+                self._cell(cell, tags, settings, setup, skips.get(cell.id)) for cell in cells
+            ],
         }
 
     def open(self, setup: Setup, images: Sequence[Image]) -> Backend:
@@ -186,13 +192,17 @@ class DockerKind:
         tags: Mapping[str, str],
         settings: Mapping[Lane, ContainerSettings],
         setup: Setup,
-        runner: Runner,
+        skip: str | None,
     ) -> dict[str, Any]:
         spec = build_spec(cell, model_path(cell, setup.models_root))
-        call = container_call(cell, spec, tags[cell.image.key], settings[cell.lane], setup.run_id)
+        lane = settings[cell.lane]
+        if skip is not None:
+            # This runner may not hold the cell's GPUs (too few, another kind): choose none.
+            lane = replace(lane, gpu_ids=None)
+        call = container_call(cell, spec, tags[cell.image.key], lane, setup.run_id)
         return {
             "id": cell.id,
-            "skip": self.skip_reason(cell, runner),
+            "skip": skip,
             "deadline_s": cell.deadline_s,
             "create": call.describe(),
             # The same container as nodes without a Docker daemon start it (docs/slurm.md).
