@@ -15,7 +15,7 @@ from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.grammars import check_pipeline_text
 from repromatrix.matrix.expand import expand, plan
-from repromatrix.matrix.memory import memory_problems
+from repromatrix.matrix.memory import memory_warning
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane, PullPolicy
 from repromatrix.run.folder import resolve_folder
@@ -188,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
     lane = Lane(args.lane) if args.lane else None
     selector = Selector(args.only, args.skip)
     cells = plan(matrix, scenarios, lane, selector)
-    for problem in memory_problems(cells, str(args.matrix)):
-        print(f"repromatrix: warning: {problem}", file=sys.stderr)
+    if warning := memory_warning(cells, str(args.matrix)):
+        print(f"repromatrix: warning: {warning}", file=sys.stderr)
     if args.format == "json":
         text = listing.format_json(cells)
     elif args.format in ("github", "buildkite", "slurm"):

@@ -193,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
     if summary.outcomes:
         counts = ", ".join(f"{n} {name}" for name, n in sorted(summary.outcomes.items()))
         progress.note(f"done: {counts}; results in {summary.folder.path}/")
+    for line in summary.answer:
+        progress.note(line)
     failed = summary.outcomes.get(Outcome.INFRA_ERROR.value, 0)
     asked = bool(args.lane or args.only)
     # An infeasible cell cannot decide on any runner: it is no cell this host failed to run.

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from repromatrix.model import Outcome, ScenarioKind
+from repromatrix.model import STAGED_KINDS, Outcome
 from repromatrix.reports.move import MoveSummary, build_move, move_json
 from repromatrix.reports.ranges import Documented, RangeEvidence, load_documents, range_evidence
 from repromatrix.reports.runners import RunnerSummary, runner_summaries, runners_json
@@ -69,7 +69,7 @@ def default_options(run_dir: Path) -> ReportOptions:
 
 def build_findings(judged: Sequence[Judged], folder: str, options: ReportOptions) -> Findings:
     """Derive the findings; ``folder`` names the run when no cell says its run id."""
-    view = build_upgrade(judged, staged_interruptions(options.documents))
+    view = build_upgrade(judged, staged_scenarios(options.documents))
     move = None
     if options.baseline and options.candidate:
         move = build_move(judged, view, options.baseline, options.candidate)
@@ -85,12 +85,11 @@ def build_findings(judged: Sequence[Judged], folder: str, options: ReportOptions
     )
 
 
-def staged_interruptions(documents: Mapping[str, Documented]) -> frozenset[str]:
-    """The scenarios that stage a start-up interruption (never held against an image)."""
+def staged_scenarios(documents: Mapping[str, Documented]) -> frozenset[str]:
+    """The scenarios the matrix stages (a start-up interruption, a deliberate
+    misconfiguration): never held against an image."""
     return frozenset(
-        scenario
-        for scenario, documented in documents.items()
-        if documented.kind == ScenarioKind.STARTUP_INTERRUPTION
+        scenario for scenario, documented in documents.items() if documented.kind in STAGED_KINDS
     )
 
 

@@ -122,7 +122,7 @@ class SafetyCell:
         if self.failures:
             parts.append(f"{len(self.failures)} other failure(s)")
         if self.staged:
-            parts.append(f"staged start-up interruption shown: {', '.join(self.staged)}")
+            parts.append(f"staged crash shown (not held against it): {', '.join(self.staged)}")
         if self.not_reached:
             parts.append(f"{len(self.not_reached)} crash check(s) not reached, so not tested")
         return "; ".join(parts)

@@ -307,7 +307,7 @@ def test_a_staged_start_up_interruption_is_not_held_against_an_image() -> None:
     assert cell is not None
     assert cell.safety is Safety.SAFE and cell.crashes == () and cell.failures == ()
     assert cell.staged == (WARMUP,)
-    assert cell.words == "safe; staged start-up interruption shown: mm-warmup-interrupted"
+    assert cell.words == "safe; staged crash shown (not held against it): mm-warmup-interrupted"
     assert cell.cells == 2
     # The same hit counted as a defect, with no workaround seen, makes the image unsafe.
     [held] = build_upgrade(judged).lanes
