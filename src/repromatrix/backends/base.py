@@ -113,7 +113,7 @@ class Preflight:
     @property
     def refusal(self) -> str:
         """The reason with its fix, as one sentence for a person."""
-        return f"{self.reason} ({self.fix})" if self.fix else self.reason
+        return f"{self.reason}; to enable it: `{self.fix}`" if self.fix else self.reason
 
 
 class Backend(Protocol):

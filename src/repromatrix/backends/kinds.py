@@ -72,7 +72,7 @@ def pick(requested: str, ask: Callable[[BackendKind], Preflight]) -> Choice:
     for kind in KINDS.values():
         answer = ask(kind)
         if answer.ready:
-            instead = f" (not {'; not '.join(passed)})" if passed else ""
-            return Choice(kind, answer.runtimes, f"backend {kind.name}{instead}: {answer.reason}")
+            instead = "".join(f"; not {words}" for words in passed)
+            return Choice(kind, answer.runtimes, f"backend {kind.name}: {answer.reason}{instead}")
         passed.append(f"{kind.name}: {answer.refusal}")
     raise InfraError("no backend can run here: " + "; ".join(passed))

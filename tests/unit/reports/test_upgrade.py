@@ -23,11 +23,11 @@ from repromatrix.reports.upgrade import (
     safety_cell,
     upgrade_json,
 )
-from repromatrix.reports.write import write_reports
+from repromatrix.reports.write import answer_lines, write_reports
 from repromatrix.results.schema import CellResult
 from repromatrix.results.verdicts import judge_all, shorten
 from support import paths
-from support.reports import MOE_CAUSE, result
+from support.reports import MOE_CAUSE, cpu_lane, result, write_run
 from support.upgrade import MOE, NO_MEMORY, NO_RUNNER, cpu_probes, gpu_run, write_gpu_run
 
 H100 = Configuration("gpu", "h100", "qwen3-30b-a3b", "default")
@@ -332,3 +332,38 @@ def test_the_reports_read_the_kind_from_the_scenario_files() -> None:
     assert gpu.cell("v0.27.1", VL).safety is Safety.SAFE  # type: ignore[union-attr]
     [entry, *_] = [e for e in upgrade_json(findings.upgrade) if e["image_tag"] == "v0.27.1"]
     assert entry["staged_interruptions"] == [WARMUP]
+
+
+def test_the_staged_kv_cache_misconfiguration_never_counts_against_a_cpu_image(
+    tmp_path: Path,
+) -> None:
+    # The shipped scenario is a deliberate misconfiguration (its budget comes from an include):
+    # every image refuses it, so the newest image with a healthy baseline reads "safe".
+    documents = documented_ranges(load_scenarios(paths.ROOT / "scenarios"))
+    assert documents["cpu-kv-cache-too-small"].kind == "misconfiguration"
+    findings = build_findings(judge_all(cpu_lane()), "r", ReportOptions(documents=documents))
+    [cpu] = findings.upgrade.lanes
+    for tag in ("0.31.0", "0.32.0"):
+        [cell] = [cell for (t, _), cell in cpu.cells.items() if t == tag]
+        assert cell.safety is Safety.SAFE and cell.staged == ("cpu-kv-cache-too-small",)
+    # The run's last lines give that answer per image, and where the whole answer is.
+    write_run(tmp_path, cpu_lane())
+    answer = write_reports(tmp_path).answer
+    assert answer[:2] == (
+        "cpu 0.31.0: safe; staged crash shown (not held against it): cpu-kv-cache-too-small",
+        "cpu 0.32.0: safe; staged crash shown (not held against it): cpu-kv-cache-too-small",
+    )
+    assert answer[-1] == f"the full answer: {tmp_path / 'compat.md'}"
+
+
+def test_the_last_lines_name_every_verdict_that_disagrees_with_the_documents(
+    tmp_path: Path,
+) -> None:
+    outside = result(tag="0.31.0", scenario="healthy-cpu", variant="baseline",
+                     expected=Expected.AVOIDED)  # fmt: skip
+    judged = judge_all([*cpu_lane(), outside])
+    view = build_upgrade(judged)
+    lines = answer_lines(view, judged, tmp_path / "compat.md")
+    differ = [line for line in lines if line.startswith("differs from the documents: ")]
+    assert differ == [f"differs from the documents: {outside.id}: outside range"]
+    assert lines[0].startswith("cpu 0.31.0: unsafe")

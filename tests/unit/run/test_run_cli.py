@@ -219,3 +219,24 @@ def test_a_dry_run_checks_durations_from_too(tmp_path: Path, folder: str) -> Non
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "--durations-from" in done.stderr and "not a run folder" in done.stderr
+
+
+def test_backend_docker_fails_fast_naming_why_and_auto_says_which_backend_and_why(
+    tmp_path: Path,
+):
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": "unix:///nonexistent", "HOME": str(tmp_path)}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    results = tmp_path / "r"
+    done = repromatrix(
+        "run", "--backend", "docker", "--lane", "cpu", "--results", str(results), env=env
+    )
+    assert done.returncode == 3, done.stderr
+    assert "--backend docker cannot run here: no Docker engine answers" in done.stderr
+    assert "to enable it: `start a Docker engine" in done.stderr
+    assert "wheelhouse" not in done.stderr and not results.exists()  # nothing was made
+    # auto: the local backend, said once in the first lines with why Docker was not taken.
+    dry = repromatrix("run", "--dry-run", "--lane", "cpu", "--results", str(results), env=env)
+    assert dry.returncode == 0, dry.stderr
+    said = [line for line in dry.stderr.splitlines() if "backend local" in line]
+    assert len(said) == 1 and "; not docker: no Docker engine answers" in said[0]
+    assert json.loads(dry.stdout)["backend"] == "local"

@@ -109,7 +109,8 @@ def host_facts(bases: Collection[BaseImage], timeout_s: float = 5.0) -> HostFact
     try:
         client = connect(timeout_s=timeout_s)
     except InfraError as exc:
-        return HostFacts(str(exc), debootstrap=debootstrap, root=root, rootfs_cached=cached)
+        why = _one_line(exc.__cause__) if exc.__cause__ is not None else str(exc)
+        return HostFacts(why, debootstrap=debootstrap, root=root, rootfs_cached=cached)
     try:
         present = frozenset(base.ref for base in bases if _has_image(client, base.ref))
         missing = [base for base in bases if base.ref not in present]
