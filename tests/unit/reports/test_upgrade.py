@@ -178,10 +178,26 @@ def test_causes_are_shortened_around_their_numbers() -> None:
         "with a smaller rank or increase max_lora_rank."
     )
     short = shorten(cause, 70)
-    assert short.startswith("ValueError: LoRA rank 64 greater than max_lora_rank 16.")
-    assert len(short) <= 70
-    assert all(word in cause.split() or word == "…" for word in short.split())  # no cut word
+    assert short == "ValueError: LoRA rank 64 is greater than max_lora_rank 16. …"
     assert shorten("short enough", 70) == "short enough"
+
+
+def test_causes_are_cut_at_word_boundaries_never_inside_a_phrase() -> None:
+    cause = (
+        "ValueError: To serve at least one request with the model's max seq len (2048), "
+        "(0.0 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "(0.0 GiB)."
+    )
+    # The clause ends at the number; the parenthesis after it is left out whole.
+    expected = "ValueError: To serve at least one request with the model's max seq len (2048) …"
+    assert shorten(cause, 90) == expected
+    for limit in range(14, len(cause)):  # from the first word and its mark on
+        short = shorten(cause, limit)
+        kept = short.removesuffix(" …").split()
+        assert len(short) <= limit and short.endswith(" …")
+        assert kept[:-1] == cause.split()[: len(kept) - 1]  # every word kept, in its place
+        assert kept[-1] == cause.split()[len(kept) - 1].rstrip(",:")
+        assert short.count("(") == short.count(")")
 
 
 class _Tables(HTMLParser):
