@@ -383,3 +383,28 @@ def test_the_last_lines_name_every_verdict_that_disagrees_with_the_documents(
     differ = [line for line in lines if line.startswith("differs from the documents: ")]
     assert differ == [f"differs from the documents: {outside.id}: outside range"]
     assert lines[0].startswith("cpu 0.31.0: unsafe")
+
+
+def test_compat_html_shows_what_the_plan_expects_of_a_lane_that_did_not_run(
+    tmp_path: Path,
+) -> None:
+    skipped = {
+        "outcome": Outcome.SKIPPED,
+        "reason": "GPU cell needs 1 GPU(s); this host has no GPU",
+    }
+    gpu = {"lane": "gpu", "gpu": "h100", "model": "qwen3-30b-a3b", "scenario": MOE, **skipped}
+    cells = [
+        *cpu_lane(),
+        result(tag="v0.31.0", expected=Expected.HIT, **gpu),
+        result(tag="v0.31.0", variant="rank-64", expected=Expected.AVOIDED, **gpu),
+        result(tag="v0.32.0", expected=Expected.AVOIDED, **gpu),
+    ]
+    write_run(tmp_path, cells)
+    write_reports(tmp_path)
+    page = (tmp_path / "compat.html").read_text()
+    assert "What the plan expects of the gpu lane where it runs" in page
+    planned = page.split('<table class="planned">', 1)[1].split("</table>", 1)[0]
+    assert f"<th>{MOE}</th>" in planned
+    assert "<tr><th>v0.31.0</th><td>1 avoided, 1 hit</td></tr>" in planned
+    assert "<tr><th>v0.32.0</th><td>1 avoided</td></tr>" in planned
+    assert "What the plan expects of the cpu lane" not in page  # it ran
