@@ -85,9 +85,25 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The help of options several commands share.
+MATRIX_HELP = "the matrix file (default: matrix.yaml)"
+SCENARIOS_HELP = "the folder of scenario files (default: scenarios)"
+RESULTS_HELP = "where run folders are made (default: results)"
+BACKEND_HELP = (
+    "what runs the cells: docker, local (virtualenvs, CPU lane only), or auto (default: the "
+    "first this host can use, said with why)"
+)
+
+
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --matrix, --scenarios, --lane, --only and --skip (shared with other commands)."""
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
+    parser.add_argument(
+        "--matrix",
+        type=Path,
+        default=Path("matrix.yaml"),
+        metavar="FILE",
+        help=MATRIX_HELP,
+    )
     parser.add_argument(
         "--scenarios",
         type=Path,
