@@ -18,7 +18,6 @@ whose image job raised ends as an infra error.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -150,13 +149,14 @@ def save_skipped(
     counts: dict[str, int],
     progress: Progress,
 ) -> None:
-    """Save each of ``cells`` as skipped with its reason; one progress line per lane and reason."""
+    """Save each of ``cells`` as skipped with its reason, in one progress line (the run's first
+    lines said why, per reason: ``run.outlook``)."""
     for cell in cells:
         save(
             folder, cell, Ran(now_iso(), CellRun(outcome.skipped(skips[cell.id]), NOT_RUN)), counts
         )
-    for (lane, reason), count in Counter((c.lane.value, skips[c.id]) for c in cells).items():
-        progress.note(f"{count} {lane} cell(s) skipped: {reason}")
+    if cells:
+        progress.note(f"{len(cells)} cell(s) this host cannot run saved as skipped")
 
 
 def capacity_of(runner: Runner, jobs: int | None = None) -> Capacity:
@@ -307,10 +307,11 @@ def run_pooled(
         image_slots=pacing.image_jobs,
         on_start=lambda start: None if start.job.image_task else progress.start(start.job.key),
     )
-    progress.note(
-        f"estimate: {duration(pool.snapshot().eta_s)} for the images and cells, "
-        f"{estimate_basis(pacing.measured)}; the eta is corrected as cells finish"
-    )
+    if cells:
+        progress.note(
+            f"estimate: {duration(pool.snapshot().eta_s)} for the images and cells, "
+            f"{estimate_basis(pacing.measured)}; the eta is corrected as cells finish"
+        )
     progress.watch(pool.snapshot)
     try:
         report = pool.run()
