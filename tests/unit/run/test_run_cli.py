@@ -166,7 +166,7 @@ def test_a_gpu_shard_on_a_host_that_cannot_run_it_fails_instead_of_going_green(t
     )  # fmt: skip
     assert done.returncode == 3, done.stderr
     assert "cannot run on this host" in done.stderr
-    assert "skipped: GPU cell" in done.stderr  # one line per lane and reason, not per cell
+    assert "cannot run: GPU cell" in done.stderr  # one line per reason, not per cell
     found, problems = results.read_results(tmp_path / "gpu-shard")
     assert problems == [] and found
     assert all(r.outcome is Outcome.SKIPPED for r in found)
