@@ -51,6 +51,11 @@ def test_an_auto_base_follows_the_host():
     # The base already in the engine: nothing to make, whatever else the host has.
     present = decide(HostFacts(images=frozenset({AUTO_BASE.ref})), runtimes(AUTO_BASE), CPU)
     assert present.ready and "present in the engine" in present.reason
+    # Pulled by an earlier run, the Debian image serves offline too.
+    offline = HostFacts(images=frozenset({"debian:bookworm-slim"}), registry_error="offline")
+    earlier = decide(offline, runtimes(AUTO_BASE), CPU)
+    assert earlier.ready and base_of(earlier) is not None
+    assert base_of(earlier).ref == "debian:bookworm-slim"  # type: ignore[union-attr]
 
 
 def test_docker_refuses_where_no_base_can_be_made_and_names_the_one_fix():

@@ -112,7 +112,10 @@ def host_facts(bases: Collection[BaseImage], timeout_s: float = 5.0) -> HostFact
         why = _one_line(exc.__cause__) if exc.__cause__ is not None else str(exc)
         return HostFacts(why, debootstrap=debootstrap, root=root, rootfs_cached=cached)
     try:
-        present = frozenset(base.ref for base in bases if _has_image(client, base.ref))
+        refs = {base.ref for base in bases} | {
+            pulled_base(b).ref for b in bases if b.source == "auto"
+        }
+        present = frozenset(ref for ref in refs if _has_image(client, ref))
         missing = [base for base in bases if base.ref not in present]
         asked = [ref for base in missing if (ref := _pull_ref(base, debootstrap and root))]
         registry_error = _registry_error(client, asked[0]) if asked else "not asked"

@@ -78,8 +78,10 @@ def base_choice(facts: HostFacts, base: BaseImage) -> tuple[BaseImage, str] | Pr
     # A root file system made earlier is imported without debootstrap, but read as root.
     if (base.ref in facts.rootfs_cached or facts.debootstrap) and facts.root:
         return made, "made with debootstrap"
+    pulled = pulled_base(base)
+    if base.source == "auto" and pulled.ref in facts.images:
+        return pulled, f"{pulled.ref}, present in the engine (debootstrap {_why_not(facts)})"
     if base.source == "auto" and facts.registry_error is None:
-        pulled = pulled_base(base)
         return pulled, f"pulled (debootstrap {_why_not(facts)}; the registry answers)"
     return _refused(
         f"base image {base.ref} is not in the engine and cannot be made: debootstrap "
