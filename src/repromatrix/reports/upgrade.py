@@ -172,7 +172,7 @@ class UpgradeView:
 def build_upgrade(judged: Iterable[Judged], staged: Collection[str] = ()) -> UpgradeView:
     """Arrange judged cells by lane, image tag and configuration, and decide each one's safety.
 
-    ``staged`` names the start-up interruption scenarios, which decide no safety.
+    ``staged`` names the scenarios the matrix stages, which decide no safety.
     """
     grouped: dict[str, dict[tuple[str, Configuration], list[Judged]]] = defaultdict(
         lambda: defaultdict(list)
