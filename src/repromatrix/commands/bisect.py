@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from repromatrix.backends import kinds
+from repromatrix.commands.plan import BACKEND_HELP, MATRIX_HELP, SCENARIOS_HELP
 from repromatrix.errors import EXIT_OK
 from repromatrix.model import Lane, Level
 
@@ -31,11 +32,21 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("scenario", metavar="SCENARIO")
     parser.add_argument("--variant", help="the variant (default: the scenario's first)")
-    parser.add_argument("--lane", required=True, choices=[lane.value for lane in Lane])
-    parser.add_argument("--level", choices=[level.value for level in Level])
-    parser.add_argument("--gpu")
-    parser.add_argument("--model")
-    parser.add_argument("--flagset")
+    parser.add_argument(
+        "--lane",
+        required=True,
+        choices=[lane.value for lane in Lane],
+        help="the lane whose versions are searched",
+    )
+    parser.add_argument(
+        "--level",
+        choices=[level.value for level in Level],
+        help="engine or probe cells (default: the one the lane has; engine)",
+    )
+    fixed = "(default: whichever the plan has, if only one)"
+    parser.add_argument("--gpu", help=f"the GPU entry kept while the version moves {fixed}")
+    parser.add_argument("--model", help=f"the model kept while the version moves {fixed}")
+    parser.add_argument("--flagset", help=f"the flag set kept while the version moves {fixed}")
     versions = parser.add_mutually_exclusive_group()
     versions.add_argument("--versions", metavar="V1,V2,...", help="search exactly these")
     versions.add_argument("--from", dest="low", metavar="V", help="the first version searched")
@@ -49,11 +60,21 @@ def add_parser(subparsers: Any) -> None:
         metavar="DIR",
         help="earlier run folders (or a results root) whose outcomes are used first",
     )
-    parser.add_argument("--out", type=Path, default=Path("results"), metavar="DIR")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results"),
+        metavar="DIR",
+        help="where the bisect's run folder is made (default: results)",
+    )
     parser.add_argument("--run-id", metavar="ID", help="the run folder's name (default: time)")
-    parser.add_argument("--backend", choices=kinds.CHOICES, default=kinds.AUTO)
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
-    parser.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="DIR")
+    parser.add_argument("--backend", choices=kinds.CHOICES, default=kinds.AUTO, help=BACKEND_HELP)
+    parser.add_argument(
+        "--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE", help=MATRIX_HELP
+    )
+    parser.add_argument(
+        "--scenarios", type=Path, default=Path("scenarios"), metavar="DIR", help=SCENARIOS_HELP
+    )
     parser.add_argument(
         "--plan", action="store_true", help="print the versions and the first round; run nothing"
     )

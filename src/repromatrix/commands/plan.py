@@ -16,7 +16,7 @@ from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.grammars import check_pipeline_text
 from repromatrix.matrix.config_facts import cells_models, facts_problems, source_text
 from repromatrix.matrix.expand import expand, plan
-from repromatrix.matrix.memory import memory_problems
+from repromatrix.matrix.memory import memory_warning
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane, PullPolicy
 from repromatrix.run.folder import resolve_folder
@@ -86,9 +86,25 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The help of options several commands share.
+MATRIX_HELP = "the matrix file (default: matrix.yaml)"
+SCENARIOS_HELP = "the folder of scenario files (default: scenarios)"
+RESULTS_HELP = "where run folders are made (default: results)"
+BACKEND_HELP = (
+    "what runs the cells: docker, local (virtualenvs, CPU lane only), or auto (default: the "
+    "first this host can use, said with why)"
+)
+
+
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --matrix, --scenarios, --lane, --only and --skip (shared with other commands)."""
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
+    parser.add_argument(
+        "--matrix",
+        type=Path,
+        default=Path("matrix.yaml"),
+        metavar="FILE",
+        help=MATRIX_HELP,
+    )
     parser.add_argument(
         "--scenarios",
         type=Path,
@@ -189,8 +205,8 @@ def run(args: argparse.Namespace) -> int:
     lane = Lane(args.lane) if args.lane else None
     selector = Selector(args.only, args.skip)
     cells = plan(matrix, scenarios, lane, selector)
-    for problem in memory_problems(cells, str(args.matrix)):
-        print(f"repromatrix: warning: {problem}", file=sys.stderr)
+    if warning := memory_warning(cells, str(args.matrix)):
+        print(f"repromatrix: warning: {warning}", file=sys.stderr)
     models = cells_models(cells)
     for problem in facts_problems(models, str(args.matrix)):
         print(f"repromatrix: warning: {problem}", file=sys.stderr)

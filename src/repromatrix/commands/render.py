@@ -31,7 +31,13 @@ def add_parser(subparsers: Any) -> None:
         ),
     )
     add_selection_arguments(parser)
-    parser.add_argument("--out", type=Path, default=Path("dockerfiles"), metavar="DIR")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("dockerfiles"),
+        metavar="DIR",
+        help="where the build contexts are written (default: dockerfiles)",
+    )
     parser.set_defaults(handler=run)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from repromatrix.backends import kinds
 from repromatrix.commands.plan import (
+    RESULTS_HELP,
     add_runner_arguments,
     add_selection_arguments,
     check_output_folder,
@@ -46,7 +47,13 @@ def add_parser(subparsers: Any) -> None:
         help="; ".join(f"{kind.name}: {kind.summary}" for kind in kinds.KINDS.values())
         + "; auto (default): the first of these that this host can use",
     )
-    parser.add_argument("--results", type=Path, default=Path("results"), metavar="DIR")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=Path("results"),
+        metavar="DIR",
+        help=RESULTS_HELP,
+    )
     parser.add_argument("--run-id", metavar="ID", help="name of the run (default: UTC time)")
     parser.add_argument(
         "--resume",
@@ -193,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
     if summary.outcomes:
         counts = ", ".join(f"{n} {name}" for name, n in sorted(summary.outcomes.items()))
         progress.note(f"done: {counts}; results in {summary.folder.path}/")
+    for line in summary.answer:
+        progress.note(line)
     failed = summary.outcomes.get(Outcome.INFRA_ERROR.value, 0)
     asked = bool(args.lane or args.only)
     # An infeasible cell cannot decide on any runner: it is no cell this host failed to run.

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repromatrix.commands.plan import MATRIX_HELP
 from repromatrix.drafting.check import HEALTHY_LOGS, check_draft, healthy_logs, load_draft
 from repromatrix.drafting.trial import try_draft
 from repromatrix.drafting.write import draft_id, render_draft
@@ -20,6 +21,10 @@ from repromatrix.run.main import RunOptions
 from repromatrix.run.progress import Progress
 from repromatrix.triage import triage_path
 from repromatrix.triage.facts import read_launch
+
+# ``--try`` runs go under a folder no run id can name (it starts with a dot), so none of
+# them becomes the "latest" run of results/ (``run.folder.latest_run``).
+TRIES = Path("results") / ".tries"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -41,12 +46,32 @@ def add_parser(subparsers: Any) -> None:
     draft.add_argument("--check", action="store_true", help="triage the source and healthy logs")
     draft.add_argument("--healthy", type=Path, metavar="DIR", help="healthy logs for --check")
     draft.add_argument("--try", dest="trial", action="store_true", help="run its cells here")
-    draft.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
-    draft.add_argument("--lane", choices=[lane.value for lane in Lane], default=None)
-    draft.add_argument("--only", action="append", default=[], metavar="GLOB")
-    draft.add_argument("--skip", action="append", default=[], metavar="GLOB")
-    draft.add_argument("--results", type=Path, default=Path("results"), metavar="DIR")
-    draft.add_argument("--run-id", default=None, metavar="ID")
+    draft.add_argument(
+        "--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE", help=MATRIX_HELP
+    )
+    draft.add_argument(
+        "--lane",
+        choices=[lane.value for lane in Lane],
+        default=None,
+        help="--try: one lane only",
+    )
+    draft.add_argument(
+        "--only", action="append", default=[], metavar="GLOB", help="--try: keep cells matching"
+    )
+    draft.add_argument(
+        "--skip", action="append", default=[], metavar="GLOB", help="--try: drop cells matching"
+    )
+    draft.add_argument(
+        "--results",
+        type=Path,
+        default=TRIES,
+        metavar="DIR",
+        help=f"where --try's run folder is made (default: {TRIES}: never the latest run of "
+        "results/, which the next run's --durations-from latest takes)",
+    )
+    draft.add_argument(
+        "--run-id", default=None, metavar="ID", help="--try's run folder name (default: time)"
+    )
     draft.set_defaults(handler=run)
 
 

@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends import kinds
-from repromatrix.commands.plan import add_runner_arguments, check_output_folder
+from repromatrix.commands.plan import (
+    BACKEND_HELP,
+    MATRIX_HELP,
+    RESULTS_HELP,
+    add_runner_arguments,
+    check_output_folder,
+)
 from repromatrix.errors import EXIT_FAILURE, EXIT_INFRA, EXIT_OK, UsageError
 from repromatrix.fleet.dispatch import BUILDKITE_API, GITHUB_API, BuildkiteBuild, GitHubWorkflow
 from repromatrix.http_calls import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, url_problem
@@ -47,12 +53,26 @@ def add_parser(subparsers: Any) -> None:
             "(webhook, GitHub issue, job summary). Nothing new: nothing is done."
         ),
     )
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE")
-    parser.add_argument("--scenarios", type=Path, action="append", metavar="DIR")
+    parser.add_argument(
+        "--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE", help=MATRIX_HELP
+    )
+    parser.add_argument(
+        "--scenarios",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="a folder of scenario files; repeat to combine (default: scenarios)",
+    )
     parser.add_argument("--lane", choices=[lane.value for lane in Lane], help="one lane only")
-    parser.add_argument("--only", action="append", default=[], metavar="GLOB")
-    parser.add_argument("--skip", action="append", default=[], metavar="GLOB")
-    parser.add_argument("--results", type=Path, default=Path("results"), metavar="DIR")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="GLOB", help="keep cells whose id matches"
+    )
+    parser.add_argument(
+        "--skip", action="append", default=[], metavar="GLOB", help="drop cells whose id matches"
+    )
+    parser.add_argument(
+        "--results", type=Path, default=Path("results"), metavar="DIR", help=RESULTS_HELP
+    )
     parser.add_argument(
         "--site",
         type=Path,
@@ -89,7 +109,7 @@ def add_parser(subparsers: Any) -> None:
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_runner_arguments(parser)
-    parser.add_argument("--backend", choices=kinds.CHOICES, default=kinds.AUTO)
+    parser.add_argument("--backend", choices=kinds.CHOICES, default=kinds.AUTO, help=BACKEND_HELP)
     parser.add_argument("--jobs", type=int, metavar="N", help="cells at once at most")
     parser.add_argument(
         "--rehearse",
@@ -103,15 +123,29 @@ def _add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
         "webhook", f"the answer POSTed as JSON, signed with ${WEBHOOK_SECRET}"
     )
     hook.add_argument("--webhook", metavar="URL", help="an http(s) URL")
-    hook.add_argument("--webhook-attempts", type=int, default=DEFAULT_ATTEMPTS, metavar="N")
-    hook.add_argument("--webhook-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S")
+    hook.add_argument(
+        "--webhook-attempts",
+        type=int,
+        default=DEFAULT_ATTEMPTS,
+        metavar="N",
+        help=f"tries per answer, each round (default: {DEFAULT_ATTEMPTS})",
+    )
+    hook.add_argument(
+        "--webhook-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds each try may take (default: {DEFAULT_TIMEOUT_S:g})",
+    )
 
 
 def _add_github_arguments(parser: argparse.ArgumentParser) -> None:
     github = parser.add_argument_group(
         "GitHub", "the answer as an issue per tag (or a comment), with $GITHUB_TOKEN"
     )
-    github.add_argument("--github-repo", metavar="OWNER/NAME")
+    github.add_argument(
+        "--github-repo", metavar="OWNER/NAME", help="the repository the issues are opened in"
+    )
     github.add_argument("--github-issue", type=int, metavar="N", help="comment on this issue")
     github.add_argument(
         "--github-api",
@@ -123,16 +157,35 @@ def _add_github_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     fleet = parser.add_argument_group("fleet", "who runs the cells this host cannot")
-    fleet.add_argument("--fleet", choices=("none", "github", "buildkite"), default="none")
+    fleet.add_argument(
+        "--fleet",
+        choices=("none", "github", "buildkite"),
+        default="none",
+        help="who runs them: a GitHub workflow, a Buildkite pipeline, or none (default)",
+    )
     fleet.add_argument("--fleet-repo", metavar="OWNER/NAME", help="github: the workflow's repo")
-    fleet.add_argument("--fleet-ref", default="main", metavar="REF")
-    fleet.add_argument("--fleet-workflow", default="compat-matrix.yml", metavar="FILE")
+    fleet.add_argument(
+        "--fleet-ref", default="main", metavar="REF", help="the branch the fleet runs (main)"
+    )
+    fleet.add_argument(
+        "--fleet-workflow",
+        default="compat-matrix.yml",
+        metavar="FILE",
+        help="github: the workflow dispatched (default: compat-matrix.yml)",
+    )
     fleet.add_argument("--fleet-api", metavar="URL", help="the GitHub or Buildkite API URL")
-    fleet.add_argument("--buildkite-org", metavar="SLUG")
-    fleet.add_argument("--buildkite-pipeline", metavar="SLUG")
+    fleet.add_argument("--buildkite-org", metavar="SLUG", help="buildkite: the organization")
+    fleet.add_argument("--buildkite-pipeline", metavar="SLUG", help="buildkite: the pipeline")
     fleet.add_argument("--fleet-matrix", metavar="PATH", help="the matrix in the fleet's checkout")
-    fleet.add_argument("--fleet-scenarios", metavar="PATH")
-    fleet.add_argument("--fleet-package", default=".", metavar="REQUIREMENT")
+    fleet.add_argument(
+        "--fleet-scenarios", metavar="PATH", help="the scenarios folder in the fleet's checkout"
+    )
+    fleet.add_argument(
+        "--fleet-package",
+        default=".",
+        metavar="REQUIREMENT",
+        help="what the fleet's jobs pip install (default: . , their checkout)",
+    )
     fleet.add_argument(
         "--fleet-wait-hours",
         type=float,

@@ -33,7 +33,7 @@ AXES = (*ID_PARTS, "level")
 LANES = tuple(lane.value for lane in Lane)
 LEVELS = tuple(level.value for level in Level)
 MODES = tuple(mode.value for mode in LaunchMode)
-BASE_SOURCES = ("debootstrap", "image")
+BASE_SOURCES = ("debootstrap", "image", "auto")
 VARIANT_KINDS = ("workaround", "control")
 SCENARIO_KINDS = tuple(kind.value for kind in ScenarioKind)
 # Image variants a scenario can ask for (``build.render`` knows how to make each one).
@@ -246,7 +246,15 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
         "base",
         "the base image CPU-lane images build on",
         (
-            Key("source", "choice", "debootstrap or an existing image", True, None, BASE_SOURCES),
+            Key(
+                "source",
+                "choice",
+                "debootstrap, an existing image, or auto: debootstrap where this host can run "
+                "it, else debian:<suite>-slim pulled",
+                True,
+                None,
+                BASE_SOURCES,
+            ),
             Key("ref", "text", "the local tag it is imported as, or the image to build FROM"),
             Key("suite", "text", "the Debian suite (bookworm)"),
             Key("mirror", "text", "the Debian mirror (default: debootstrap's)"),
@@ -336,8 +344,9 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key(
                 "kind",
                 "choice",
-                "defect (default), or startup-interruption: a crash the matrix stages, "
-                "never held against an image",
+                "defect (default), or a crash the matrix stages, never held against an "
+                "image: startup-interruption (it interrupts the start) or misconfiguration "
+                "(a deliberate configuration error)",
                 choices=SCENARIO_KINDS,
             ),
         ),

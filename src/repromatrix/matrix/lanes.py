@@ -41,9 +41,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class BaseImage:
-    """The base image CPU-lane images build on: made by debootstrap, or an existing image."""
+    """The base image CPU-lane images build on: made by debootstrap, or an existing image.
 
-    source: str  # "debootstrap" | "image"
+    ``auto`` follows the host (``backends/docker/preflight.py`` decides before a run): the
+    image ``ref`` where the engine has it, else debootstrap where it is installed and the run
+    has root, else ``pulled_base`` where a registry answers.
+    """
+
+    source: str  # "debootstrap" | "image" | "auto"
     ref: str  # the local tag it is imported as, or the image to build FROM
     suite: str = "bookworm"
     mirror: str | None = None  # None: debootstrap's default mirror
@@ -56,6 +61,12 @@ DEFAULT_BASE = BaseImage(
     suite="bookworm",
     packages=("python3", "python3-venv", "python3-dev", "ca-certificates", "libnuma1", "g++"),
 )
+
+
+def pulled_base(base: BaseImage) -> BaseImage:
+    """The pulled base an ``auto`` base takes where debootstrap cannot run: Debian's own image
+    of the same suite, the same packages installed on it by apt (``Dockerfile.cpu.j2``)."""
+    return BaseImage("image", f"debian:{base.suite}-slim", base.suite, None, base.packages)
 
 
 @dataclass(frozen=True)
@@ -231,7 +242,8 @@ def _read_base(node: YNode | None, reader: Reader) -> BaseImage:
     reader.keys(body, base.names, "`base`", required=base.required)
     source = _text_or(body.get("source"), "`source`", DEFAULT_BASE.source, reader)
     if source not in BASE_SOURCES:
-        reader.error(body.where, f"`source` must be `debootstrap` or `image`, not `{source}`")
+        choices = ", ".join(f"`{name}`" for name in BASE_SOURCES)
+        reader.error(body.where, f"`source` must be one of {choices}, not `{source}`")
     if source == "image" and body.get("ref") is None:
         reader.error(body.where, "`base` with `source: image` needs `ref` (e.g. python:3.11-slim)")
     mirror_node = body.get("mirror")

@@ -403,3 +403,16 @@ def gib(value: int) -> str:
 
 def _gib_or_unknown(value: int | None) -> str:
     return "?" if value is None else gib(value)
+
+
+def memory_warning(cells: Iterable[Cell], matrix_file: str) -> str | None:
+    """The warnings of ``memory_problems`` as one (a run or plan warns once, not per model):
+    the first at its line, with how many more there are and where."""
+    problems = memory_problems(cells, matrix_file)
+    if not problems:
+        return None
+    first = str(problems[0])
+    if len(problems) == 1:
+        return first
+    others = ", ".join(f"line {p.line}" for p in problems[1:])
+    return f"{first}; and {len(problems) - 1} more like it ({others}; `plan --json` lists them)"

@@ -167,7 +167,8 @@ def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
 
 
 def _kind(body: YMap, reader: Reader) -> ScenarioKind:
-    """``kind``: a defect (the default) or a staged start-up interruption."""
+    """``kind``: a defect (the default), or a crash the matrix stages (a start-up interruption,
+    a deliberate misconfiguration)."""
     text = _text(body, "kind", reader)
     if text is None:
         return ScenarioKind.DEFECT

@@ -16,10 +16,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from repromatrix.model import Outcome, ScenarioKind
+from repromatrix.model import STAGED_KINDS, Outcome
 from repromatrix.reports.move import MoveSummary, build_move, move_json
 from repromatrix.reports.ranges import Documented, RangeEvidence, load_documents, range_evidence
 from repromatrix.reports.runners import RunnerSummary, runner_summaries, runners_json
+from repromatrix.reports.table import tag_key
 from repromatrix.reports.upgrade import UpgradeView, build_upgrade, upgrade_json
 from repromatrix.results.store import plan_matrix
 from repromatrix.results.verdicts import Judged, one_line
@@ -48,6 +49,22 @@ class SkipGroup:
 
 
 @dataclass(frozen=True)
+class PlannedLane:
+    """What the plan expects of one lane's cells that did not run here: per image tag and
+    scenario, how many cells expect each outcome (``{"hit": 3, "avoided": 2}``)."""
+
+    lane: str
+    tags: tuple[str, ...]
+    scenarios: tuple[str, ...]
+    expected: Mapping[tuple[str, str], Mapping[str, int]]
+
+    def words(self, tag: str, scenario: str) -> str:
+        """``3 hit, 2 avoided`` for a row and column; empty where no cell is planned."""
+        counts = self.expected.get((tag, scenario), {})
+        return ", ".join(f"{n} {outcome.replace('_', ' ')}" for outcome, n in counts.items())
+
+
+@dataclass(frozen=True)
 class Findings:
     """Everything the reports say above the detailed table."""
 
@@ -58,6 +75,7 @@ class Findings:
     ranges: tuple[RangeEvidence, ...]
     skipped: tuple[SkipGroup, ...]
     runners: tuple[RunnerSummary, ...] = ()
+    planned: tuple[PlannedLane, ...] = ()  # expectations of the cells that did not run here
 
 
 def default_options(run_dir: Path) -> ReportOptions:
@@ -69,7 +87,7 @@ def default_options(run_dir: Path) -> ReportOptions:
 
 def build_findings(judged: Sequence[Judged], folder: str, options: ReportOptions) -> Findings:
     """Derive the findings; ``folder`` names the run when no cell says its run id."""
-    view = build_upgrade(judged, staged_interruptions(options.documents))
+    view = build_upgrade(judged, staged_scenarios(options.documents))
     move = None
     if options.baseline and options.candidate:
         move = build_move(judged, view, options.baseline, options.candidate)
@@ -82,15 +100,15 @@ def build_findings(judged: Sequence[Judged], folder: str, options: ReportOptions
         range_evidence(judged, options.documents),
         skip_groups(judged),
         runner_summaries(judged),
+        planned_lanes(judged),
     )
 
 
-def staged_interruptions(documents: Mapping[str, Documented]) -> frozenset[str]:
-    """The scenarios that stage a start-up interruption (never held against an image)."""
+def staged_scenarios(documents: Mapping[str, Documented]) -> frozenset[str]:
+    """The scenarios the matrix stages (a start-up interruption, a deliberate
+    misconfiguration): never held against an image."""
     return frozenset(
-        scenario
-        for scenario, documented in documents.items()
-        if documented.kind == ScenarioKind.STARTUP_INTERRUPTION
+        scenario for scenario, documented in documents.items() if documented.kind in STAGED_KINDS
     )
 
 
@@ -135,6 +153,26 @@ def skip_groups(judged: Sequence[Judged]) -> tuple[SkipGroup, ...]:
     return tuple(
         SkipGroup(lane, reason, n)
         for (lane, reason), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+
+
+def planned_lanes(judged: Sequence[Judged]) -> tuple[PlannedLane, ...]:
+    """Per lane, what the plan expects of the cells that were skipped here (a GPU lane on a
+    host without GPUs): the reports show it where no result can."""
+    by_lane: dict[str, dict[tuple[str, str], Counter[str]]] = {}
+    for item in judged:
+        r = item.result
+        if r.outcome is Outcome.SKIPPED:
+            cells = by_lane.setdefault(r.lane, {})
+            cells.setdefault((r.image_tag, r.scenario), Counter())[r.expected.value] += 1
+    return tuple(
+        PlannedLane(
+            lane,
+            tuple(sorted({tag for tag, _ in cells}, key=tag_key)),
+            tuple(sorted({scenario for _, scenario in cells})),
+            MappingProxyType({key: dict(sorted(n.items())) for key, n in cells.items()}),
+        )
+        for lane, cells in sorted(by_lane.items())
     )
 
 

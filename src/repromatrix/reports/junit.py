@@ -1,10 +1,11 @@
 """``junit.xml``: one test suite per scenario, one test case per cell, for CI test publishers.
 
 Publishers (EnricoMi/publish-unit-test-result-action, dorny/test-reporter,
-Jenkins) identify a case by file, classname and name, so each cell gets a
-classname of ``<scenario>.<variant>`` and a name of
-``<lane>/<image-tag>/<gpu>/<model>/<flagset>`` (with ``@probe`` for probe
-cells): the pair is unique exactly when the cell id is. Verdict mismatches
+Jenkins) identify a case by file, classname and name, and many CI views show
+the name alone, so each cell's name is its whole cell id
+(``<lane>/<image-tag>/<gpu>/<model>/<flagset>/<scenario>/<variant>``, with
+``@probe`` for probe cells) and its classname ``<scenario>.<variant>`` (the
+suite's grouping). Verdict mismatches
 become ``<failure>`` with the root cause as message, infrastructure trouble
 ``<error>``, skips, unreachable probes and engines that did not reach the
 crash's code path (``not_reached``) ``<skipped>`` with the reason. Problems with the
@@ -15,8 +16,11 @@ cell that merge replaced, are skipped cases).
 The file follows the JUnit schema publishers validate against (Jenkins'
 ``junit-10.xsd``, pytest's ``xunit2``): every suite has ``timestamp`` and
 ``hostname``, properties only at suite level (a cell's facts are the first
-lines of its ``<system-out>``), and every text and attribute passes through
-one rule that drops what XML 1.0 cannot carry and caps its size.
+lines of its ``<system-out>``), each property named after its suite
+(``<suite>.cells``: readers such as xunitparser keep one table of properties for
+the whole file, and refuse a name twice), and every text and attribute passes
+through one rule that drops what XML 1.0 cannot carry and caps its size. Tests
+read the file with junitparser, xunitparser, junit2html and the schema.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import junitparser
 from junitparser import Error, Failure, Skipped
 from junitparser.xunit2 import JUnitXml, TestCase, TestSuite
 
-from repromatrix.model import Level, Outcome
+from repromatrix.model import Outcome
 from repromatrix.reports.table import log_path
 from repromatrix.results.problems import NOTICES
 from repromatrix.results.store import CellResult, atomic_write
@@ -63,9 +67,9 @@ def case_classname(result: CellResult) -> str:
 
 
 def case_name(result: CellResult) -> str:
-    """The case's name: the cell id's image, GPU, model and flag set, with ``@probe`` for probes."""
-    name = f"{result.lane}/{result.image_tag}/{result.gpu}/{result.model}/{result.flagset}"
-    return name + ("@probe" if result.level == Level.PROBE.value else "")
+    """The case's name: the whole cell id (with its scenario and variant, ``@probe`` for
+    probes), what a CI view that shows names alone needs to tell cells apart."""
+    return result.id
 
 
 def facts(judged: Judged) -> dict[str, str]:
@@ -221,7 +225,7 @@ def _suite(
     # Properties first: the schema puts them before the cases.
     for key, value in (props or suite_properties(results)).items():
         if value:
-            suite.add_property(key, value)
+            suite.add_property(f"{name}.{key}", value)
     suite.add_testcases(list(cases))  # one batch: statistics are computed once, not per case
     return suite
 

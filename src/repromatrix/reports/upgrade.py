@@ -15,10 +15,12 @@ says, in terms of SAFETY rather than agreement with the documents:
   its code path shown entered (``not_reached``), so neither ``safe`` nor
   ``safe with a flag change`` can be said; those cells are listed (``not_reached``).
 
-A scenario of kind ``startup-interruption`` (seed 004: the matrix itself
-interrupts the start) hits every image it interrupts, so its trigger cells
-never decide a safety: they are listed as staged, and the rest decides (its
-variants without the interrupt are ordinary starts).
+A scenario the matrix stages (kind ``startup-interruption``, seed 004: the
+matrix itself interrupts the start; kind ``misconfiguration``: its trigger is a
+deliberate configuration error, such as a KV-cache budget too small for one
+request) hits every image it is given, so its trigger cells never decide a
+safety: they are listed as staged, and the rest decides (its variants are
+ordinary starts).
 
 Agreement with the documents stays a second dimension (``disagreements``).
 Cells that were only skipped (no such hardware here) are left out: the
@@ -106,7 +108,7 @@ class SafetyCell:
     failures: tuple[str, ...]  # cell ids of failures that are not a documented crash
     disagreements: int  # cells whose verdict disagrees with the documents
     cells: int
-    # Start-up interruptions the matrix staged and saw hit here: not held against the image.
+    # Crashes the matrix staged (``model.STAGED_KINDS``) and saw hit here: not held against it.
     staged: tuple[str, ...] = ()
     # Trigger (or baseline) cells of crashes no cell decided here, that did not reach the
     # crash's code path: those crashes were not tested on this image and configuration.
@@ -122,7 +124,7 @@ class SafetyCell:
         if self.failures:
             parts.append(f"{len(self.failures)} other failure(s)")
         if self.staged:
-            parts.append(f"staged start-up interruption shown: {', '.join(self.staged)}")
+            parts.append(f"staged crash shown (not held against it): {', '.join(self.staged)}")
         if self.not_reached:
             parts.append(f"{len(self.not_reached)} crash check(s) not reached, so not tested")
         return "; ".join(parts)
@@ -170,7 +172,7 @@ class UpgradeView:
 def build_upgrade(judged: Iterable[Judged], staged: Collection[str] = ()) -> UpgradeView:
     """Arrange judged cells by lane, image tag and configuration, and decide each one's safety.
 
-    ``staged`` names the start-up interruption scenarios, which decide no safety.
+    ``staged`` names the scenarios the matrix stages, which decide no safety.
     """
     grouped: dict[str, dict[tuple[str, Configuration], list[Judged]]] = defaultdict(
         lambda: defaultdict(list)

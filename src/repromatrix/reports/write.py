@@ -27,8 +27,16 @@ from repromatrix.reports.html import format_html
 from repromatrix.reports.junit import build_junit, write_junit
 from repromatrix.reports.markdown import format_markdown
 from repromatrix.reports.table import build_table, compat_json
+from repromatrix.reports.upgrade import Safety, UpgradeView
 from repromatrix.results.store import atomic_write, log_file, read_run
-from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict, judge_all
+from repromatrix.results.verdicts import (
+    FAILING,
+    SEVERITY,
+    Judged,
+    RunProblem,
+    Verdict,
+    judge_all,
+)
 from repromatrix.visible import escape_json, visible
 
 JUNIT_FILE = "junit.xml"
@@ -48,6 +56,7 @@ class ReportSummary:
     cells: int
     counts: Mapping[Verdict, int]
     problems: tuple[RunProblem, ...]
+    answer: tuple[str, ...] = ()  # the run's last lines (``answer_lines``)
 
     def lines(self) -> list[str]:
         """A few lines for a terminal: counts, problems, where the reports are."""
@@ -75,7 +84,33 @@ def write_reports(run_dir: Path, options: ReportOptions | None = None) -> Report
     text = json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False)
     _write_text(run_dir / JSON_FILE, escape_json(text) + "\n")
     files = tuple(run_dir / name for name in (JUNIT_FILE, MARKDOWN_FILE, HTML_FILE, JSON_FILE))
-    return ReportSummary(run_dir, files, table.cells, table.counts, problems)
+    answer = answer_lines(findings.upgrade, judged, run_dir / MARKDOWN_FILE)
+    return ReportSummary(run_dir, files, table.cells, table.counts, problems, answer)
+
+
+# The safeties from worst to best: an image's answer is the worst of its configurations.
+WORST_FIRST = (Safety.UNSAFE, Safety.UNKNOWN, Safety.WORKAROUND, Safety.SAFE)
+DISAGREEMENTS_SHOWN = 5
+
+
+def answer_lines(view: UpgradeView, judged: Sequence[Judged], compat: Path) -> tuple[str, ...]:
+    """The last lines of a run: the upgrade answer per image (the worst of its configurations,
+    with what makes it so), every verdict that disagrees with the documents, and the path of
+    compat.md."""
+    lines: list[str] = []
+    for lane in view.lanes:
+        for tag in lane.tags:
+            found = [lane.cells[key] for key in lane.cells if key[0] == tag]
+            worst = min(found, key=lambda cell: WORST_FIRST.index(cell.safety))
+            lines.append(f"{lane.lane} {lane.row_label(tag)}: {worst.words}")
+    differ = [j for j in judged if j.verdict in FAILING]
+    for item in differ[:DISAGREEMENTS_SHOWN]:
+        words = item.verdict.value.replace("_", " ")
+        lines.append(f"differs from the documents: {item.result.id}: {words}")
+    if len(differ) > DISAGREEMENTS_SHOWN:
+        lines.append(f"and {len(differ) - DISAGREEMENTS_SHOWN} more that differ")
+    lines.append(f"the full answer: {compat}")
+    return tuple(lines)
 
 
 def write_page(path: Path, text: str) -> None:

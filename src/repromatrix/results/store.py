@@ -50,6 +50,7 @@ from repromatrix.results.schema import (
     parse_result,
     whole_text,
 )
+from repromatrix.results.verdicts import judge
 from repromatrix.secret_env import redact, redact_text, redacted_from
 
 # The result values are defined in ``schema`` and handed out here with the files they live in.
@@ -144,7 +145,10 @@ def write_result(run_dir: Path, result: CellResult, log: bytes) -> Path:
         host=result.host or socket.gethostname(),
     )
     folder = cell_dir(run_dir, stamped.id)
-    body = json.dumps(stamped.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    # The cell's verdict on its own, for whoever reads result.json alone (the reports judge
+    # every cell again with its run: a hit outside the range may be a regression there).
+    document = {**stamped.to_json(), "verdict": judge(stamped).value}
+    body = json.dumps(document, indent=2, sort_keys=True).encode() + b"\n"
     atomic_write(inside(run_dir, folder / LOG_FILE), log)
     try:
         atomic_write(inside(run_dir, folder / RESULT_FILE), body)

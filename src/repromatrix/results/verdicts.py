@@ -190,35 +190,32 @@ def one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
-# Filler words a cause reads well without; negations and comparisons are never filler.
-_FILLER = frozenset(
-    {"a", "an", "the", "to", "at", "least", "one", "with", "which", "is", "are", "was", "were"}
-    | {"be", "been", "of", "for", "that", "this", "please", "use", "it", "its", "by", "as"}
-    | {"and", "or", "see", "above"}
-)
 _ELLIPSIS = "…"
+_CLAUSE_ENDS = ".;:,"
 
 
 def shorten(text: str, limit: int) -> str:
-    """Shorten ``text`` to ``limit`` characters around its words, never cutting one.
-
-    Filler words go first, from the end (``the``, ``which is``, ...), so the
-    numbers and identifiers a cause is recognised by (``max_lora_rank 16``,
-    ``(2048)``) stay; only if that is not enough is the tail cut, at a word
-    boundary, and marked ``…``.
+    """Shorten ``text`` to ``limit`` characters by cutting its tail, never inside a word or a
+    phrase: every word kept is the text's own and in its place, the cut falls at the end of a
+    clause (``,`` ``;`` ``:`` ``.``) where one is in the second half of what fits, else at a
+    word boundary, and never inside parentheses; the cut is marked ``…``.
     """
-    words = text.split()
-    if len(" ".join(words)) <= limit:
-        return " ".join(words)
-    kept = list(words)
-    for index in reversed(range(1, len(words))):
-        if words[index].lower() in _FILLER:
-            del kept[index]
-            if len(" ".join(kept)) <= limit:
-                return " ".join(kept)
-    while len(kept) > 1 and len(" ".join(kept)) + 2 > limit:
-        kept.pop()
-    return " ".join(kept) + " " + _ELLIPSIS
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    fits = flat[: max(limit - 1, 1)]  # room for " …" once the space before the cut goes
+    boundary = fits.rfind(" ")
+    if boundary <= 0:
+        return flat[: max(limit - 1, 1)] + _ELLIPSIS
+    head = fits[:boundary]
+    clause = max(head.rfind(f"{end} ") for end in _CLAUSE_ENDS)
+    if head[-1] in _CLAUSE_ENDS:
+        clause = len(head) - 1
+    if clause >= len(head) // 2:
+        head = head[: clause + 1]
+    while head.count("(") > head.count(")") and (opened := head.rfind(" (")) > 0:
+        head = head[:opened]
+    return head.rstrip(",;:") + " " + _ELLIPSIS
 
 
 def explain(judged: Judged) -> str:

@@ -19,7 +19,6 @@ whose image job raised ends as an infra error.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from repromatrix.backends.base import Backend, Placement
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.gpu_identity import driver_shortfall
 from repromatrix.gpu_idle import NO_WAIT, IdleWait, wait_idle
+from repromatrix.heartbeat import duration
 from repromatrix.model import Cell, Expected, Lane, Level, Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import GpuFact
@@ -37,7 +37,7 @@ from repromatrix.run import outcome
 from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, cell_result, run_cell
 from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.folder import RunFolder
-from repromatrix.run.images import ImageJobs, ImageReady, cell_context
+from repromatrix.run.images import IMAGE_ESTIMATE_S, ImageJobs, ImageReady, cell_context
 from repromatrix.run.pool import DependencyFailed, Done, Pool, Skipped, Ticket, Work
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB, Allocation, Capacity, Job, Need
@@ -152,13 +152,14 @@ def save_skipped(
     counts: dict[str, int],
     progress: Progress,
 ) -> None:
-    """Save each of ``cells`` as skipped with its reason; one progress line per lane and reason."""
+    """Save each of ``cells`` as skipped with its reason, in one progress line (the run's first
+    lines said why, per reason: ``run.outlook``)."""
     for cell in cells:
         save(
             folder, cell, Ran(now_iso(), CellRun(outcome.skipped(skips[cell.id]), NOT_RUN)), counts
         )
-    for (lane, reason), count in Counter((c.lane.value, skips[c.id]) for c in cells).items():
-        progress.note(f"{count} {lane} cell(s) skipped: {reason}")
+    if cells:
+        progress.note(f"{len(cells)} cell(s) this host cannot run saved as skipped")
 
 
 def capacity_of(runner: Runner, jobs: int | None = None) -> Capacity:
@@ -329,6 +330,11 @@ def run_pooled(
         image_slots=pacing.image_jobs,
         on_start=lambda start: None if start.job.image_task else progress.start(start.job.key),
     )
+    if cells:
+        progress.note(
+            f"estimate: {duration(pool.snapshot().eta_s)} for the images and cells, "
+            f"{estimate_basis(pacing.measured)}; the eta is corrected as cells finish"
+        )
     progress.watch(pool.snapshot)
     try:
         report = pool.run()
@@ -414,6 +420,18 @@ def estimate_s(cell: Cell, measured: Mapping[str, float] | None = None) -> float
         return min(PROBE_ESTIMATE_S, cell.deadline_s)
     typical = CRASH_ESTIMATE_S if cell.expected is Expected.HIT else ENGINE_ESTIMATE_S
     return min(typical[cell.lane], cell.deadline_s)
+
+
+def estimate_basis(measured: Mapping[str, float] | None) -> str:
+    """Where the estimate's durations come from, in words."""
+    if measured:
+        return f"from the durations of {len(measured)} cells measured in an earlier run"
+    cpu, crash = ENGINE_ESTIMATE_S[Lane.CPU], CRASH_ESTIMATE_S[Lane.CPU]
+    return (
+        f"from typical figures (a CPU cell {cpu:.0f} s, {crash:.0f} s where it crashes; "
+        f"a GPU cell {ENGINE_ESTIMATE_S[Lane.GPU] / 60:.0f} min; an image "
+        f"{IMAGE_ESTIMATE_S / 60:.0f} min; `--durations-from latest` measures them)"
+    )
 
 
 def measured_durations(results: Iterable[CellResult]) -> dict[str, float]:

@@ -34,7 +34,8 @@ from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.config_facts import cells_models, facts_problems
 from repromatrix.matrix.expand import plan
-from repromatrix.matrix.memory import infeasible_reason, memory_problems
+from repromatrix.matrix.lanes import Runtime
+from repromatrix.matrix.memory import infeasible_reason, memory_warning
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_local
 from repromatrix.model import Cell, Image, Lane
@@ -53,6 +54,7 @@ from repromatrix.run.folder import (
     resolve_folder,
 )
 from repromatrix.run.images import ImageReady, distinct_images
+from repromatrix.run.outlook import outlook
 from repromatrix.run.progress import Progress
 from repromatrix.runner import Runner, detect_runner
 from repromatrix.upstream.lock import lock_lines
@@ -129,6 +131,7 @@ class RunSummary:
     images: Mapping[str, ImageReady] = field(default_factory=dict)  # image key -> made (prepare)
     infeasible: int = 0  # of the skipped cells, those too big for their GPU's memory
     skipped: int = 0  # a dry run: the cells it shows skipped (a real run counts outcomes)
+    answer: tuple[str, ...] = ()  # the last lines: the upgrade answer per image, disagreements
 
 
 def execute_run(
@@ -144,15 +147,17 @@ def execute_run(
     """
     progress = progress or Progress(0)
     with interrupts_as_keyboard_interrupt():
-        run = plan_run(options, progress, planned)
+        run = plan_run(options, progress, planned, announce=False)
         earlier = durations_folder(options, run.folder)  # refused in a dry run too
         if not run.todo:
             return finish_empty(run, options.mode, progress)
         runner = detect_runner(options.gpus, rehearse=options.rehearse)
         if runner.rehearse:
             progress.note(REHEARSAL_RUNNER)
-        kind = kinds.choose(options.backend)
-        setup = backend_setup(options, run, runner, progress.note)
+        choice = choose_backend(options, run)
+        kind = choice.kind
+        progress.note(choice.reason)
+        setup = backend_setup(options, run, runner, progress.note, choice.runtimes)
         infeasible = {} if options.run_infeasible else infeasible_reasons(run.todo)
         # An infeasible cell could not decide on any runner: that reason wins over this one's.
         skips = {**skip_reasons(kind, run.todo, runner), **infeasible}
@@ -174,6 +179,8 @@ def execute_run(
             return RunSummary(run.folder, run.todo, images=made)
         measured = measured_s(earlier, progress.note)
         pacing = Pacing(options.jobs, options.image_jobs, measured, idle_wait_of(run.matrix))
+        for line in outlook(run_words(run, options.resume), runnable, skips, options.cache):
+            progress.note(line)
         with claimed(run.folder.path):
             record_plan(run.folder.path, run.cells, options.matrix)
             with opened(kind, setup, distinct_images(runnable)) as backend:
@@ -188,9 +195,11 @@ def execute_run(
                     pacing=pacing,
                     reports=EnvironmentReports(run.folder.path, options.reports_cache, runner),
                 )
-            write_reports(run.folder.path, report_options(run))
+            written = write_reports(run.folder.path, report_options(run))
             progress.note(f"reports written to {run.folder.path}/")
-    return RunSummary(run.folder, run.todo, outcomes=counts, infeasible=len(infeasible))
+    return RunSummary(
+        run.folder, run.todo, outcomes=counts, infeasible=len(infeasible), answer=written.answer
+    )
 
 
 def locked_inputs(options: RunOptions, note: Callable[[str], None]) -> Locked:
@@ -210,7 +219,11 @@ def locked_inputs(options: RunOptions, note: Callable[[str], None]) -> Locked:
 
 
 def plan_run(
-    options: RunOptions, progress: Progress, planned: tuple[Matrix, Sequence[Cell]] | None
+    options: RunOptions,
+    progress: Progress,
+    planned: tuple[Matrix, Sequence[Cell]] | None,
+    *,
+    announce: bool = True,
 ) -> RunPlan:
     """Load and expand the matrix (unless ``planned``), apply the selection, name the run
     folder and drop the cells a resumed run finished."""
@@ -220,16 +233,17 @@ def plan_run(
         cells = plan(matrix, scenarios, options.lane, Selector(options.only, options.skip))
     else:
         matrix, cells = planned[0], tuple(planned[1])
-    for problem in memory_problems(cells, str(matrix.file)):
-        print(f"repromatrix: warning: {problem}", file=sys.stderr)
+    if warning := memory_warning(cells, str(matrix.file)):
+        print(f"repromatrix: warning: {warning}", file=sys.stderr)
     for problem in facts_problems(cells_models(cells), str(matrix.file)):
         print(f"repromatrix: warning: {problem}", file=sys.stderr)
     folder = resolve_folder(options.results, options.run_id, options.resume)
     todo = pending(cells, folder.path, options.resume)
     progress.total = len(todo)
     if options.mode is Mode.RUN:
-        left = f"{len(todo)} of {len(cells)}" if options.resume else f"{len(cells)}"
-        progress.note(f"run {folder.run_id}: {left} cells to run, results in {folder.path}/")
+        if announce:  # else the caller says it once it knows what this host can run (outlook)
+            left = f"{len(todo)} of {len(cells)}" if options.resume else f"{len(cells)}"
+            progress.note(f"run {folder.run_id}: {left} cells to run, results in {folder.path}/")
     else:
         doing = (
             "described, nothing started"
@@ -240,11 +254,19 @@ def plan_run(
     return RunPlan(matrix, cells, todo, folder)
 
 
+def run_words(run: RunPlan, resume: bool) -> str:
+    """``run <id> (results in <folder>/)``, and how many cells a resumed run has left."""
+    left = f", {len(run.todo)} of {len(run.cells)} cells left" if resume else ""
+    return f"run {run.folder.run_id} (results in {run.folder.path}/{left})"
+
+
 def finish_empty(run: RunPlan, mode: Mode, progress: Progress) -> RunSummary:
     """Nothing left to run (a resumed run that is complete): a real run rewrites its reports."""
     if mode is Mode.RUN:
-        write_reports(run.folder.path, report_options(run))
+        progress.note(f"{run_words(run, resume=True)}: every cell has its result")
+        written = write_reports(run.folder.path, report_options(run))
         progress.note(f"reports written to {run.folder.path}/")
+        return RunSummary(run.folder, (), answer=written.answer)
     return RunSummary(run.folder, ())
 
 
@@ -257,12 +279,17 @@ def report_options(run: RunPlan) -> ReportOptions:
 
 
 def backend_setup(
-    options: RunOptions, run: RunPlan, runner: Runner, note: Callable[[str], None]
+    options: RunOptions,
+    run: RunPlan,
+    runner: Runner,
+    note: Callable[[str], None],
+    runtimes: Mapping[Lane, Runtime] | None = None,
 ) -> Setup:
-    """What the backend is given: the run's id, runtimes, caches, the runner and a voice."""
+    """What the backend is given: the run's id, runtimes (as the backend's preflight made them,
+    else the matrix's), caches, the runner and a voice."""
     return Setup(
         run_id=run.folder.run_id,
-        runtimes={lane: config.runtime for lane, config in run.matrix.lanes.items()},
+        runtimes=runtimes if runtimes is not None else matrix_runtimes(run.matrix),
         cache=options.cache,
         models_root=options.models_root,
         dockerfiles=options.dockerfiles,
@@ -277,6 +304,22 @@ def idle_wait_of(matrix: Matrix) -> IdleWait:
     """How long a GPU cell waits for its GPUs to be idle: the GPU lane's ``gpu_idle_wait_s``."""
     gpu = matrix.lanes.get(Lane.GPU)
     return IdleWait(gpu.runtime.gpu_idle_wait_s) if gpu is not None else NO_WAIT
+
+
+def matrix_runtimes(matrix: Matrix) -> dict[Lane, Runtime]:
+    """Each lane's runtime as the matrix gives it."""
+    return {lane: config.runtime for lane, config in matrix.lanes.items()}
+
+
+def choose_backend(options: RunOptions, run: RunPlan) -> kinds.Choice:
+    """The backend, chosen by its preflight before anything is built (a dry run of a named
+    backend describes it without asking the host)."""
+    runtimes = matrix_runtimes(run.matrix)
+    if options.mode is Mode.DRY_RUN and options.backend != kinds.AUTO:
+        kind = kinds.named(options.backend)
+        return kinds.Choice(kind, runtimes, f"backend {kind.name} (asked for; a dry run)")
+    lanes = {cell.lane for cell in run.todo}
+    return kinds.choose_for_run(options.backend, runtimes, lanes)
 
 
 def skip_reasons(kind: BackendKind, cells: Sequence[Cell], runner: Runner) -> dict[str, str]:

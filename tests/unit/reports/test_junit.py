@@ -67,7 +67,7 @@ def test_one_case_per_cell_each_with_its_own_identity(report: JUnitXml) -> None:
 def test_case_names_and_classnames(report: JUnitXml) -> None:
     probe = cases(report)["cpu/0.31.0/cpu/tiny-llama/default/moe-lora-rank-over-128/trigger@probe"]
     assert probe.classname == "moe-lora-rank-over-128.trigger"
-    assert probe.name == "cpu/0.31.0/cpu/tiny-llama/default@probe"
+    assert probe.name == "cpu/0.31.0/cpu/tiny-llama/default/moe-lora-rank-over-128/trigger@probe"
 
 
 def test_properties_of_a_passing_hit(report: JUnitXml) -> None:

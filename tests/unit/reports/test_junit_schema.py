@@ -67,9 +67,9 @@ def test_a_suite_says_when_and_where_its_cells_ran(tmp_path: Path) -> None:
     assert suite.get("timestamp") == "2026-01-01T10:00:00+00:00"  # the second, in UTC
     assert suite.get("hostname") == "gpu-a, gpu-b"
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
-    assert props["scenario"] == "cpu-kv-cache-too-small"
-    assert props["cells"] == "2"
-    assert props["observed"] == json.dumps({"hit": 2})
+    assert props["cpu-kv-cache-too-small.scenario"] == "cpu-kv-cache-too-small"
+    assert props["cpu-kv-cache-too-small.cells"] == "2"
+    assert props["cpu-kv-cache-too-small.observed"] == json.dumps({"hit": 2})
 
 
 def test_results_that_do_not_say_get_this_host_and_a_valid_time(tmp_path: Path) -> None:

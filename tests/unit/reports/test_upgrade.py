@@ -23,11 +23,11 @@ from repromatrix.reports.upgrade import (
     safety_cell,
     upgrade_json,
 )
-from repromatrix.reports.write import write_reports
+from repromatrix.reports.write import answer_lines, write_reports
 from repromatrix.results.schema import CellResult
 from repromatrix.results.verdicts import judge_all, shorten
 from support import paths
-from support.reports import MOE_CAUSE, result
+from support.reports import MOE_CAUSE, cpu_lane, result, write_run
 from support.upgrade import MOE, NO_MEMORY, NO_RUNNER, cpu_probes, gpu_run, write_gpu_run
 
 H100 = Configuration("gpu", "h100", "qwen3-30b-a3b", "default")
@@ -178,10 +178,26 @@ def test_causes_are_shortened_around_their_numbers() -> None:
         "with a smaller rank or increase max_lora_rank."
     )
     short = shorten(cause, 70)
-    assert short.startswith("ValueError: LoRA rank 64 greater than max_lora_rank 16.")
-    assert len(short) <= 70
-    assert all(word in cause.split() or word == "…" for word in short.split())  # no cut word
+    assert short == "ValueError: LoRA rank 64 is greater than max_lora_rank 16. …"
     assert shorten("short enough", 70) == "short enough"
+
+
+def test_causes_are_cut_at_word_boundaries_never_inside_a_phrase() -> None:
+    cause = (
+        "ValueError: To serve at least one request with the model's max seq len (2048), "
+        "(0.0 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "(0.0 GiB)."
+    )
+    # The clause ends at the number; the parenthesis after it is left out whole.
+    expected = "ValueError: To serve at least one request with the model's max seq len (2048) …"
+    assert shorten(cause, 90) == expected
+    for limit in range(14, len(cause)):  # from the first word and its mark on
+        short = shorten(cause, limit)
+        kept = short.removesuffix(" …").split()
+        assert len(short) <= limit and short.endswith(" …")
+        assert kept[:-1] == cause.split()[: len(kept) - 1]  # every word kept, in its place
+        assert kept[-1] == cause.split()[len(kept) - 1].rstrip(",:")
+        assert short.count("(") == short.count(")")
 
 
 class _Tables(HTMLParser):
@@ -307,7 +323,7 @@ def test_a_staged_start_up_interruption_is_not_held_against_an_image() -> None:
     assert cell is not None
     assert cell.safety is Safety.SAFE and cell.crashes == () and cell.failures == ()
     assert cell.staged == (WARMUP,)
-    assert cell.words == "safe; staged start-up interruption shown: mm-warmup-interrupted"
+    assert cell.words == "safe; staged crash shown (not held against it): mm-warmup-interrupted"
     assert cell.cells == 2
     # The same hit counted as a defect, with no workaround seen, makes the image unsafe.
     [held] = build_upgrade(judged).lanes
@@ -332,3 +348,63 @@ def test_the_reports_read_the_kind_from_the_scenario_files() -> None:
     assert gpu.cell("v0.27.1", VL).safety is Safety.SAFE  # type: ignore[union-attr]
     [entry, *_] = [e for e in upgrade_json(findings.upgrade) if e["image_tag"] == "v0.27.1"]
     assert entry["staged_interruptions"] == [WARMUP]
+
+
+def test_the_staged_kv_cache_misconfiguration_never_counts_against_a_cpu_image(
+    tmp_path: Path,
+) -> None:
+    # The shipped scenario is a deliberate misconfiguration (its budget comes from an include):
+    # every image refuses it, so the newest image with a healthy baseline reads "safe".
+    documents = documented_ranges(load_scenarios(paths.ROOT / "scenarios"))
+    assert documents["cpu-kv-cache-too-small"].kind == "misconfiguration"
+    findings = build_findings(judge_all(cpu_lane()), "r", ReportOptions(documents=documents))
+    [cpu] = findings.upgrade.lanes
+    for tag in ("0.31.0", "0.32.0"):
+        [cell] = [cell for (t, _), cell in cpu.cells.items() if t == tag]
+        assert cell.safety is Safety.SAFE and cell.staged == ("cpu-kv-cache-too-small",)
+    # The run's last lines give that answer per image, and where the whole answer is.
+    write_run(tmp_path, cpu_lane())
+    answer = write_reports(tmp_path).answer
+    assert answer[:2] == (
+        "cpu 0.31.0: safe; staged crash shown (not held against it): cpu-kv-cache-too-small",
+        "cpu 0.32.0: safe; staged crash shown (not held against it): cpu-kv-cache-too-small",
+    )
+    assert answer[-1] == f"the full answer: {tmp_path / 'compat.md'}"
+
+
+def test_the_last_lines_name_every_verdict_that_disagrees_with_the_documents(
+    tmp_path: Path,
+) -> None:
+    outside = result(tag="0.31.0", scenario="healthy-cpu", variant="baseline",
+                     expected=Expected.AVOIDED)  # fmt: skip
+    judged = judge_all([*cpu_lane(), outside])
+    view = build_upgrade(judged)
+    lines = answer_lines(view, judged, tmp_path / "compat.md")
+    differ = [line for line in lines if line.startswith("differs from the documents: ")]
+    assert differ == [f"differs from the documents: {outside.id}: outside range"]
+    assert lines[0].startswith("cpu 0.31.0: unsafe")
+
+
+def test_compat_html_shows_what_the_plan_expects_of_a_lane_that_did_not_run(
+    tmp_path: Path,
+) -> None:
+    skipped = {
+        "outcome": Outcome.SKIPPED,
+        "reason": "GPU cell needs 1 GPU(s); this host has no GPU",
+    }
+    gpu = {"lane": "gpu", "gpu": "h100", "model": "qwen3-30b-a3b", "scenario": MOE, **skipped}
+    cells = [
+        *cpu_lane(),
+        result(tag="v0.31.0", expected=Expected.HIT, **gpu),
+        result(tag="v0.31.0", variant="rank-64", expected=Expected.AVOIDED, **gpu),
+        result(tag="v0.32.0", expected=Expected.AVOIDED, **gpu),
+    ]
+    write_run(tmp_path, cells)
+    write_reports(tmp_path)
+    page = (tmp_path / "compat.html").read_text()
+    assert "What the plan expects of the gpu lane where it runs" in page
+    planned = page.split('<table class="planned">', 1)[1].split("</table>", 1)[0]
+    assert f"<th>{MOE}</th>" in planned
+    assert "<tr><th>v0.31.0</th><td>1 avoided, 1 hit</td></tr>" in planned
+    assert "<tr><th>v0.32.0</th><td>1 avoided</td></tr>" in planned
+    assert "What the plan expects of the cpu lane" not in page  # it ran

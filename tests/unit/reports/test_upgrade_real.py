@@ -43,17 +43,10 @@ def test_compat_json_from_real_results(merged: Path) -> None:
     assert document["title"] == "vLLM compatibility: runs ci-cpu-matrix, moe"  # not "merged"
     rows = {(u["image_tag"], u["model"]): u for u in document["upgrade"]}
     kv = rows["0.31.0", "tiny-llama"]
-    assert kv["safety"] == "workaround"
-    [crash] = kv["crashes"]
-    assert crash["scenario"] == "cpu-kv-cache-too-small"
-    assert crash["workarounds"] == [
-        {
-            "variant": "max-model-len-64",
-            "change": "--max-model-len 64 (was 2048)",
-            "cell": "cpu/0.31.0/cpu/tiny-llama/default/cpu-kv-cache-too-small/max-model-len-64",
-        }
-    ]
-    assert "max seq len (2048)" in crash["cause"]  # shortened around its number
+    # The KV-cache crash is a misconfiguration the matrix stages: shown, never held against
+    # the image, whose workaround variant served.
+    assert kv["safety"] == "safe" and kv["crashes"] == []
+    assert kv["staged_interruptions"] == ["cpu-kv-cache-too-small"]
     assert [rows[t, "tiny-moe"]["safety"] for t in ("0.27.0", "0.31.0", "0.32.0")] == [
         "unsafe",
         "unsafe",
@@ -91,9 +84,8 @@ def test_compat_md_and_html_from_real_results(merged: Path) -> None:
     markdown = (merged / "compat.md").read_text()
     assert markdown.startswith("# vLLM compatibility: runs ci-cpu-matrix, moe\n")
     assert (
-        "| 0.31.0 | 🟡 safe with a flag change; hits cpu-kv-cache-too-small, avoided with "
-        "--max-model-len 64 (was 2048) (max-model-len-64) | 🔴 unsafe; hits "
-        "moe-lora-rank-over-128 |"
+        "| 0.31.0 | 🟢 safe; staged crash shown (not held against it): cpu-kv-cache-too-small "
+        "| 🔴 unsafe; hits moe-lora-rank-over-128 |"
     ) in markdown
     assert "## What changes if we move from 0.31.0 to 0.32.0" in markdown
     parser = _Title()

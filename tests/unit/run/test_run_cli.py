@@ -168,7 +168,7 @@ def test_a_gpu_shard_on_a_host_that_cannot_run_it_fails_instead_of_going_green(t
     )  # fmt: skip
     assert done.returncode == 3, done.stderr
     assert "cannot run on this host" in done.stderr
-    assert "skipped: GPU cell" in done.stderr  # one line per lane and reason, not per cell
+    assert "cannot run: GPU cell" in done.stderr  # one line per reason, not per cell
     found, problems = results.read_results(tmp_path / "gpu-shard")
     assert problems == [] and found
     assert all(r.outcome is Outcome.SKIPPED for r in found)
@@ -307,3 +307,24 @@ def test_a_dry_run_of_the_default_gpu_lane_on_an_l40s_runner_skips_each_cell_wit
     assert wide and all("needs 4 GPU(s) (h200x4); this host has 2 GPU(s)" in s for s in wide)
     unfit = [cell for cell in cells if not cell["skip"].startswith("infeasible")]
     assert f"{len(unfit)} of the cells asked for (--lane/--only) cannot run" in done.stderr
+
+
+def test_backend_docker_fails_fast_naming_why_and_auto_says_which_backend_and_why(
+    tmp_path: Path,
+):
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": "unix:///nonexistent", "HOME": str(tmp_path)}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    results = tmp_path / "r"
+    done = repromatrix(
+        "run", "--backend", "docker", "--lane", "cpu", "--results", str(results), env=env
+    )
+    assert done.returncode == 3, done.stderr
+    assert "--backend docker cannot run here: no Docker engine answers" in done.stderr
+    assert "to enable it: `start a Docker engine" in done.stderr
+    assert "wheelhouse" not in done.stderr and not results.exists()  # nothing was made
+    # auto: the local backend, said once in the first lines with why Docker was not taken.
+    dry = repromatrix("run", "--dry-run", "--lane", "cpu", "--results", str(results), env=env)
+    assert dry.returncode == 0, dry.stderr
+    said = [line for line in dry.stderr.splitlines() if "backend local" in line]
+    assert len(said) == 1 and "; not docker: no Docker engine answers" in said[0]
+    assert json.loads(dry.stdout)["backend"] == "local"

@@ -15,6 +15,7 @@ import io
 import os
 import queue
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -45,6 +46,7 @@ from repromatrix.backends.docker.calls import (
     tool_plan,
 )
 from repromatrix.backends.docker.owners import Owner, this_process
+from repromatrix.backends.docker.preflight import HostFacts
 from repromatrix.backends.harness_spec import ENVIRONMENT_ARGV, VERSION_ARGV, server_launcher
 from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import InfraError, RepromatrixError
@@ -52,7 +54,7 @@ from repromatrix.files import replace_file
 from repromatrix.heartbeat import heartbeat
 from repromatrix.images import wheelhouse
 from repromatrix.images.render import CONTAINER_ROOT
-from repromatrix.matrix.lanes import BaseImage
+from repromatrix.matrix.lanes import BaseImage, pulled_base
 from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.models import tinymodel
 from repromatrix.models.tinymodel import TinyModel
@@ -91,6 +93,60 @@ def engine_available() -> bool:
     except InfraError:
         return False
     return True
+
+
+def host_facts(bases: Collection[BaseImage], timeout_s: float = 5.0) -> HostFacts:
+    """What the Docker path needs of this host for ``bases``, asked in seconds: the engine,
+    the bases it has, debootstrap and root, and (only where a base is missing and may be
+    pulled) whether the engine's registry answers for it."""
+    debootstrap = shutil.which("debootstrap") is not None
+    root = os.geteuid() == 0
+    cached = frozenset(
+        base.ref
+        for base in bases
+        if wheelhouse.is_complete(wheelhouse.BASE_ROOT / wheelhouse.rootfs_key(base))
+    )
+    try:
+        client = connect(timeout_s=timeout_s)
+    except InfraError as exc:
+        why = _one_line(exc.__cause__) if exc.__cause__ is not None else str(exc)
+        return HostFacts(why, debootstrap=debootstrap, root=root, rootfs_cached=cached)
+    try:
+        refs = {base.ref for base in bases} | {
+            pulled_base(b).ref for b in bases if b.source == "auto"
+        }
+        present = frozenset(ref for ref in refs if _has_image(client, ref))
+        missing = [base for base in bases if base.ref not in present]
+        asked = [ref for base in missing if (ref := _pull_ref(base, debootstrap and root))]
+        registry_error = _registry_error(client, asked[0]) if asked else "not asked"
+    finally:
+        client.close()
+    return HostFacts(None, present, debootstrap, root, cached, registry_error)
+
+
+def _has_image(client: docker.DockerClient, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+    except ImageNotFound:
+        return False
+    return True
+
+
+def _pull_ref(base: BaseImage, debootstraps: bool) -> str | None:
+    """What a missing ``base`` would pull here (None: debootstrap makes it)."""
+    if base.source == "image":
+        return base.ref
+    return pulled_base(base).ref if base.source == "auto" and not debootstraps else None
+
+
+def _registry_error(client: docker.DockerClient, ref: str) -> str | None:
+    """None where the engine's registry answers for ``ref`` (its manifest is read, nothing
+    pulled), else what went wrong, in one line."""
+    try:
+        client.api.inspect_distribution(ref)  # type: ignore[no-untyped-call]
+    except ENGINE_ERRORS as exc:
+        return _one_line(exc)
+    return None
 
 
 def docker_kwargs(plan: ContainerCall) -> dict[str, Any]:
@@ -248,7 +304,6 @@ class DockerBackend:
         except (_ImageFailed, *ENGINE_ERRORS) as exc:
             error = str(exc) if isinstance(exc, _ImageFailed) else _one_line(exc)
             return Prepared(build.key, build.tag, error=error, build_s=time.monotonic() - started)
-        self.log(f"built {tag} in {made.build_s:.0f} s")
         return made
 
     def _with_cuda(self, prepared: Prepared) -> Prepared:
@@ -318,7 +373,11 @@ class DockerBackend:
         stream = self.client.api.build(
             path=str(build.context), tag=build.tag, rm=True, forcerm=True, decode=True
         )
-        with heartbeat(self.log, f"build of {build.tag}"), self._kept(build.key, lines):
+        # Its end is the image's ready line (``run.images.ready_line``): one figure per build.
+        with (
+            heartbeat(self.log, f"build of {build.tag}", says_end=False),
+            self._kept(build.key, lines),
+        ):
             for event in stream:
                 text = str(event.get("stream") or event.get("status") or "").rstrip()
                 if text:

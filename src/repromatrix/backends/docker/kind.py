@@ -11,15 +11,21 @@ anything: tags come from renders made in memory.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends.base import Backend, Prepared, Setup
+from repromatrix.backends.base import Backend, Preflight, Prepared, Setup
 from repromatrix.backends.docker.calls import ContainerSettings, ImageBuild, Mount, container_call
-from repromatrix.backends.docker.engine import DockerBackend, connect, engine_available
+from repromatrix.backends.docker.engine import (
+    DockerBackend,
+    connect,
+    engine_available,
+    host_facts,
+)
 from repromatrix.backends.docker.owners import Owner, this_process
+from repromatrix.backends.docker.preflight import decide
 from repromatrix.backends.harness_spec import build_spec, model_path
 from repromatrix.backends.launchers import apptainer_command, pyxis_command
 from repromatrix.errors import InfraError
@@ -34,7 +40,7 @@ from repromatrix.images.render import (
     render_image,
 )
 from repromatrix.matrix.images import effective_pull
-from repromatrix.matrix.lanes import Runtime
+from repromatrix.matrix.lanes import BaseImage, Runtime
 from repromatrix.model import Cell, Image, Lane
 from repromatrix.runner import MIB, Runner
 
@@ -123,6 +129,11 @@ class DockerKind:
     def available(self) -> bool:
         """Whether a Docker engine answers."""
         return engine_available()
+
+    def preflight(self, runtimes: Mapping[Lane, Runtime], lanes: Collection[Lane]) -> Preflight:
+        """The engine, and each lane's base as this host can have it (``preflight.decide``)."""
+        bases = [base for lane in lanes if (base := _base(runtimes, lane)) is not None]
+        return decide(host_facts(bases), runtimes, lanes)
 
     def skip_reason(self, cell: Cell, runner: Runner) -> str | None:
         """GPU cells need as many GPUs as their entry says, each the GPU it names, and in a
@@ -215,6 +226,11 @@ class DockerKind:
 
 def _settings(setup: Setup, owner: Owner) -> dict[Lane, ContainerSettings]:
     return container_settings(setup.runtimes, setup.models_root, setup.runner, owner)
+
+
+def _base(runtimes: Mapping[Lane, Runtime], lane: Lane) -> BaseImage | None:
+    runtime = runtimes.get(lane)
+    return runtime.base if runtime is not None else None
 
 
 def _key(image: Image) -> str:
