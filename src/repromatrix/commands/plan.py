@@ -14,7 +14,7 @@ from repromatrix.errors import UsageError
 from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.grammars import check_pipeline_text
-from repromatrix.matrix.expand import expand, plan
+from repromatrix.matrix.expand import expand, path_notices, plan
 from repromatrix.matrix.memory import memory_problems
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane, PullPolicy
@@ -190,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
     cells = plan(matrix, scenarios, lane, selector)
     for problem in memory_problems(cells, str(args.matrix)):
         print(f"repromatrix: warning: {problem}", file=sys.stderr)
+    for notice in path_notices(cells):
+        print(f"repromatrix: warning: {notice}", file=sys.stderr)
     if args.format == "json":
         text = listing.format_json(cells)
     elif args.format in ("github", "buildkite", "slurm"):

@@ -7,7 +7,10 @@ what a hit means differs: the crash, or its code path entered. A pattern is tied
 to the process that prints it (``EngineCore``, ``Worker``, ``APIServer``), compared
 by family (``vllm_processes.same_process``). A line without a process prefix (a
 V0 log, a pasted excerpt) may have come from any process and so satisfies every
-process constraint.
+process constraint. A signature with ``beside`` (a second pattern the same failure
+must hold, such as a frame of the kernel that failed) matches a failure only: the
+root cause's texts, its traceback's frames among them (``scenario_of``), never a
+lone line.
 
 INFO and DEBUG lines are searched verbatim only: the fast path checks a whole
 block of them with one search per signature, which must find everything the
@@ -32,6 +35,7 @@ class _Signature:
     regex: Pattern
     block: Pattern  # the same pattern, multi-line, for whole blocks of quiet lines
     process: str | None
+    beside: Pattern | None = None  # also needed in the same failure's texts
 
 
 def signatures_of(scenario: Scenario) -> tuple[Signature, ...]:
@@ -59,12 +63,13 @@ class ScenarioSignatures:
                 try:
                     regex = compile_pattern(signature.pattern)
                     block = compile_pattern(signature.pattern, multiline=True)
+                    beside = compile_pattern(signature.beside) if signature.beside else None
                 except PatternError as exc:
                     where = scenario.file or scenario.id
                     message = f"bad pattern `{signature.pattern}`: {exc}"
                     problems.append(Problem(where, 0, 0, message))
                     continue
-                compiled.append(_Signature(scenario, regex, block, signature.process))
+                compiled.append(_Signature(scenario, regex, block, signature.process, beside))
         if problems:
             raise ConfigError(problems)
         self._signatures = tuple(compiled)
@@ -85,8 +90,10 @@ class ScenarioSignatures:
         """The first scenario with a signature found in ``texts`` printed by ``process``."""
         texts = tuple(texts)
         for signature in self._signatures:
-            if same_process(signature.process, process) and any(
-                signature.regex.search(t) for t in texts
+            if (
+                same_process(signature.process, process)
+                and any(signature.regex.search(t) for t in texts)
+                and (signature.beside is None or any(signature.beside.search(t) for t in texts))
             ):
                 return signature.scenario
         return None
@@ -94,6 +101,8 @@ class ScenarioSignatures:
     def _hits(self, texts: tuple[str, ...], process: str | None) -> tuple[str, ...]:
         found: dict[str, None] = {}
         for signature in self._signatures:
+            if signature.beside is not None:
+                continue  # a failure's, never a lone line's (``scenario_of``)
             if same_process(signature.process, process) and any(
                 signature.regex.search(t) for t in texts
             ):

@@ -78,11 +78,21 @@ def test_expected_outcome_rules() -> None:
     scenario = replace(
         factories.scenario("s", lanes=(Lane.GPU,)), affected=SpecifierSet("==0.17.*")
     )
+    assert scenario.fixed is None
     assert expected_outcome(scenario, Version("0.17.0"), True) is Expected.HIT
     assert expected_outcome(scenario, Version("0.17.1rc1"), True) is Expected.HIT
-    assert expected_outcome(scenario, Version("0.22.1"), True) is Expected.AVOIDED  # otherwise
+    # No known fix: above the affected range nothing is known, below it the crash was not yet.
+    assert expected_outcome(scenario, Version("0.22.1"), True) is Expected.UNKNOWN
+    assert expected_outcome(scenario, Version("0.16.0"), True) is Expected.AVOIDED
+    fixed = replace(scenario, fixed=SpecifierSet(">=0.18.0"))
+    assert expected_outcome(fixed, Version("0.22.1"), True) is Expected.AVOIDED
     assert expected_outcome(scenario, Version("0.17.0"), False) is Expected.AVOIDED
     assert expected_outcome(scenario, None, True) is Expected.UNKNOWN
+    # The scenario's code path not taken: the cell can decide nothing, whatever the range.
+    assert expected_outcome(scenario, Version("0.17.0"), True, reaches=False) is (
+        Expected.NOT_REACHED
+    )
+    assert expected_outcome(fixed, Version("0.22.1"), True, reaches=False) is (Expected.NOT_REACHED)
 
 
 def test_flags_merge_in_order(tmp_path: Path) -> None:
@@ -250,12 +260,28 @@ def test_the_default_plan() -> None:
     assert table[seed_000.format("v0.31.1rc0")].expected is Expected.AVOIDED
     assert table[seed_000.format("v0.32.0")].expected is Expected.AVOIDED
     assert table[seed_000.format("nightly")].expected is Expected.UNKNOWN
+    # Seed 000's range follows the source: 0.22.1 and 0.27.1 dispatch rank 320 to the
+    # one-shot kernel too.
+    for tag in ("v0.22.1", "v0.27.1"):
+        assert table[seed_000.format(tag)].expected is Expected.HIT
     seed_003 = "gpu/v0.27.1/h100/gemma-4-e2b-it/default/lora-int32-offset-overflow/{}"
-    assert table[seed_003.format("trigger")].expected is Expected.HIT
+    # The V1 runner 0.27.1 starts for Gemma 4 never runs the kernel at full length with an
+    # adapter: the plain launch can at best be not_reached; the V2 runner's profile run can.
+    assert table[seed_003.format("trigger")].expected is Expected.NOT_REACHED
+    assert table[seed_003.format("v2-model-runner")].expected is Expected.HIT
     assert table[seed_003.format("max-model-len-87382")].expected is Expected.AVOIDED
-    seed_001 = "gpu/v0.17.0/h200x4/qwen3.5-122b-a10b/default/moe-lora-flashinfer-experts/trigger"
-    assert table[seed_001].expected is Expected.HIT
-    assert table[seed_001].flags["tensor_parallel_size"] == 4
+    fixed_003 = "gpu/v0.31.0/h100/gemma-4-e2b-it/default/lora-int32-offset-overflow/trigger"
+    assert table[fixed_003].expected is Expected.AVOIDED  # int64 offsets from 0.29.0
+    seed_001 = "gpu/v0.17.0/h200x4/qwen3.5-122b-a10b/default/moe-lora-flashinfer-experts/{}"
+    # The plain launch picks Triton's experts on 0.17.0: never an expected hit.
+    assert table[seed_001.format("trigger")].expected is Expected.NOT_REACHED
+    assert table[seed_001.format("trigger")].flags["tensor_parallel_size"] == 4
+    # FlashInfer CUTLASS with VLLM_USE_FLASHINFER_MOE_FP16=1 and expert parallelism on H200;
+    # FlashInfer TRTLLM without expert parallelism only on the SM100 family.
+    ep = table[seed_001.format("flashinfer-fp16-ep")]
+    assert ep.expected is Expected.HIT and ep.env["VLLM_USE_FLASHINFER_MOE_FP16"] == "1"
+    assert ep.flags["enable_expert_parallel"] is True
+    assert table[seed_001.format("flashinfer-fp16")].expected is Expected.NOT_REACHED
     for version in ("0.27.1", "0.30.0", "0.31.0", "0.32.0"):
         kv = f"cpu/{version}/cpu/tiny-llama/default/cpu-kv-cache-too-small/"
         assert table[kv + "trigger"].expected is Expected.HIT
@@ -301,9 +327,13 @@ def test_seed_003s_control_is_planned_only_for_the_model_it_was_computed_for(
     scenario = (ROOT / "scenarios" / "lora-int32-offset-overflow.yaml").read_text()
     matrix, scenarios = setup(tmp_path, SEED_003_USERS, {"lora-int32-offset-overflow": scenario})
     cells = {(c.model.name, c.variant.name): c for c in expand(matrix, scenarios)}
-    # Both models overflow at 87383 tokens (Gemma from 87383, a Llama 3 8B from 74900) ...
-    assert cells[("gemma", "trigger")].expected is Expected.HIT
-    assert cells[("llama", "trigger")].expected is Expected.HIT
+    # Both models overflow at 87383 tokens (Gemma from 87383, a Llama 3 8B from 74900), where
+    # a start-up step runs the kernel at full length: the V2 model runner's profile run ...
+    assert cells[("gemma", "v2-model-runner")].expected is Expected.HIT
+    assert cells[("llama", "v2-model-runner")].expected is Expected.HIT
+    # ... not the V1 runner's, which 0.27.1 starts for these models: at best not reached.
+    assert cells[("gemma", "trigger")].expected is Expected.NOT_REACHED
+    assert cells[("llama", "trigger")].expected is Expected.NOT_REACHED
     # ... but 87382 is one token below Gemma 4 E2B's boundary only: the Llama gets no control
     # that would still overflow and say nothing.
     assert cells[("gemma", "max-model-len-87382")].expected is Expected.AVOIDED

@@ -69,7 +69,7 @@ def test_seed_003_is_offline_without_chunked_prefill(catalogue: dict[str, Scenar
     assert s.launch.flags["enable_chunked_prefill"] is False
     # The seed's profile run at the full length: the step budget is the whole context.
     assert s.launch.flags["max_model_len"] == s.launch.flags["max_num_batched_tokens"] == 87383
-    control = s.variants[1]
+    (control,) = [v for v in s.variants if v.name == "max-model-len-87382"]
     assert dict(control.flags) == {"max_model_len": 87382, "max_num_batched_tokens": 87382}
     # Scoped to the model whose boundary 87382 is one token below.
     assert control.when == (Condition("derived.lora_overflow_tokens", Op.EQ, 87383),)
@@ -198,7 +198,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
     assert [str(p).removeprefix(f"{path}:") for p in info.value.problems] == [
         f"{at(text, 'tpu')}: `lanes` must list `cpu` and/or `gpu` once each",
         f"{at(text, 'flag.')}: unknown fact `flag.enable_lora`: use model.*, gpu.*, flags.*, "
-        "launch.*, container.* or derived.*. Perhaps you meant `flags`?",
+        "env.*, launch.*, container.* or derived.*. Perhaps you meant `flags`?",
         f"{at(text, 'model.moee')}: unknown fact `model.moee` (model.* has: name, source, moe, "
         "multimodal, dtype, dtype_bytes, intermediate_size, hidden_size, num_hidden_layers, "
         "num_attention_heads, num_key_value_heads, max_position_embeddings, architecture, "
@@ -219,7 +219,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
         f"{at(text, '{name: trigger')}: duplicate variant `trigger` (`trigger` is reserved)",
         f"{at(text, '{name: x')}: a variant must change something: "
         "`flags`, `env`, `model_files`, `container` or `interrupt: false`",
-        f"{at(text, 'fix')}: `kind` must be `workaround` or `control`, not `fix`",
+        f"{at(text, 'fix')}: `kind` must be one of `trigger`, `workaround`, `control`, not `fix`.",
     ]
 
 
