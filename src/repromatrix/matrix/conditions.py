@@ -23,7 +23,7 @@ expand kernel writes into that rank-local output).
   ``!tt.ptr<bf16>``). Seed 003 overflows when it reaches ``2**31``;
   ``derived.lora_overflow_tokens`` is the fewest profile tokens that reach it for
   a model at its TP size (Gemma 4 E2B, whose KV-shared layers are double-wide, 2 *
-  12288 elements a row: 87383 at TP1, as the seed measured, 174765 at TP2; a Llama
+  12288 elements a row: 87383 at TP1, as the seed measured, 174764 at TP2; a Llama
   3 8B, 2 * 14336: 74900 at TP1).
 - ``derived.kv_cache_bytes_needed``: KV cache for one request of
   ``max_model_len`` tokens, ``max_model_len * 2 * layers * kv_heads *

@@ -117,7 +117,7 @@ def _above(spec: Specifier, version: Version) -> bool:
         return False
     if spec.operator == "==" and spec.version.endswith(".*"):
         return version > bound and not str(version).startswith(text + ".")
-    return version > bound
+    return version >= bound if spec.operator == "<" else version > bound
 
 
 def run_key(cell: Cell) -> tuple[object, ...]:

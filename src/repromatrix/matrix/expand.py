@@ -130,6 +130,8 @@ class _Template:
     # empty where none is declared, for a workaround (it need not reach the path) and for a
     # probe (it calls the code itself).
     ways: tuple[bool, ...] = ()
+    # A baseline's: per predicted crash, whether each way of its ``path`` holds.
+    predicted_ways: tuple[tuple[bool, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -317,6 +319,9 @@ class _LaneWalk:
             predicted: tuple[Scenario, ...] = ()
             if scenario.baseline and level is Level.ENGINE:
                 predicted = predicted_crashes(facts, self.catalogue, self.lane)
+            predicted_ways = tuple(
+                tuple(holds(way.when, facts) for way in crash.path) for crash in predicted
+            )
             triggered = holds(scenario.trigger, facts)
             planned = holds(variant.when, facts)
             # A probe calls the decisive code itself: the path concerns engine start-ups.
@@ -326,7 +331,14 @@ class _LaneWalk:
                 else ()
             )
             cached = _Template(
-                effective.flags, effective.sources, triggered, interrupt, predicted, planned, ways
+                effective.flags,
+                effective.sources,
+                triggered,
+                interrupt,
+                predicted,
+                planned,
+                ways,
+                predicted_ways,
             )
             self.templates[key] = cached
         return cached
@@ -337,11 +349,18 @@ class _LaneWalk:
         """The expectation and the scenario it names, cached: specifier matching is slow."""
         predicted = tuple(s.id for s in template.predicted)
         ways = template.ways
-        key = (scenario.id, image.tag, template.triggered, predicted, ways)
+        key = (scenario.id, image.tag, template.triggered, predicted, ways, template.predicted_ways)
         found = self.expected.get(key)
         if found is None:
             if scenario.baseline:
-                found = baseline_expected(template.predicted, image.version)
+                # A predicted crash whose path this configuration does not take cannot happen.
+                version = image.version
+                taken = tuple(
+                    crash
+                    for crash, held in zip(template.predicted, template.predicted_ways, strict=True)
+                    if version is None or takes_path(crash.path, held, version)
+                )
+                found = baseline_expected(taken, version)
             else:
                 version = image.version
                 reaches = not ways or (
