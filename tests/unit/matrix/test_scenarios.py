@@ -299,3 +299,46 @@ def test_kind_interrupt_on_env_and_when_are_checked_with_their_place(tmp_path: P
     assert len(secrets) == 2  # the launch's HF_TOKEN and the variant's
     assert any("`env` name '1BAD' is refused: it is not a variable name" in p for p in problems)
     assert any(p.startswith(at(STAGED, "model.moee")) and "unknown fact" in p for p in problems)
+
+
+BAD_PATH = """
+id: broken
+title: t
+lanes: [gpu]
+trigger: {model.moe: true}
+launch: {}
+signatures: [{pattern: "x", beside: "(y"}]
+path:
+  - {why: nothing said}
+  - {versions: "=>0.17.0"}
+  - {when: {env.NOT-A-NAME: "1"}}
+affected: "==0.17.*"
+avoided: ok
+"""
+
+
+def test_every_problem_of_a_path_and_a_beside(tmp_path: Path) -> None:
+    path = write(tmp_path, "broken.yaml", BAD_PATH)
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    problems = [str(p).removeprefix(f"{path}:") for p in info.value.problems]
+    beside, versions = at(BAD_PATH, '"(y"'), at(BAD_PATH, '"=>0.17.0')
+    assert problems[0].startswith(f"{beside}: `beside` is not a valid regular expression")
+    assert problems[1:] == [
+        f"{at(BAD_PATH, '{why')}: a `path` entry needs `versions`, `when` or both",
+        f"{versions}: `versions` `=>0.17.0` is not a version specifier set "
+        "(e.g. `>=0.31.0,<0.31.1rc0` or `all`)",
+        f"{at(BAD_PATH, 'env.NOT')}: `env.NOT-A-NAME`: `NOT-A-NAME` is no environment variable "
+        "name (letters, digits, _)",
+    ]
+
+
+def test_seed_003_decides_per_rank_from_the_source(catalogue: dict[str, Scenario]) -> None:
+    s = catalogue["lora-int32-offset-overflow"]
+    [signature] = s.signatures
+    assert "illegal memory access" in signature.pattern and signature.beside is not None
+    assert s.fixed is not None and Version("0.29.0") in s.fixed
+    assert Version("0.28.0") in s.affected and Version("0.29.0") not in s.affected
+    assert {w.versions is not None for w in s.path} == {True}
+    [v2] = [v for v in s.variants if v.name == "v2-model-runner"]
+    assert v2.kind == "trigger" and v2.env == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
