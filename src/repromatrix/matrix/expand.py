@@ -35,6 +35,7 @@ from repromatrix.matrix.effective import (
     effective_flags,
     plan_once,
     predicted_crashes,
+    unfixed_after,
 )
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_adapters
@@ -49,6 +50,7 @@ from repromatrix.model import (
     Lane,
     Level,
     Model,
+    PathWay,
     Scenario,
     Variant,
     frozen_flags,
@@ -57,20 +59,39 @@ from repromatrix.model import (
 CORE = ("image", "gpu", "model", "flagset")
 
 
-def expected_outcome(scenario: Scenario, version: Version | None, triggered: bool) -> Expected:
+def expected_outcome(
+    scenario: Scenario, version: Version | None, triggered: bool, reaches: bool = True
+) -> Expected:
     """Return what the scenario's documentation predicts for one cell.
 
     Not triggered (a workaround's flags, a baseline) → avoided; unknown version
-    (nightly) → unknown; inside ``affected`` → hit; fixed or otherwise → avoided.
-    Pre-releases count as versions like any other (``0.31.1rc0`` is below ``0.31.1``).
+    (nightly) → unknown; no way of the scenario's ``path`` taken (``reaches`` false) →
+    not_reached; inside ``affected`` → hit; above ``affected`` with no known fix (``fixed``
+    null) → unknown; fixed or otherwise → avoided. Pre-releases count as versions like any
+    other (``0.31.1rc0`` is below ``0.31.1``).
     """
     if scenario.baseline or not triggered:
         return Expected.AVOIDED
     if version is None:
         return Expected.UNKNOWN
+    if not reaches:
+        return Expected.NOT_REACHED
     if scenario.affected.contains(version, prereleases=True):
         return Expected.HIT
+    if unfixed_after(scenario, version):
+        return Expected.UNKNOWN
     return Expected.AVOIDED
+
+
+def takes_path(ways: Sequence[PathWay], holding: Sequence[bool], version: Version) -> bool:
+    """Whether one of a scenario's ``path`` ways is taken on ``version`` (``holding``: whether
+    each way's conditions hold for the cell); a scenario without a path makes no claim."""
+    if not ways:
+        return True
+    return any(
+        held and (way.versions is None or way.versions.contains(version, prereleases=True))
+        for way, held in zip(ways, holding, strict=True)
+    )
 
 
 def levels(scenario: Scenario, lane: Lane) -> tuple[Level, ...]:
@@ -105,6 +126,12 @@ class _Template:
     interrupt_on: str | None
     predicted: tuple[Scenario, ...] = ()  # a baseline's: crashes its configuration triggers
     planned: bool = True  # the variant's own conditions (``when``) hold
+    # Per way of the scenario's ``path``, whether its conditions hold (its versions aside);
+    # empty where none is declared, for a workaround (it need not reach the path) and for a
+    # probe (it calls the code itself).
+    ways: tuple[bool, ...] = ()
+    # A baseline's: per predicted crash, whether each way of its ``path`` holds.
+    predicted_ways: tuple[tuple[bool, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -298,14 +325,33 @@ class _LaneWalk:
             files = variant.model_files or scenario.launch.model_files
             launch = replace(scenario.launch, model_files=files)
             container = scenario.launch.container.merged(variant.container)
-            facts = Facts(point.model, point.gpu, effective.flags, launch, interrupt, container)
+            env = MappingProxyType({**scenario.launch.env, **variant.env})
+            facts = Facts(
+                point.model, point.gpu, effective.flags, launch, interrupt, container, env
+            )
             predicted: tuple[Scenario, ...] = ()
             if scenario.baseline and level is Level.ENGINE:
                 predicted = predicted_crashes(facts, self.catalogue, self.lane)
+            predicted_ways = tuple(
+                tuple(holds(way.when, facts) for way in crash.path) for crash in predicted
+            )
             triggered = holds(scenario.trigger, facts)
             planned = holds(variant.when, facts)
+            # A probe calls the decisive code itself: the path concerns engine start-ups.
+            ways = (
+                tuple(holds(way.when, facts) for way in scenario.path)
+                if variant.needs_reach and level is Level.ENGINE
+                else ()
+            )
             cached = _Template(
-                effective.flags, effective.sources, triggered, interrupt, predicted, planned
+                effective.flags,
+                effective.sources,
+                triggered,
+                interrupt,
+                predicted,
+                planned,
+                ways,
+                predicted_ways,
             )
             self.templates[key] = cached
         return cached
@@ -315,13 +361,25 @@ class _LaneWalk:
     ) -> tuple[Expected, str | None]:
         """The expectation and the scenario it names, cached: specifier matching is slow."""
         predicted = tuple(s.id for s in template.predicted)
-        key = (scenario.id, image.tag, template.triggered, predicted)
+        ways = template.ways
+        key = (scenario.id, image.tag, template.triggered, predicted, ways, template.predicted_ways)
         found = self.expected.get(key)
         if found is None:
             if scenario.baseline:
-                found = baseline_expected(template.predicted, image.version)
+                # A predicted crash whose path this configuration does not take cannot happen.
+                version = image.version
+                taken = tuple(
+                    crash
+                    for crash, held in zip(template.predicted, template.predicted_ways, strict=True)
+                    if version is None or takes_path(crash.path, held, version)
+                )
+                found = baseline_expected(taken, version)
             else:
-                expected = expected_outcome(scenario, image.version, template.triggered)
+                version = image.version
+                reaches = not ways or (
+                    version is not None and takes_path(scenario.path, ways, version)
+                )
+                expected = expected_outcome(scenario, version, template.triggered, reaches)
                 found = (expected, scenario.id if expected is not Expected.AVOIDED else None)
             self.expected[key] = found
         return found
@@ -399,3 +457,32 @@ def image_variant(image: Image, variant: str | None) -> Image:
     if not variant:  # None, or "" for the normal image named over a launch's variant
         return image
     return replace(image, key=f"{image.key}-{variant}", variant=variant)
+
+
+def path_notices(cells: Sequence[Cell]) -> tuple[str, ...]:
+    """One line per scenario with a ``path`` that none of its planned engine cells takes:
+    every one of them can at best show the crash's code path not reached."""
+    taken: dict[str, bool] = {}
+    for cell in cells:
+        scenario = cell.scenario
+        if not scenario.path or cell.level is not Level.ENGINE or not cell.variant.needs_reach:
+            continue
+        taken[scenario.id] = taken.get(scenario.id, False) or _takes(cell)
+    return tuple(
+        f"scenario `{name}`: no cell of this plan takes the crash's code path (its `path`); "
+        "each can at best end not_reached, so none decides it"
+        for name, yes in sorted(taken.items())
+        if not yes
+    )
+
+
+def _takes(cell: Cell) -> bool:
+    """Whether the cell takes one way of its scenario's path (an unknown version may)."""
+    version = cell.image.version
+    files = cell.variant.model_files or cell.scenario.launch.model_files
+    launch = replace(cell.scenario.launch, model_files=files)
+    facts = Facts(
+        cell.model, cell.gpu, cell.flags, launch, cell.interrupt_on, cell.container, cell.env
+    )
+    holding = [holds(way.when, facts) for way in cell.scenario.path]
+    return version is None or takes_path(cell.scenario.path, holding, version)

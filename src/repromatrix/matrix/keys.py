@@ -34,7 +34,8 @@ LANES = tuple(lane.value for lane in Lane)
 LEVELS = tuple(level.value for level in Level)
 MODES = tuple(mode.value for mode in LaunchMode)
 BASE_SOURCES = ("debootstrap", "image", "auto")
-VARIANT_KINDS = ("workaround", "control")
+# ``trigger``: another launch of the crash (a way vLLM allows to the same code path).
+VARIANT_KINDS = ("trigger", "workaround", "control")
 SCENARIO_KINDS = tuple(kind.value for kind in ScenarioKind)
 # Image variants a scenario can ask for (``build.render`` knows how to make each one).
 IMAGE_VARIANTS = ("no-libnuma", "no-compiler")
@@ -326,7 +327,11 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("title", "text", "one line", required=True),
             Key("source", "section", "seed file, issues, PRs", ref="source"),
             Key("lanes", "lanes", "lanes its engine cells run on", required=True),
-            Key("trigger", "trigger", "conditions on model.*, gpu.*, flags.*, launch.*, derived.*"),
+            Key(
+                "trigger",
+                "trigger",
+                "conditions on model.*, gpu.*, flags.*, env.*, launch.*, derived.*",
+            ),
             Key("launch", "section", "how vLLM is started", required=True, ref="launch"),
             Key("signatures", "sections", "what the crash prints", ref="signature"),
             Key(
@@ -334,6 +339,13 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
                 "sections",
                 "what shows the crash's code path was entered (any one): a log line or a fact",
                 ref="reached",
+            ),
+            Key(
+                "path",
+                "sections",
+                "the ways vLLM takes the crash's code path (any one), from its source; a cell "
+                "none holds for is expected not_reached",
+                ref="path",
             ),
             Key("affected", "specifier", "PEP 440 specifier set of affected versions, or all"),
             Key("fixed", "specifier", "PEP 440 specifier set of fixed versions"),
@@ -400,6 +412,12 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
         (
             Key("pattern", "regex", "a Python regular expression", required=True),
             Key("process", "text", "EngineCore, Worker, APIServer, ..."),
+            Key(
+                "beside",
+                "regex",
+                "a regular expression the same failure must also hold (a traceback frame): "
+                "the signature then matches a failure, never a lone line",
+            ),
         ),
     ),
     Section(
@@ -415,11 +433,27 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
         ),
     ),
     Section(
+        "path",
+        "one way vLLM takes the crash's code path: on some versions, under some conditions",
+        (
+            Key("versions", "specifier", "PEP 440 specifier set of the versions (all if absent)"),
+            Key("when", "trigger", "conditions on the cell's facts, as in a trigger"),
+            Key("why", "text", "where vLLM's source says so (file:line per version)"),
+        ),
+    ),
+    Section(
         "variant",
-        "a workaround or control: a flag change on the trigger's launch",
+        "another trigger, a workaround or a control: a change on the trigger's launch",
         (
             Key("name", "name", "part of the cell id", required=True),
-            Key("kind", "choice", "workaround or control", True, None, VARIANT_KINDS),
+            Key(
+                "kind",
+                "choice",
+                "trigger (another launch of the crash), workaround or control",
+                True,
+                None,
+                VARIANT_KINDS,
+            ),
             Key("flags", "flags", "flags changed from the launch"),
             Key("env", "env", "environment variables over the launch's"),
             Key("when", "trigger", "conditions on the cell's facts where this variant is planned"),
@@ -443,7 +477,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
 
 # Scenario keys a crash needs and a baseline must not have.
 CRASH_REQUIRED = ("trigger", "signatures", "affected")
-BASELINE_FORBIDDEN = ("trigger", "signatures", "reached", "affected", "fixed")
+BASELINE_FORBIDDEN = ("trigger", "signatures", "reached", "path", "affected", "fixed")
 # The two forms of a ``reached`` entry: a log line, or a test of a fact.
 REACHED_LINE = ("pattern", "process")
 REACHED_FACT = ("fact", "equals", "matches")

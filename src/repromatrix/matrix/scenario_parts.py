@@ -43,9 +43,11 @@ def read_signatures(node: YNode | None, reader: Reader) -> tuple[Signature, ...]
         keys = section("signature")
         reader.keys(body, keys.names, "a signature", required=keys.required)
         pattern = read_pattern(body.get("pattern"), "`pattern`", reader)
-        if pattern is not None:
+        beside_node = body.get("beside")
+        beside = read_pattern(beside_node, "`beside`", reader) if beside_node else None
+        if pattern is not None and (beside_node is None or beside is not None):
             process = _process(body.get("process"), "a signature's", reader)
-            signatures.append(Signature(pattern, process))
+            signatures.append(Signature(pattern, process, beside))
     if not signatures and isinstance(node, YSeq) and not node.items:
         reader.error(node.where, "`signatures` must list at least one pattern")
     return tuple(signatures)

@@ -46,6 +46,7 @@ from repromatrix.model import (
     Launch,
     LaunchMode,
     Op,
+    PathWay,
     Scenario,
     ScenarioKind,
     Variant,
@@ -153,6 +154,7 @@ def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
         launch=_launch(body.get("launch"), reader),
         signatures=read_signatures(body.get("signatures"), reader),
         reached=read_reached(body.get("reached"), reader),
+        path=_path(body.get("path"), reader),
         affected=_specifiers(body.get("affected"), "`affected`", reader) or NO_VERSION,
         fixed=_specifiers(body.get("fixed"), "`fixed`", reader),
         variants=_variants(body.get("variants"), reader, BASELINE if baseline else TRIGGER),
@@ -164,6 +166,32 @@ def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
         file=file,
     )
     return scenario if scenario_id else None
+
+
+def _path(node: YNode | None, reader: Reader) -> tuple[PathWay, ...]:
+    """The ``path`` list: each way a version range and conditions (at least one of them)."""
+    if node is None:
+        return ()
+    ways: list[PathWay] = []
+    for item in reader.sequence(node, "`path`") or ():
+        body = reader.mapping(item, "a `path` entry")
+        if body is None:
+            continue
+        reader.keys(body, section("path").names, "a `path` entry")
+        versions = body.get("versions")
+        when = body.get("when")
+        if versions is None and when is None:
+            reader.error(body.where, "a `path` entry needs `versions`, `when` or both")
+            continue
+        ways.append(
+            PathWay(
+                _specifiers(versions, "`versions`", reader) if versions is not None else None,
+                _trigger(when, reader, "`when`"),
+            )
+        )
+    if not ways and isinstance(node, YSeq) and not node.items:
+        reader.error(node.where, "`path` must list at least one way (or be left out)")
+    return tuple(ways)
 
 
 def _kind(body: YMap, reader: Reader) -> ScenarioKind:
@@ -357,7 +385,9 @@ def _variant(node: YNode, reader: Reader) -> Variant | None:
     name = reader.name(name_node, "variant name") if name_node is not None else None
     if kind is not None and kind not in VARIANT_KINDS:
         where = (body.get("kind") or body).where
-        reader.error(where, f"`kind` must be `workaround` or `control`, not `{kind}`")
+        kinds = ", ".join(f"`{k}`" for k in VARIANT_KINDS)
+        message = f"`kind` must be one of {kinds}, not `{kind}`."
+        reader.error(where, message + suggest(kind, VARIANT_KINDS))
     flags_node = body.get("flags")
     flags = reader.flags(flags_node, "`flags`") if flags_node is not None else None
     interrupt_node = body.get("interrupt")

@@ -78,8 +78,11 @@ def _size() -> Schema:
 
 
 def _trigger() -> Schema:
+    any_name = {"env": r"[A-Za-z_][A-Za-z0-9_]*"}  # a variable name; a flag is snake_case
     subjects = [
-        rf"{space}\.(?:{'|'.join(names)})" if names is not None else rf"{space}\.[a-z][a-z0-9_]*"
+        rf"{space}\.(?:{'|'.join(names)})"
+        if names is not None
+        else rf"{space}\.{any_name.get(space, '[a-z][a-z0-9_]*')}"
         for space, names in NAMESPACES.items()
     ]
     comparisons = {op.value: SCALAR for op in Op}

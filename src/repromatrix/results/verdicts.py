@@ -12,6 +12,8 @@ infrastructure never let the cell run. Cells whose expectation is unknown
 (``nightly``), engines whose scenario's code path was not shown reached
 (``not_reached``: ``unknown``) and probes that cannot reach their decisive code
 path get verdicts of their own: they are reported, never counted against an image.
+A cell planned ``not_reached`` (its scenario's ``path`` not taken) decides nothing
+either way; only a hit there is a mismatch (``outside_range``: the path too narrow).
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ def judge(result: CellResult) -> Verdict:
         return verdict
     if result.expected is Expected.UNKNOWN:
         return Verdict.UNKNOWN
+    if result.expected is Expected.NOT_REACHED and result.outcome is Outcome.AVOIDED:
+        return Verdict.UNKNOWN  # the path was taken where the plan said it could not be
     if result.outcome.value == result.expected.value:
         return Verdict.PASS
     if result.outcome is Outcome.HIT:
@@ -231,6 +235,13 @@ def explain(judged: Judged) -> str:
                 f"expected avoided, observed hit: {cause}{_evidence(judged)}; an older "
                 "version was seen avoiding it after an even older one hit it"
             )
+        case Verdict.OUTSIDE_RANGE if result.expected is Expected.NOT_REACHED:
+            cause = judged.cause or result.reason
+            return (
+                f"expected not_reached, observed hit: {cause}{_evidence(judged)}; the "
+                "scenario's `path` (the ways it says vLLM takes the crash's code) looks too "
+                "narrow"
+            )
         case Verdict.OUTSIDE_RANGE:
             cause = judged.cause or result.reason
             return (
@@ -244,6 +255,11 @@ def explain(judged: Judged) -> str:
             )
         case Verdict.UNKNOWN if result.outcome is Outcome.NOT_REACHED:
             return f"the cell did not test the crash (expected {expected}): {result.reason}"
+        case Verdict.UNKNOWN if result.expected is Expected.NOT_REACHED:
+            return (
+                f"observed {observed} where the scenario's `path` says the crash's code is not "
+                "taken: the path may be wrong; nothing decided" + _evidence(judged)
+            )
         case Verdict.UNKNOWN:
             return f"observed {observed}; the documents give no expectation for this version"
         case Verdict.UNREACHABLE:

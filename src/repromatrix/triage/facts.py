@@ -89,15 +89,27 @@ STATEMENTS: tuple[Statement, ...] = (
     _say("torch_version", b"PyTorch version", rb"PyTorch version\s*: (?P<value>\S+)"),
     _say("torch_version", b"using torch: ", rb"current using torch: (?P<value>[^)\s]+)"),
     # model_executor/layers/fused_moe/oracle/unquantized.py:266 "Using %s Unquantized MoE
-    # backend out of potential backends: [...]" (fp8.py:415, nvfp4.py:239 alike), :245 "Using
+    # backend out of potential backends: [...]" (fp8.py:418, nvfp4.py:242 alike; 0.22.1
+    # unquantized.py:185, fp8.py:249, nvfp4.py:203; 0.27.1 :244, :297, :211), :245 "Using
     # TRITON Unquantized MoE LoRA backend", :241 "Using TrtLlmBf16LoRAExperts Unquantized MoE
-    # LoRA backend", mxfp8.py:139 "Using '%s' MxFp8 MoE backend."; the real log
+    # LoRA backend", mxfp8.py:139 "Using '%s' MxFp8 MoE backend."; 0.17.0 oracle/fp8.py:231
+    # "Using FLASHINFER_CUTLASS Fp8 MoE backend out of potential backends: [...]" and
+    # nvfp4.py:162 "Using 'FLASHINFER_CUTLASS' NvFp4 MoE backend out of ..."; the real log
     # 02-moe-lora-flashinfer-experts-assert.log: "Using FlashInfer CUTLASS Unquantized MoE
-    # backend out of potential backends: [...]".
+    # backend out of potential backends: [...]". Read whatever the case (MoE, MOE, moe).
     _say(
         "moe_experts_backend",
-        (b"MoE ", b"MOE "),
-        rb"Using '?(?P<value>[\w.-]+(?: [\w.-]+)*?)'? (?:[\w-]+ )?M[oO]E (?:LoRA )?backend",
+        (b"MoE ", b"MOE ", b"moe "),
+        rb"(?i)Using '?(?P<value>[\w.-]+(?: [\w.-]+)*?)'? (?:[\w-]+ )?MoE (?:LoRA )?backend",
+    ),
+    # 0.17.0's unquantized form, the backend before the noun, at the end of its line
+    # (oracle/unquantized.py:82 "Using {backend.value} backend for Unquantized MoE", logged at
+    # :135 and :186): "Using TRITON backend for Unquantized MoE", "Using FlashInfer CUTLASS
+    # backend for Unquantized MoE".
+    _say(
+        "moe_experts_backend",
+        (b"backend for Unquantized", b"backend for unquantized", b"BACKEND FOR UNQUANTIZED"),
+        rb"(?i)Using '?(?P<value>[\w.-]+(?: [\w.-]+)*?)'? backend for Unquantized MoE",
     ),
     # platforms/cuda.py:507 "Using %s attention backend out of potential backends: %s."
     # (rocm.py:850 without "attention"); cuda.py:446 and cpu.py:163/175 "Using %s backend."

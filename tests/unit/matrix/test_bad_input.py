@@ -68,8 +68,8 @@ def test_every_problem_of_both_files_at_once(
     replace(workdir / "matrix.yaml", "count: 4", "count: four")
     replace(
         workdir / "scenarios" / "moe-lora-rank-over-128.yaml",
-        'affected: ">=0.31.0',
-        'affected: "=>0.31.0',
+        'affected: ">=0.22.0',
+        'affected: "=>0.22.0',
     )
     code, err = run_cli(workdir, capsys=capsys)
     assert code == EXIT_USAGE
@@ -79,8 +79,8 @@ def test_every_problem_of_both_files_at_once(
     imagse = "unknown key `imagse` in lane `gpu`. Perhaps you meant `images`?"
     assert f"{where(matrix, 'imagse')}: {imagse}" in err
     assert f"{where(matrix, 'four')}: `count` must be a whole number, not the text 'four'" in err
-    specifier = "`affected` `=>0.31.0,<0.31.1rc0` is not a version specifier set"
-    at = where(scenario, '"=>0.31.0')
+    specifier = "`affected` `=>0.22.0,<0.31.1rc0` is not a version specifier set"
+    at = where(scenario, '"=>0.22.0')
     assert f"{at}: {specifier}" in err
 
 

@@ -15,9 +15,11 @@ from repromatrix.matrix.conditions import (
     kv_cache_bytes_needed,
     kv_cache_bytes_short,
     lora_overflow_tokens,
+    lora_row_elements,
     lora_row_offset_elements,
     num_tokens,
     subject_problem,
+    tensor_parallel_size,
 )
 from repromatrix.model import Condition, FlagValue, Gpu, Lane, Launch, Model, Op
 
@@ -163,3 +165,32 @@ def test_subject_problems_suggest() -> None:
     assert "Perhaps you meant `moe`?" in (subject_problem("model.moee") or "")
     assert "Perhaps you meant `flags`?" in (subject_problem("flag.enable_lora") or "")
     assert subject_problem("model") is not None and subject_problem("gpu.") is not None
+
+
+def test_seed_003_overflows_per_rank_so_tensor_parallelism_moves_the_boundary() -> None:
+    # Each TP rank's gate_up output is its share of the row: 2 * 12288 / TP elements.
+    tp2 = {**NO_CHUNKING, "tensor_parallel_size": 2}
+    assert lora_row_elements(GEMMA, {}) == 24576
+    assert lora_row_elements(GEMMA, tp2) == 12288
+    at_tp2 = lora_row_offset_elements(GEMMA, {**tp2, "max_model_len": 87383})
+    assert at_tp2 == 87382 * 12288 < INT32_LIMIT  # the seed's length cannot overflow at TP2
+    assert lora_overflow_tokens(GEMMA, tp2) == 174764
+    trigger = (Condition("derived.lora_row_offset_elements", Op.GE, INT32_LIMIT),)
+    long = {**NO_CHUNKING, "max_model_len": 87383}
+    assert holds(trigger, Facts(GEMMA, H100, long, Launch()))
+    assert not holds(trigger, Facts(GEMMA, H100, {**long, "tensor_parallel_size": 2}, Launch()))
+    assert tensor_parallel_size(GEMMA, {}) == 1 and tensor_parallel_size(GEMMA, tp2) == 2
+
+
+def test_env_facts_are_the_launchs_variables() -> None:
+    env = {"VLLM_USE_FLASHINFER_MOE_FP16": "1"}
+    facts = Facts(TINY, H100, {}, Launch(), env=env)
+    assert facts.get("env.VLLM_USE_FLASHINFER_MOE_FP16") == "1"
+    assert facts.get("env.VLLM_FLASHINFER_MOE_BACKEND") is None  # unset: unknown
+    assert holds((Condition("env.VLLM_USE_FLASHINFER_MOE_FP16", Op.EQ, "1"),), facts)
+    assert not holds(
+        (Condition("env.VLLM_USE_FLASHINFER_MOE_FP16", Op.EQ, "1"),), replace(facts, env={})
+    )
+    assert subject_problem("env.VLLM_USE_V2_MODEL_RUNNER") is None
+    assert "no environment variable name" in (subject_problem("env.A-B") or "")
+    assert "env.*" in (subject_problem("envs.X") or "")

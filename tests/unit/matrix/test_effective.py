@@ -148,3 +148,19 @@ def test_a_baseline_expects_the_crash_its_configuration_triggers(tmp_path: Path)
         "gpu/v0.31.0/h100/dense/lora320/healthy/baseline",
     ):
         assert (cells[healthy].expected, cells[healthy].predicted) == (Expected.AVOIDED, ())
+
+
+def test_above_the_affected_range_with_no_known_fix_is_unknown() -> None:
+    from packaging.specifiers import SpecifierSet  # noqa: PLC0415
+    from packaging.version import Version  # noqa: PLC0415
+
+    from repromatrix.matrix.effective import after_range  # noqa: PLC0415
+
+    def above(spec: str, version: str) -> bool:
+        return after_range(SpecifierSet(spec), Version(version))
+
+    assert above("==0.17.*", "0.22.1") and not above("==0.17.*", "0.16.0")
+    assert not above("==0.17.*", "0.17.1")  # inside
+    assert above(">=0.22.1,<=0.27.1", "0.31.0") and not above(">=0.22.1,<=0.27.1", "0.17.0")
+    assert above(">=0.22.0,<0.31.1rc0", "0.31.1rc0")  # a pre-release is a version too
+    assert above("<0.29.0", "0.32.0") and not above(">=0.31.0", "0.30.0")

@@ -14,12 +14,12 @@ from packaging.version import Version
 
 from repromatrix.errors import UsageError
 from repromatrix.matrix.config import load_matrix
-from repromatrix.matrix.expand import expand, expected_outcome, plan
+from repromatrix.matrix.expand import expand, expected_outcome, path_notices, plan
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.matrix.selector import Selector
 from repromatrix.model import Cell, Expected, Lane
 from support import factories, paths
-from support.matrix import GPU_LANE, MOE_SCENARIO, setup
+from support.matrix import BASELINE, GPU_LANE, MOE_SCENARIO, setup
 
 ROOT = paths.ROOT
 ID_PART = re.compile(r"[a-z0-9._-]+")
@@ -78,11 +78,21 @@ def test_expected_outcome_rules() -> None:
     scenario = replace(
         factories.scenario("s", lanes=(Lane.GPU,)), affected=SpecifierSet("==0.17.*")
     )
+    assert scenario.fixed is None
     assert expected_outcome(scenario, Version("0.17.0"), True) is Expected.HIT
     assert expected_outcome(scenario, Version("0.17.1rc1"), True) is Expected.HIT
-    assert expected_outcome(scenario, Version("0.22.1"), True) is Expected.AVOIDED  # otherwise
+    # No known fix: above the affected range nothing is known, below it the crash was not yet.
+    assert expected_outcome(scenario, Version("0.22.1"), True) is Expected.UNKNOWN
+    assert expected_outcome(scenario, Version("0.16.0"), True) is Expected.AVOIDED
+    fixed = replace(scenario, fixed=SpecifierSet(">=0.18.0"))
+    assert expected_outcome(fixed, Version("0.22.1"), True) is Expected.AVOIDED
     assert expected_outcome(scenario, Version("0.17.0"), False) is Expected.AVOIDED
     assert expected_outcome(scenario, None, True) is Expected.UNKNOWN
+    # The scenario's code path not taken: the cell can decide nothing, whatever the range.
+    assert expected_outcome(scenario, Version("0.17.0"), True, reaches=False) is (
+        Expected.NOT_REACHED
+    )
+    assert expected_outcome(fixed, Version("0.22.1"), True, reaches=False) is (Expected.NOT_REACHED)
 
 
 def test_flags_merge_in_order(tmp_path: Path) -> None:
@@ -250,12 +260,28 @@ def test_the_default_plan() -> None:
     assert table[seed_000.format("v0.31.1rc0")].expected is Expected.AVOIDED
     assert table[seed_000.format("v0.32.0")].expected is Expected.AVOIDED
     assert table[seed_000.format("nightly")].expected is Expected.UNKNOWN
+    # Seed 000's range follows the source: 0.22.1 and 0.27.1 dispatch rank 320 to the
+    # one-shot kernel too.
+    for tag in ("v0.22.1", "v0.27.1"):
+        assert table[seed_000.format(tag)].expected is Expected.HIT
     seed_003 = "gpu/v0.27.1/h100/gemma-4-e2b-it/default/lora-int32-offset-overflow/{}"
-    assert table[seed_003.format("trigger")].expected is Expected.HIT
+    # The V1 runner 0.27.1 starts for Gemma 4 never runs the kernel at full length with an
+    # adapter: the plain launch can at best be not_reached; the V2 runner's profile run can.
+    assert table[seed_003.format("trigger")].expected is Expected.NOT_REACHED
+    assert table[seed_003.format("v2-model-runner")].expected is Expected.HIT
     assert table[seed_003.format("max-model-len-87382")].expected is Expected.AVOIDED
-    seed_001 = "gpu/v0.17.0/h200x4/qwen3.5-122b-a10b/default/moe-lora-flashinfer-experts/trigger"
-    assert table[seed_001].expected is Expected.HIT
-    assert table[seed_001].flags["tensor_parallel_size"] == 4
+    fixed_003 = "gpu/v0.31.0/h100/gemma-4-e2b-it/default/lora-int32-offset-overflow/trigger"
+    assert table[fixed_003].expected is Expected.AVOIDED  # int64 offsets from 0.29.0
+    seed_001 = "gpu/v0.17.0/h200x4/qwen3.5-122b-a10b/default/moe-lora-flashinfer-experts/{}"
+    # The plain launch picks Triton's experts on 0.17.0: never an expected hit.
+    assert table[seed_001.format("trigger")].expected is Expected.NOT_REACHED
+    assert table[seed_001.format("trigger")].flags["tensor_parallel_size"] == 4
+    # FlashInfer CUTLASS with VLLM_USE_FLASHINFER_MOE_FP16=1 and expert parallelism on H200;
+    # FlashInfer TRTLLM without expert parallelism only on the SM100 family.
+    ep = table[seed_001.format("flashinfer-fp16-ep")]
+    assert ep.expected is Expected.HIT and ep.env["VLLM_USE_FLASHINFER_MOE_FP16"] == "1"
+    assert ep.flags["enable_expert_parallel"] is True
+    assert table[seed_001.format("flashinfer-fp16")].expected is Expected.NOT_REACHED
     for version in ("0.27.1", "0.30.0", "0.31.0", "0.32.0"):
         kv = f"cpu/{version}/cpu/tiny-llama/default/cpu-kv-cache-too-small/"
         assert table[kv + "trigger"].expected is Expected.HIT
@@ -301,9 +327,13 @@ def test_seed_003s_control_is_planned_only_for_the_model_it_was_computed_for(
     scenario = (ROOT / "scenarios" / "lora-int32-offset-overflow.yaml").read_text()
     matrix, scenarios = setup(tmp_path, SEED_003_USERS, {"lora-int32-offset-overflow": scenario})
     cells = {(c.model.name, c.variant.name): c for c in expand(matrix, scenarios)}
-    # Both models overflow at 87383 tokens (Gemma from 87383, a Llama 3 8B from 74900) ...
-    assert cells[("gemma", "trigger")].expected is Expected.HIT
-    assert cells[("llama", "trigger")].expected is Expected.HIT
+    # Both models overflow at 87383 tokens (Gemma from 87383, a Llama 3 8B from 74900), where
+    # a start-up step runs the kernel at full length: the V2 model runner's profile run ...
+    assert cells[("gemma", "v2-model-runner")].expected is Expected.HIT
+    assert cells[("llama", "v2-model-runner")].expected is Expected.HIT
+    # ... not the V1 runner's, which 0.27.1 starts for these models: at best not reached.
+    assert cells[("gemma", "trigger")].expected is Expected.NOT_REACHED
+    assert cells[("llama", "trigger")].expected is Expected.NOT_REACHED
     # ... but 87382 is one token below Gemma 4 E2B's boundary only: the Llama gets no control
     # that would still overflow and say nothing.
     assert cells[("gemma", "max-model-len-87382")].expected is Expected.AVOIDED
@@ -328,3 +358,94 @@ def test_a_variants_env_is_over_the_launchs(tmp_path: Path) -> None:
     variant = cells["gpu/v0.32.0/h100/moe/default/forced/b"]
     assert dict(trigger.env) == {"VLLM_LOGGING_LEVEL": "DEBUG", "A": "launch"}
     assert dict(variant.env) == {"VLLM_LOGGING_LEVEL": "DEBUG", "A": "variant", "B": "1"}
+
+
+LONG_LORA_TEAM = """
+lanes:
+  gpu:
+    images: [v0.27.1, v0.31.0, v0.32.0]
+    gpus:
+      h100: {runner: gpu-h100, count: 1, compute_capability: "9.0", memory_gib: 80}
+      a100x2: {runner: gpu-a100x2, count: 2, compute_capability: "8.0", memory_gib: 80}
+    models:
+      llama: {source: meta-llama/Llama-3.1-8B-Instruct, intermediate_size: 14336,
+              max_position_embeddings: 131072}
+    flagsets:
+      long-lora: {enable_lora: true, max_model_len: 100000, enable_chunked_prefill: false,
+                  max_num_batched_tokens: 100000}
+include:
+  - gpu: a100x2
+    flags: {tensor_parallel_size: 2}
+"""
+
+
+def test_no_known_fix_above_the_affected_range_is_unknown_never_avoided(tmp_path: Path) -> None:
+    # A team's 100,000-token LoRA flag set on Llama-8B is past seed 003's overflow point
+    # (74900 tokens at TP1). With the document's own `fixed: null`, v0.31 and v0.32 lie above
+    # the affected range with no fix known: unknown, not avoided.
+    shipped = (ROOT / "scenarios" / "lora-int32-offset-overflow.yaml").read_text()
+    undated = re.sub(r"(?m)^fixed: .*$", "fixed: null", shipped)
+    undated = re.sub(r"(?m)^affected: .*$", 'affected: ">=0.22.1,<=0.27.1"', undated)
+    matrix, scenarios = setup(tmp_path, LONG_LORA_TEAM, {"lora-int32-offset-overflow": undated})
+    cells = by_id(expand(matrix, scenarios))
+    cell = "gpu/{}/h100/llama/long-lora/lora-int32-offset-overflow/trigger"
+    for tag in ("v0.31.0", "v0.32.0"):
+        assert cells[cell.format(tag)].expected is Expected.UNKNOWN
+    # The fix dated from the source (int64 offsets from 0.29.0): avoided there is known.
+    matrix, scenarios = setup(
+        tmp_path / "dated", LONG_LORA_TEAM, {"lora-int32-offset-overflow": shipped}
+    )
+    cells = by_id(expand(matrix, scenarios))
+    for tag in ("v0.31.0", "v0.32.0"):
+        assert cells[cell.format(tag)].expected is Expected.AVOIDED
+    assert cells[cell.format("v0.27.1").replace("/trigger", "/v2-model-runner")].expected is (
+        Expected.HIT
+    )
+    # Per rank at TP2 (the a100x2 entry): 99999 x 14336 < 2**31, no overflow, no such cell.
+    assert not [c for c in cells if "/a100x2/" in c and "lora-int32" in c]
+
+
+def test_plan_says_when_no_cell_takes_a_scenarios_path(tmp_path: Path) -> None:
+    shipped = (ROOT / "scenarios" / "moe-lora-flashinfer-experts.yaml").read_text()
+    four_a100 = """
+lanes:
+  gpu:
+    images: [v0.17.0]
+    gpus:
+      a100x4: {runner: gpu-a100x4, count: 4, compute_capability: "8.0", memory_gib: 80}
+      h200x4: {runner: gpu-h200x4, count: 4, compute_capability: "9.0", memory_gib: 141}
+    models:
+      moe: {source: Qwen/Qwen3.5-122B-A10B, moe: true,
+            adapters: {seed-001-adapter: {path: /adapters/a}}}
+    flagsets:
+      tp4: {tensor_parallel_size: 4}
+"""
+    matrix, scenarios = setup(tmp_path, four_a100, {"moe-lora-flashinfer-experts": shipped})
+    cells = plan(matrix, scenarios)
+    # FlashInfer's experts need compute capability 9.0 (CUTLASS) or 10.x (TRTLLM): on A100s
+    # every cell is planned not_reached, and plan says no cell decides the scenario.
+    a100 = plan(matrix, scenarios, selector=Selector(only=("gpu/*/a100x4/*",)))
+    triggers = [c for c in a100 if c.variant.kind == "trigger"]
+    assert len(triggers) == 3 and {c.expected for c in triggers} == {Expected.NOT_REACHED}
+    [notice] = path_notices(a100)
+    assert notice.startswith("scenario `moe-lora-flashinfer-experts`: no cell of this plan")
+    # With the H200s the FlashInfer CUTLASS variant takes it: nothing to say.
+    assert path_notices(cells) == ()
+    hit = [c for c in cells if c.expected is Expected.HIT]
+    assert [(c.gpu.name, c.variant.name) for c in hit] == [("h200x4", "flashinfer-fp16-ep")]
+
+
+def test_a_baseline_expects_a_predicted_crash_only_where_its_path_is_taken(
+    tmp_path: Path,
+) -> None:
+    shipped = (ROOT / "scenarios" / "lora-int32-offset-overflow.yaml").read_text()
+    team = LONG_LORA_TEAM.replace("v0.27.1, v0.31.0, v0.32.0", "v0.27.1")
+    matrix, scenarios = setup(
+        tmp_path, team, {"lora-int32-offset-overflow": shipped, "healthy": BASELINE}
+    )
+    cells = by_id(expand(matrix, scenarios))
+    baseline = cells["gpu/v0.27.1/h100/llama/long-lora/healthy/baseline"]
+    # 100000 tokens overflow on 0.27.1, but its V1 runner never runs the kernel at full
+    # length at start-up: the healthy launch cannot crash there.
+    assert [s.id for s in baseline.predicted] == ["lora-int32-offset-overflow"]
+    assert baseline.expected is Expected.AVOIDED

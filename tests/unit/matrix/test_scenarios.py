@@ -69,7 +69,7 @@ def test_seed_003_is_offline_without_chunked_prefill(catalogue: dict[str, Scenar
     assert s.launch.flags["enable_chunked_prefill"] is False
     # The seed's profile run at the full length: the step budget is the whole context.
     assert s.launch.flags["max_model_len"] == s.launch.flags["max_num_batched_tokens"] == 87383
-    control = s.variants[1]
+    (control,) = [v for v in s.variants if v.name == "max-model-len-87382"]
     assert dict(control.flags) == {"max_model_len": 87382, "max_num_batched_tokens": 87382}
     # Scoped to the model whose boundary 87382 is one token below.
     assert control.when == (Condition("derived.lora_overflow_tokens", Op.EQ, 87383),)
@@ -198,7 +198,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
     assert [str(p).removeprefix(f"{path}:") for p in info.value.problems] == [
         f"{at(text, 'tpu')}: `lanes` must list `cpu` and/or `gpu` once each",
         f"{at(text, 'flag.')}: unknown fact `flag.enable_lora`: use model.*, gpu.*, flags.*, "
-        "launch.*, container.* or derived.*. Perhaps you meant `flags`?",
+        "env.*, launch.*, container.* or derived.*. Perhaps you meant `flags`?",
         f"{at(text, 'model.moee')}: unknown fact `model.moee` (model.* has: name, source, moe, "
         "multimodal, dtype, dtype_bytes, intermediate_size, hidden_size, num_hidden_layers, "
         "num_attention_heads, num_key_value_heads, max_position_embeddings, architecture, "
@@ -219,7 +219,7 @@ def test_every_problem_of_a_scenario_file(tmp_path: Path) -> None:
         f"{at(text, '{name: trigger')}: duplicate variant `trigger` (`trigger` is reserved)",
         f"{at(text, '{name: x')}: a variant must change something: "
         "`flags`, `env`, `model_files`, `container` or `interrupt: false`",
-        f"{at(text, 'fix')}: `kind` must be `workaround` or `control`, not `fix`",
+        f"{at(text, 'fix')}: `kind` must be one of `trigger`, `workaround`, `control`, not `fix`.",
     ]
 
 
@@ -299,3 +299,46 @@ def test_kind_interrupt_on_env_and_when_are_checked_with_their_place(tmp_path: P
     assert len(secrets) == 2  # the launch's HF_TOKEN and the variant's
     assert any("`env` name '1BAD' is refused: it is not a variable name" in p for p in problems)
     assert any(p.startswith(at(STAGED, "model.moee")) and "unknown fact" in p for p in problems)
+
+
+BAD_PATH = """
+id: broken
+title: t
+lanes: [gpu]
+trigger: {model.moe: true}
+launch: {}
+signatures: [{pattern: "x", beside: "(y"}]
+path:
+  - {why: nothing said}
+  - {versions: "=>0.17.0"}
+  - {when: {env.NOT-A-NAME: "1"}}
+affected: "==0.17.*"
+avoided: ok
+"""
+
+
+def test_every_problem_of_a_path_and_a_beside(tmp_path: Path) -> None:
+    path = write(tmp_path, "broken.yaml", BAD_PATH)
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    problems = [str(p).removeprefix(f"{path}:") for p in info.value.problems]
+    beside, versions = at(BAD_PATH, '"(y"'), at(BAD_PATH, '"=>0.17.0')
+    assert problems[0].startswith(f"{beside}: `beside` is not a valid regular expression")
+    assert problems[1:] == [
+        f"{at(BAD_PATH, '{why')}: a `path` entry needs `versions`, `when` or both",
+        f"{versions}: `versions` `=>0.17.0` is not a version specifier set "
+        "(e.g. `>=0.31.0,<0.31.1rc0` or `all`)",
+        f"{at(BAD_PATH, 'env.NOT')}: `env.NOT-A-NAME`: `NOT-A-NAME` is no environment variable "
+        "name (letters, digits, _)",
+    ]
+
+
+def test_seed_003_decides_per_rank_from_the_source(catalogue: dict[str, Scenario]) -> None:
+    s = catalogue["lora-int32-offset-overflow"]
+    [signature] = s.signatures
+    assert "illegal memory access" in signature.pattern and signature.beside is not None
+    assert s.fixed is not None and Version("0.29.0") in s.fixed
+    assert Version("0.28.0") in s.affected and Version("0.29.0") not in s.affected
+    assert {w.versions is not None for w in s.path} == {True}
+    [v2] = [v for v in s.variants if v.name == "v2-model-runner"]
+    assert v2.kind == "trigger" and v2.env == {"VLLM_USE_V2_MODEL_RUNNER": "1"}

@@ -86,7 +86,8 @@ def test_a_site_from_one_run(site: Path) -> None:
     scenario = parse(site / "scenarios" / "moe-lora-rank-over-128.html")
     words = " ".join(" ".join(scenario.text).split())
     assert "seed 000_88d70501147b4c48.txt, vLLM PR #55161" in words
-    assert "the observations fit >=0.27.1,<0.31.1rc0" in words
+    # The probe's hits on 0.27.1 and 0.30.0 lie inside the range read from vLLM's source.
+    assert "observations agree with the documented range >=0.22.0,<0.31.1rc0" in words
     cell = parse(site / cell_page("20260102-000000", V032.replace("v0.32.0", "v0.31.0")))
     cell_text = " ".join(cell.text)
     assert "AssertionError: fused_moe_lora_one_shot supports max_lora_rank<=128" in cell_text

@@ -21,9 +21,9 @@ from repromatrix.results.verdicts import (
 )
 from support.reports import KV_CAUSE, MOE_CAUSE, result
 
-H, A, U = Expected.HIT, Expected.AVOIDED, Expected.UNKNOWN
+H, A, U, N = Expected.HIT, Expected.AVOIDED, Expected.UNKNOWN, Expected.NOT_REACHED
 
-# The whole decision table: 8 outcomes x 3 expectations.
+# The whole decision table: 8 outcomes x 4 expectations.
 TABLE = [
     (Outcome.HIT, H, Verdict.PASS),
     (Outcome.HIT, A, Verdict.OUTSIDE_RANGE),  # on its own: no sign it was ever fixed
@@ -50,6 +50,16 @@ TABLE = [
     (Outcome.NOT_REACHED, H, Verdict.UNKNOWN),
     (Outcome.NOT_REACHED, A, Verdict.UNKNOWN),
     (Outcome.NOT_REACHED, U, Verdict.UNKNOWN),
+    # Planned not_reached (the scenario's `path` not taken): the cell decides nothing, and
+    # only a hit contradicts the plan (the path is wider than the scenario says).
+    (Outcome.HIT, N, Verdict.OUTSIDE_RANGE),
+    (Outcome.AVOIDED, N, Verdict.UNKNOWN),
+    (Outcome.NOT_REACHED, N, Verdict.UNKNOWN),
+    (Outcome.OTHER_FAILURE, N, Verdict.FAIL),
+    (Outcome.TIMEOUT, N, Verdict.FAIL),
+    (Outcome.INFRA_ERROR, N, Verdict.ERROR),
+    (Outcome.SKIPPED, N, Verdict.SKIPPED),
+    (Outcome.UNREACHABLE, N, Verdict.UNREACHABLE),
 ]
 
 
@@ -189,3 +199,12 @@ def test_a_hit_after_a_seen_fix_is_a_regression() -> None:
     # An avoided version older than every hit is no fix: the range starts later, that is all.
     verdicts = version_cells(("0.20.0", Outcome.AVOIDED, A), ("0.30.0", Outcome.HIT, A))
     assert verdicts == [Verdict.PASS, Verdict.OUTSIDE_RANGE]
+
+
+def test_a_hit_where_the_path_was_said_not_taken_names_the_path() -> None:
+    judged = judge_all([result(outcome=Outcome.HIT, expected=N, root_cause=MOE_CAUSE)])[0]
+    assert judged.verdict is Verdict.OUTSIDE_RANGE
+    assert judged.explanation.startswith("expected not_reached, observed hit")
+    assert "`path`" in judged.explanation
+    avoided = judge_all([result(outcome=Outcome.AVOIDED, expected=N)])[0]
+    assert avoided.verdict is Verdict.UNKNOWN and "nothing decided" in avoided.explanation

@@ -74,6 +74,20 @@ FORMATS = [
     ),
     ("INFO [mxfp8.py:139] Using 'flashinfer_cutlass' MxFp8 MoE backend.", "moe_experts_backend",
      "flashinfer_cutlass"),
+    # vLLM 0.17.0's three forms (oracle/unquantized.py:82, fp8.py:231, nvfp4.py:162), as its
+    # f-strings print them with the backends' enum values.
+    ("(Worker_TP0 pid=9) INFO 03-01 10:00:00 [unquantized.py:186] Using TRITON backend for "
+     "Unquantized MoE", "moe_experts_backend", "TRITON"),
+    ("(Worker_TP3 pid=9) INFO [unquantized.py:186] Using FlashInfer CUTLASS backend for "
+     "Unquantized MoE", "moe_experts_backend", "FlashInfer CUTLASS"),
+    ("INFO [fp8.py:231] Using FLASHINFER_CUTLASS Fp8 MoE backend out of potential backends: "
+     "['FLASHINFER_TRTLLM', 'FLASHINFER_CUTLASS', 'DEEPGEMM', 'TRITON', 'MARLIN'].",
+     "moe_experts_backend", "FLASHINFER_CUTLASS"),
+    ("INFO [nvfp4.py:162] Using 'FLASHINFER_TRTLLM' NvFp4 MoE backend out of potential "
+     "backends: ['FLASHINFER_TRTLLM', 'FLASHINFER_CUTEDSL', 'FLASHINFER_CUTLASS', "
+     "'VLLM_CUTLASS', 'MARLIN'].", "moe_experts_backend", "FLASHINFER_TRTLLM"),
+    ("INFO Using FlashInfer CUTLASS backend for unquantized MOE", "moe_experts_backend",
+     "FlashInfer CUTLASS"),
     ("INFO [punica_selector.py:20] Using PunicaWrapperGPU.", "kernel_path", "PunicaWrapperGPU"),
     ("INFO [gpu_worker.py:760] Available KV cache memory: 61.2 GiB", "kv_cache_gib", "61.2"),
     (
@@ -253,3 +267,16 @@ def test_namespace_args_reads_each_value_and_names_those_that_are_no_literal():
     assert namespace_args("a='cut sho") is None  # a string cut short: not the whole dump
     assert namespace_args("a=[1, 2") is None
     assert namespace_args("not a namespace") is None
+
+
+def test_seed_001s_reached_test_holds_on_flashinfer_whatever_its_case() -> None:
+    from repromatrix.matrix.scenarios import load_scenario  # noqa: PLC0415
+
+    scenario = load_scenario(paths.ROOT / "scenarios" / "moe-lora-flashinfer-experts.yaml")
+    [test] = [t for t in scenario.reached if isinstance(t, FactTest)]
+    for value in ("FlashInfer CUTLASS", "FLASHINFER_CUTLASS", "FlashInfer TRTLLM"):
+        assert holds(test, {"moe_experts_backend": value})
+    assert not holds(test, {"moe_experts_backend": "TRITON"})
+    assert holds(
+        test, triage_path(LOGS / "real" / "02-moe-lora-flashinfer-experts-assert.log").facts
+    )

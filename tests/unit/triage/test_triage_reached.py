@@ -44,8 +44,12 @@ LINES = [
      b"Using TRITON Unquantized MoE LoRA backend", True),
     ("moe-lora-flashinfer-experts", b"(Worker_TP0 pid=9) INFO 06-01 10:00:00 [unquantized.py:294] "
      b"Using TRITON Unquantized MoE backend out of potential backends: ['TRITON'].", False),
+    # Seed 003: only the V2 model runner's profile run maps adapters over the full batch
+    # (gpu_worker.py:518 in 0.32.0); the wrapper's name alone says nothing of that.
+    ("lora-int32-offset-overflow", b"(EngineCore pid=9) INFO 06-01 10:00:00 [gpu_worker.py:518] "
+     b"Using V2 Model Runner", True),
     ("lora-int32-offset-overflow", b"(Worker pid=9) INFO 06-01 10:00:00 [punica_selector.py:20] "
-     b"Using PunicaWrapperGPU.", True),
+     b"Using PunicaWrapperGPU.", False),
     ("mm-warmup-interrupted", b"(APIServer pid=7) INFO 06-01 10:00:00 [base.py:280] Multi-modal "
      b"warmup completed in 1.234s", True),
     ("mm-warmup-interrupted", b"(EngineCore pid=8) INFO 06-01 10:00:00 [base.py:280] Multi-modal "
