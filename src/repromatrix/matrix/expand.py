@@ -36,6 +36,7 @@ from repromatrix.matrix.effective import (
     plan_once,
     predicted_crashes,
 )
+from repromatrix.matrix.parallelism import parallel_problems
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_adapters
 from repromatrix.model import (
@@ -350,7 +351,7 @@ def plan(
     if lane is not None and lane not in matrix.lanes:
         raise UsageError(f"{matrix.file} defines no `{lane}` lane")
     cells = plan_once(tuple(expand(matrix, scenarios, lane, selector)))
-    problems = check_adapters(cells)
+    problems = [*check_adapters(cells), *parallel_problems(cells, matrix)]
     if problems:
         raise ConfigError(problems)
     if cells:
