@@ -416,7 +416,8 @@ def moe_lora_bytes(
     ``w13_lora_a`` and ``w2_lora_b`` buffers are whole on every rank. Expert parallelism
     gives each rank ``E / TP`` experts of the whole ``i`` instead. ``fully_sharded_loras``
     divides ``w13_lora_a``'s ``r`` and ``w2_lora_b``'s ``H``; ``enable_moe_shared_loras``
-    keeps one expert in ``w13_lora_a`` and ``w2_lora_b``. ``FusedMoE3DWithLoRA`` (one slice
+    keeps one expert in ``w13_lora_a`` and ``w2_lora_b``. An int32 ``adapter_enabled`` of
+    ``max_loras + 1`` comes with them. ``FusedMoE3DWithLoRA`` (one slice
     of ``2 i`` rows in ``w13_lora_b``) holds as much as the one-slice layout counted for any
     architecture not in ``TWO_SLICE_MOE``.
     """
@@ -445,7 +446,9 @@ def moe_lora_bytes(
         + experts * rank * inner  # w2_lora_a
         + shared * shape.b_rows(hidden, moe_tensor) * rank  # w2_lora_b
     )
-    return shape.slots * elements * shape.dtype_bytes, []
+    # ``adapter_enabled``: an int32 flag per slot and one more (``torch.tensor([0] *
+    # (max_loras + 1), dtype=torch.int)`` in ``create_lora_weights``, every version).
+    return shape.slots * elements * shape.dtype_bytes + 4 * (shape.slots + 1), []
 
 
 def dense_lora_bytes(

@@ -90,6 +90,7 @@ def attention_lora(tp: int, rank: int = 320) -> int:
 
 
 ROUTER_LORA = 320 * (2048 + 128)  # the replicated gate's ReplicatedLinearWithLoRA
+ENABLED = 4 * (1 + 1)  # FusedMoEWithLoRA's adapter_enabled: int32, max_loras + 1 (bytes)
 # Kept whole on every rank: the router (E x H) of 48 layers and 97 RMSNorms of H.
 WHOLE = 48 * 128 * 2048 + 97 * 2048
 
@@ -97,7 +98,7 @@ WHOLE = 48 * 128 * 2048 + 97 * 2048
 def test_seed_000_does_not_fit_one_80_gb_h100() -> None:
     found = estimated(gpu_cell(SEED_000))
     assert found.weights == 30_532_122_624 * 2  # 56.9 GiB of bf16
-    assert found.lora == 48 * (experts_lora(1) + ROUTER_LORA + attention_lora(1)) * 2  # 31.5 GiB
+    assert found.lora == 48 * (experts_lora(1) + ROUTER_LORA + attention_lora(1)) * 2 + 48 * ENABLED
     assert experts_lora(1) == 128 * 320 * 3 * (2048 + 768)  # the three expert matrices
     assert found.kv_cache == 4096 * 2 * 48 * 4 * 128 * 2  # head_dim 128, not 2048 / 32
     assert found.budget is not None and found.ranks == 1
@@ -121,7 +122,7 @@ def test_seed_000_at_tp4_per_gpu_of_one_h200() -> None:
     found = estimated(gpu_cell({**SEED_000, "tensor_parallel_size": 4}, gpu=H200X4))
     assert found.ranks == 4
     assert found.weights == ((30_532_122_624 - WHOLE) // 4 + WHOLE) * 2  # 14.2 GiB
-    assert found.lora == 48 * (experts_lora(4) + ROUTER_LORA + attention_lora(4)) * 2
+    assert found.lora == 48 * (experts_lora(4) + ROUTER_LORA + attention_lora(4)) * 2 + 48 * ENABLED
     assert found.kv_cache == 4096 * 2 * 48 * 1 * 128 * 2  # one of the 4 KV heads per rank
     assert found.budget is not None and found.budget.bytes == math.ceil(143771 * 2**20 * 0.92)
     assert 35 * GIB < found.need < 45 * GIB and found.fit is Fit.FITS
@@ -133,7 +134,7 @@ def test_eight_l4s_cannot_hold_seed_000_at_tp8() -> None:
     # 4 KV heads on 8 ranks: each rank holds one whole (K and V of 128 x 2048 per layer).
     kv_extra = 48 * 2 * 128 * 2048 - 48 * 2 * 128 * 2048 * 4 // 8
     assert found.weights == ((30_532_122_624 - WHOLE) // 8 + WHOLE + kv_extra) * 2
-    assert found.lora == 48 * (experts_lora(8) + ROUTER_LORA + attention_lora(8)) * 2
+    assert found.lora == 48 * (experts_lora(8) + ROUTER_LORA + attention_lora(8)) * 2 + 48 * ENABLED
     assert found.kv_cache == 4096 * 2 * 48 * 1 * 128 * 2  # replicated, not a half head
     assert found.fit is Fit.INFEASIBLE  # 7.2 + 23.9 + 0.1 on each 20.7 GiB budget
     assert table_text(found) == "infeasible:7.2+23.9+0.1=31.1>20.7/GPU,x8"
@@ -150,7 +151,10 @@ def test_pipeline_stages_divide_the_layers() -> None:
     found = estimated(gpu_cell(flags, gpu=H200X4))
     assert found.ranks == 4
     assert found.weights == ((30_532_122_624 - WHOLE) // 2 + WHOLE) // 2 * 2
-    assert found.lora == 48 * (experts_lora(2) + ROUTER_LORA + attention_lora(2)) * 2 // 2
+    assert (
+        found.lora
+        == (48 * (experts_lora(2) + ROUTER_LORA + attention_lora(2)) * 2 + 48 * ENABLED) // 2
+    )
     assert found.kv_cache == 4096 * 2 * 48 * 2 * 128 * 2 // 2
 
 
@@ -158,14 +162,14 @@ def test_expert_parallel_divides_the_experts_not_their_width() -> None:
     flags = {**SEED_000, "tensor_parallel_size": 4, "enable_expert_parallel": True}
     found = estimated(gpu_cell(flags, gpu=H200X4))
     experts = 32 * 320 * (2 * 2048 + 2 * 768 + 768 + 2048)  # 128 / 4 experts of I = 768
-    assert found.lora == 48 * (experts + ROUTER_LORA + attention_lora(4)) * 2
+    assert found.lora == 48 * (experts + ROUTER_LORA + attention_lora(4)) * 2 + 48 * ENABLED
 
 
 def test_rank_128_fits_one_h100() -> None:
     rank_128 = estimated(gpu_cell({**SEED_000, "max_lora_rank": 128}))
     router = 128 * (2048 + 128)
     per_layer = experts_lora(1, 128) + router + attention_lora(1, 128)
-    assert rank_128.lora == 48 * per_layer * 2
+    assert rank_128.lora == 48 * per_layer * 2 + 48 * ENABLED
     assert rank_128.fit is Fit.FITS and infeasible_reason(gpu_cell({"max_lora_rank": 128})) is None
 
 
@@ -178,7 +182,7 @@ def test_fully_sharded_loras_divide_what_vllm_divides() -> None:
     experts = 2 * 128 * 80 * 2048 + 128 * 512 * 320 + 2 * 128 * 192 * 320 + 128 * 320 * 192
     qkv = 3 * 80 * 2048 + (1024 + 2 * 128) * 320
     o_proj = 320 * 1024 + 512 * 320
-    assert found.lora == 48 * (experts + ROUTER_LORA + qkv + o_proj) * 2
+    assert found.lora == 48 * (experts + ROUTER_LORA + qkv + o_proj) * 2 + 48 * ENABLED
 
 
 def test_lora_buffers_need_lora() -> None:
@@ -188,17 +192,18 @@ def test_lora_buffers_need_lora() -> None:
     mlp = 2 * 320 * 2048 + 2 * 6144 * 320 + 320 * 6144 + 2048 * 320
     assert estimated(gpu_cell(SEED_000, model=dense)).lora == 48 * (attention_lora(1) + mlp) * 2
     two_slots = estimated(gpu_cell({**SEED_000, "max_loras": 2, "lora_dtype": "float16"}))
-    assert two_slots.lora == 2 * estimated(gpu_cell(SEED_000)).lora
+    # Twice the buffers; adapter_enabled grows by one int32 a layer.
+    assert two_slots.lora == 2 * estimated(gpu_cell(SEED_000)).lora - 48 * 4
     some_layers = replace(QWEN3_30B, moe_layers=45)
     expected = 45 * (experts_lora(1) + ROUTER_LORA) + 48 * attention_lora(1) + 3 * mlp
-    assert estimated(gpu_cell(SEED_000, model=some_layers)).lora == expected * 2
+    assert estimated(gpu_cell(SEED_000, model=some_layers)).lora == expected * 2 + 45 * ENABLED
 
 
 def test_shared_expert_loras_from_the_first_version_that_has_them() -> None:
     flags = {**SEED_000, "enable_moe_shared_loras": True}
     # One w13 lora_A (2 x r x H) and one w2 lora_B (H x r) for all experts.
     experts = 320 * (3 * 2048 + 3 * 128 * 768)
-    shared = 48 * (experts + ROUTER_LORA + attention_lora(1)) * 2
+    shared = 48 * (experts + ROUTER_LORA + attention_lora(1)) * 2 + 48 * ENABLED
     assert estimated(gpu_cell(flags, version="0.27.1")).lora == shared
     assert estimated(gpu_cell(flags, version="0.32.0")).lora == shared
     # 0.22.1's LoRAConfig has no such field: every expert keeps its buffers.
@@ -209,9 +214,15 @@ def test_an_unknown_architecture_counts_only_the_experts() -> None:
     # The smallest layout vLLM has (one slice: non-gated experts), 2/3 of Qwen3's, and no
     # attention, router or replicated weights (a lower bound).
     other = replace(QWEN3_30B, architecture="Qwen3_5MoeForConditionalGeneration")
-    assert estimated(gpu_cell(SEED_000, model=other)).lora == 48 * 128 * 320 * 2 * 2816 * 2
+    assert (
+        estimated(gpu_cell(SEED_000, model=other)).lora
+        == 48 * 128 * 320 * 2 * 2816 * 2 + 48 * ENABLED
+    )
     unnamed = replace(QWEN3_30B, architecture=None)
-    assert estimated(gpu_cell(SEED_000, model=unnamed)).lora == 48 * 128 * 320 * 2 * 2816 * 2
+    assert (
+        estimated(gpu_cell(SEED_000, model=unnamed)).lora
+        == 48 * 128 * 320 * 2 * 2816 * 2 + 48 * ENABLED
+    )
     tp4 = estimated(gpu_cell({"tensor_parallel_size": 4}, model=unnamed, gpu=H200X4))
     assert tp4.weights == 30_532_122_624 // 4 * 2
 
@@ -350,9 +361,9 @@ def test_plan_prints_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
     assert cell["memory"] == {
         "fit": "fits",
         "per": "gpu",
-        "need_bytes": 42_199_296_000,
+        "need_bytes": 42_199_296_384,
         "weights_bytes": ((30_532_122_624 - WHOLE) // 4 + WHOLE) * 2,
-        "lora_bytes": 48 * (experts_lora(4) + ROUTER_LORA + attention_lora(4)) * 2,
+        "lora_bytes": 48 * (experts_lora(4) + ROUTER_LORA + attention_lora(4)) * 2 + 48 * ENABLED,
         "kv_cache_bytes": 4096 * 2 * 48 * 1 * 128 * 2,
         "budget_bytes": math.ceil(143771 * 2**20 * 0.92),
         "reported_bytes_per_gpu": 143771 * 2**20,
