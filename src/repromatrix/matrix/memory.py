@@ -311,7 +311,7 @@ class LoraLayers:
         """The buffers of every layer of the model (all its stages)."""
         layers = model.num_hidden_layers
         moe_layers = (model.moe_layers or layers) if model.moe else 0
-        dense_layers = layers - moe_layers
+        dense_layers = max(layers - moe_layers, 0)  # the layers can be unknown (0)
         return (
             moe_layers * (self.experts + self.router)
             + layers * (self.qkv_proj + self.o_proj)

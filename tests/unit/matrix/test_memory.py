@@ -197,6 +197,10 @@ def test_lora_buffers_need_lora() -> None:
     some_layers = replace(QWEN3_30B, moe_layers=45)
     expected = 45 * (experts_lora(1) + ROUTER_LORA) + 48 * attention_lora(1) + 3 * mlp
     assert estimated(gpu_cell(SEED_000, model=some_layers)).lora == expected * 2 + 45 * ENABLED
+    # Layers unknown, MoE layers given: no dense layers are made up (nor taken away).
+    unknown_layers = replace(some_layers, num_hidden_layers=0, full_attention_layers=0)
+    only_moe = 45 * (experts_lora(1) + ROUTER_LORA) * 2 + 45 * ENABLED
+    assert estimated(gpu_cell(SEED_000, model=unknown_layers)).lora == only_moe
 
 
 def test_shared_expert_loras_from_the_first_version_that_has_them() -> None:
