@@ -37,11 +37,12 @@ def parallel_problems(cells: Iterable[Cell], matrix: Matrix) -> list[Problem]:
     """One problem per wrong size and the place that set it, naming a cell it breaks and
     how many more."""
     found: dict[tuple[str, int, int, str], list[str]] = {}
+    locator = FlagLocator(matrix)
     for cell in cells:
         if cell.level is Level.PROBE:
             continue  # a probe loads no model on the cell's GPUs
         for flag, message in cell_problems(cell):
-            where = flag_location(cell, flag, matrix)
+            where = locator.where(cell, flag)
             key = (where.file, where.line, where.column, message)
             found.setdefault(key, []).append(cell.id)
     problems = []
@@ -105,24 +106,72 @@ def _size(cell: Cell, flag: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
-def flag_location(cell: Cell, flag: str, matrix: Matrix) -> Location:
-    """Where the cell's value of ``flag`` is written: the layer ``flag_sources`` names, found
-    again in its file (the owner's line when it cannot be)."""
-    source = cell.flag_sources.get(flag)
-    scenario = cell.scenario
-    scenario_file = scenario.file or f"scenario {scenario.id}"
-    if source == "flagset":
-        keys: Sequence[str | int] = ("lanes", cell.lane.value, "flagsets", cell.flagset.name, flag)
-        return _locate(matrix.file, keys) or Location(matrix.file, 0, 0)
-    if source == "include":
-        rule = _include_rule(cell, flag, matrix.include)
-        if rule is not None:
-            return _locate_in_rule(matrix.file, rule, flag) or rule.where
-        return Location(matrix.file, 0, 0)
-    if source == "variant":
-        found = _locate_in_variant(scenario_file, cell.variant.name, flag)
-        return found or Location(scenario_file, 0, 0)
-    return _locate(scenario_file, ("launch", "flags", flag)) or Location(scenario_file, 0, 0)
+class FlagLocator:
+    """Finds where a cell's flag value is written; each file is read once, and only when
+    a problem needs its position."""
+
+    def __init__(self, matrix: Matrix) -> None:
+        self.matrix = matrix
+        self.files: dict[str, YNode | None] = {}
+
+    def where(self, cell: Cell, flag: str) -> Location:
+        """Where the cell's value of ``flag`` is written: the layer ``flag_sources`` names,
+        found again in its file (the owner's line when it cannot be)."""
+        source = cell.flag_sources.get(flag)
+        matrix_file = self.matrix.file
+        scenario_file = cell.scenario.file or f"scenario {cell.scenario.id}"
+        found: Location | None = None
+        if source == "flagset":
+            path = ("lanes", cell.lane.value, "flagsets", cell.flagset.name, flag)
+            found = self._walk(matrix_file, path)
+        elif source == "include":
+            rule = _include_rule(cell, flag, self.matrix.include)
+            if rule is None:
+                return Location(matrix_file, 0, 0)
+            return self._in_list(matrix_file, "include", rule.where.line, flag) or rule.where
+        elif source == "variant":
+            line = self._variant_line(scenario_file, cell.variant.name)
+            found = self._in_list(scenario_file, "variants", line, flag) if line else None
+        else:
+            found = self._walk(scenario_file, ("launch", "flags", flag))
+        file = matrix_file if source in ("flagset", "include") else scenario_file
+        return found or Location(file, 0, 0)
+
+    def _read(self, file: str) -> YNode | None:
+        if file not in self.files:
+            try:
+                self.files[file] = load_yaml(Path(file))
+            except ConfigError:
+                self.files[file] = None
+        return self.files[file]
+
+    def _walk(self, file: str, keys: Sequence[str]) -> Location | None:
+        """The position of the value at ``keys`` in a YAML file (``None``: not there)."""
+        node = self._read(file)
+        for key in keys:
+            node = node.get(key) if isinstance(node, YMap) else None
+        return None if node is None else node.where
+
+    def _in_list(self, file: str, key: str, line: int, flag: str) -> Location | None:
+        """The flag's position in the entry of the top-level list ``key`` at ``line``."""
+        root = self._read(file)
+        items = root.get(key) if isinstance(root, YMap) else None
+        for item in items.items if isinstance(items, YSeq) else ():
+            if isinstance(item, YMap) and item.where.line == line:
+                flags = item.get("flags")
+                value = flags.get(flag) if isinstance(flags, YMap) else None
+                return None if value is None else value.where
+        return None
+
+    def _variant_line(self, file: str, name: str) -> int:
+        """The line of the scenario file's variant called ``name`` (0: not found)."""
+        root = self._read(file)
+        variants = root.get("variants") if isinstance(root, YMap) else None
+        for item in variants.items if isinstance(variants, YSeq) else ():
+            named = item.get("name") if isinstance(item, YMap) else None
+            if isinstance(named, YScalar) and named.value == name:
+                return item.where.line
+        return 0
 
 
 def _include_rule(cell: Cell, flag: str, rules: Sequence[Rule]) -> Rule | None:
@@ -143,53 +192,3 @@ def _include_rule(cell: Cell, flag: str, rules: Sequence[Rule]) -> Rule | None:
         if flag in rule.flags and all(rule.accepts(axis, value) for axis, value in values.items())
     ]
     return matching[-1] if matching else None
-
-
-def _locate_in_rule(file: str, rule: Rule, flag: str) -> Location | None:
-    """The flag's position inside the include rule written at ``rule.where``."""
-    root = _read(file)
-    rules = root.get("include") if isinstance(root, YMap) else None
-    if not isinstance(rules, YSeq):
-        return None
-    for item in rules.items:
-        if isinstance(item, YMap) and item.where.line == rule.where.line:
-            return _walk(item, ("flags", flag))
-    return None
-
-
-def _locate_in_variant(file: str, name: str, flag: str) -> Location | None:
-    """The flag's position in the scenario file's variant called ``name``."""
-    root = _read(file)
-    variants = root.get("variants") if isinstance(root, YMap) else None
-    if not isinstance(variants, YSeq):
-        return None
-    for item in variants.items:
-        named = item.get("name") if isinstance(item, YMap) else None
-        if isinstance(item, YMap) and isinstance(named, YScalar) and named.value == name:
-            return _walk(item, ("flags", flag))
-    return None
-
-
-def _locate(file: str, keys: Sequence[str | int]) -> Location | None:
-    """The position of the value at ``keys`` in a YAML file (``None``: not found there)."""
-    root = _read(file)
-    return None if root is None else _walk(root, keys)
-
-
-def _walk(node: YNode, keys: Sequence[str | int]) -> Location | None:
-    found: YNode | None = node
-    for key in keys:
-        if isinstance(key, int):
-            found = found.items[key] if isinstance(found, YSeq) and key < len(found.items) else None
-        else:
-            found = found.get(key) if isinstance(found, YMap) else None
-        if found is None:
-            return None
-    return None if found is None else found.where
-
-
-def _read(file: str) -> YNode | None:
-    try:
-        return load_yaml(Path(file))
-    except ConfigError:
-        return None
