@@ -116,7 +116,7 @@ class FlagLocator:
 
     def where(self, cell: Cell, flag: str) -> Location:
         """Where the cell's value of ``flag`` is written: the layer ``flag_sources`` names,
-        found again in its file (the owner's line when it cannot be)."""
+        found again in its file (the file alone, line 0, when it cannot be)."""
         source = cell.flag_sources.get(flag)
         matrix_file = self.matrix.file
         scenario_file = cell.scenario.file or f"scenario {cell.scenario.id}"
