@@ -251,7 +251,7 @@ def weights_bytes(
     pipeline stages, but keeps whole on every rank what ``replicated_parameters`` counts,
     and gives each rank at least one KV head's K and V projections
     (``QKVParallelLinear``: ``num_kv_head_replicas`` when there are fewer KV heads than
-    ranks; layers/linear.py line 1054 of 0.31.0). So one rank holds
+    ranks; layers/linear.py line 1001 of 0.17.0, 1055 of 0.31.0). So one rank holds
     ``((N - whole) / TP + whole + extra KV) / PP``: the average stage, which the fullest
     one is at least.
     """
@@ -457,8 +457,8 @@ def dense_lora_bytes(
     """One decoder layer's attention and dense-MLP LoRA buffers on one rank.
 
     vLLM's ``create_lora_weights`` of ``MergedColumnParallelLinearWithLoRA`` (lora/layers/
-    column_parallel_linear.py: lines 198-235 of 0.17.0, 207-245 of 0.31.0; the QKV layer
-    calls it) and of ``BaseLinearLayerWithLoRA`` (lora/layers/base_linear.py, lines 46-87
+    column_parallel_linear.py: lines 196-233 of 0.17.0, 207-245 of 0.31.0; the QKV layer
+    calls it) and of ``BaseLinearLayerWithLoRA`` (lora/layers/base_linear.py, lines 35-87
     of 0.17.0, 104-155 of 0.31.0; the row-parallel layers) allocate per slice
     ``lora_a (m, 1, r, in)`` and ``lora_b (m, 1, out, r)`` with the rank's ``in`` and
     ``out``: ``qkv_proj`` three slices of ``H`` in, ``heads / TP x head_dim`` and twice
@@ -504,7 +504,7 @@ def kv_cache_bytes(
     """``kv_cache_memory_bytes`` where it is set (vLLM allocates exactly that on each GPU),
     else one rank's share of the KV cache of one request of ``max_model_len`` tokens: its
     ``kv_heads / TP`` KV heads (one where there are fewer KV heads than ranks, which then
-    hold copies: ``num_kv_head_replicas``, layers/linear.py line 1054 of 0.31.0) of its
+    hold copies: ``num_kv_head_replicas``, layers/linear.py line 1055 of 0.31.0) of its
     stage's layers."""
     fixed = int_flag(flags, "kv_cache_memory_bytes")
     if fixed:

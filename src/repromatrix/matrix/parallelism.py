@@ -7,12 +7,13 @@ never gets); a size vLLM refuses would end in a ``ValueError`` or an assertion r
 something else. vLLM 0.17.0-0.32.0 refuse:
 
 - attention heads not divisible by TP: ``ModelConfig.verify_with_parallel_config``
-  (vllm/config/model.py, line 1504 of 0.31.0);
+  (vllm/config/model.py, line 1051 of 0.17.0, 1504 of 0.31.0);
 - KV heads neither divisible by TP nor dividing it: ``QKVParallelLinear`` (``divide``,
-  model_executor/layers/linear.py, lines 1052-1058 of 0.31.0);
+  model_executor/layers/linear.py, line 1001 of 0.17.0, lines 1052-1058 of 0.31.0);
 - a MoE expert intermediate size not divisible by TP (without expert parallelism, which
-  divides the experts instead): ``FusedMoEConfig`` (model_executor/layers/fused_moe/
-  config.py, ``assert self.intermediate_size % tp_size == 0``, line 1322 of 0.31.0).
+  divides the experts instead): ``assert intermediate_size % self.tp_size == 0`` in
+  ``FusedMoE`` (model_executor/layers/fused_moe/layer.py line 485 of 0.17.0), in
+  ``FusedMoEConfig`` from 0.27.1 (fused_moe/config.py, line 1322 of 0.31.0).
 
 Sizes below 1 are refused where the flag is read (``yamlsrc.Reader.flags``). Each problem
 points at the line and column that set the size: a flag set or include rule of the matrix,
