@@ -16,8 +16,9 @@ TABLE_COLUMNS = ("lane", "image", "gpu", "model", "flagset", "scenario", "varian
 SOURCE_MARKS = {"flagset": "f", "include": "i", "scenario": "s", "variant": "v"}
 SOURCE_LEGEND = "flag sources: [f] flag set, [i] include, [s] scenario launch, [v] variant"
 MEMORY_LEGEND = (
-    "memory (GiB): weights+LoRA buffers+KV cache = a lower bound of the need, against what "
-    "vLLM may use (reported x gpu_memory_utilization x GPUs); ? unknown, - a probe"
+    "memory (GiB, per GPU): weights+LoRA buffers+KV cache on one GPU = a lower bound of its "
+    "need, against what vLLM may use on one GPU (reported x gpu_memory_utilization); xN: the "
+    "GPUs (TP x PP) that each need it; ? unknown, - a probe"
 )
 
 

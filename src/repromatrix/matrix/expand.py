@@ -37,6 +37,7 @@ from repromatrix.matrix.effective import (
     predicted_crashes,
     unfixed_after,
 )
+from repromatrix.matrix.parallelism import parallel_problems
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_adapters
 from repromatrix.model import (
@@ -422,7 +423,7 @@ def plan(
         raise UsageError(f"{matrix.file} defines no `{lane}` lane")
     cells = plan_once(tuple(expand(matrix, scenarios, lane, selector)))
     models = (model for config in matrix.lanes.values() for model in config.models)
-    problems = check_adapters(cells, models)
+    problems = [*check_adapters(cells, models), *parallel_problems(cells, matrix)]
     if problems:
         raise ConfigError(problems)
     if cells:

@@ -476,6 +476,8 @@ class Reader:
                 self.error(entry.where, f"`{entry.key}` is not a flag name{hint}")
                 continue
             ok, value = self.scalar(entry.value, f"flag `{entry.key}`")
+            if ok and entry.key in SIZE_FLAGS:
+                ok = self.integer(entry.value, f"flag `{entry.key}`", minimum=1) is not None
             if ok:
                 flags[entry.key] = value
         return flags
@@ -496,6 +498,9 @@ class Reader:
 
 
 FLAG_PATTERN = re.compile(r"[a-z][a-z0-9_]*")
+# Flags vLLM reads as a count of GPUs (workers): whole numbers, at least 1 (checked here so
+# that a 0 or a negative size is an error at its line wherever it is written).
+SIZE_FLAGS = frozenset(("tensor_parallel_size", "pipeline_parallel_size"))
 
 
 def _problem_order(problem: Problem) -> tuple[str, int, int]:

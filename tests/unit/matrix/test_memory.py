@@ -4,6 +4,7 @@ warnings, and what ``plan`` prints of it."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -76,59 +77,160 @@ def estimated(cell: Cell) -> MemoryEstimate:
     return found
 
 
+# Seed 000's flags on Qwen3-30B-A3B, per layer on one rank of TP ``tp`` (bf16 elements):
+def experts_lora(tp: int, rank: int = 320) -> int:
+    # w13_lora_a 2 x (E, r, H) and w2_lora_b (E, H, r) whole; w13_lora_b 2 x (E, I/tp, r) and
+    # w2_lora_a (E, r, I/tp) split (vllm/lora/layers/fused_moe.py, 0.31.0 lines 162-222).
+    inner = 768 // tp
+    return 2 * 128 * rank * 2048 + 128 * 2048 * rank + 2 * 128 * inner * rank + 128 * rank * inner
+
+
+def attention_lora(tp: int, rank: int = 320) -> int:
+    q_out, kv_out = 4096 // tp, max(4 // tp, 1) * 128
+    qkv = 3 * rank * 2048 + (q_out + 2 * kv_out) * rank
+    return qkv + rank * q_out + 2048 * rank  # o_proj: lora_A of the rank's heads, lora_B of H
+
+
+ROUTER_LORA = 320 * (2048 + 128)  # the replicated gate's ReplicatedLinearWithLoRA
+ENABLED = 4 * (1 + 1)  # FusedMoEWithLoRA's adapter_enabled: int32, max_loras + 1 (bytes)
+# Kept whole on every rank: the router (E x H) of 48 layers and 97 RMSNorms of H.
+WHOLE = 48 * 128 * 2048 + 97 * 2048
+
+
 def test_seed_000_does_not_fit_one_80_gb_h100() -> None:
     found = estimated(gpu_cell(SEED_000))
     assert found.weights == 30_532_122_624 * 2  # 56.9 GiB of bf16
-    # vLLM's MoE LoRA buffers: 48 layers x 128 experts x rank 320 x 3 x (2048 + 768), bf16.
-    assert found.lora == 48 * 128 * 320 * 3 * (2048 + 768) * 2  # 30.9 GiB
+    assert found.lora == 48 * (experts_lora(1) + ROUTER_LORA + attention_lora(1)) * 2 + 48 * ENABLED
+    assert experts_lora(1) == 128 * 320 * 3 * (2048 + 768)  # the three expert matrices
     assert found.kv_cache == 4096 * 2 * 48 * 4 * 128 * 2  # head_dim 128, not 2048 / 32
-    assert found.budget is not None
+    assert found.budget is not None and found.ranks == 1
     assert found.budget.bytes == 78_679_145_186  # ceil(81559 MiB x 0.92): 73.3 GiB
     assert found.fit is Fit.INFEASIBLE and found.missing == ()
-    assert round(found.need / GIB, 1) == 88.2
-    assert table_text(found) == "infeasible:56.9+30.9+0.4=88.2>73.3"
+    assert round(found.need / GIB, 1) == 88.7
+    assert table_text(found) == "infeasible:56.9+31.5+0.4=88.7>73.3/GPU,x1"
     assert infeasible_reason(gpu_cell(SEED_000)) == (
-        "infeasible: needs at least 88.2 GiB of GPU memory (weights 56.9 + LoRA buffers 30.9 "
-        "+ KV cache 0.4), more than the 73.3 GiB vLLM may use (79.6 GiB reported x "
-        "gpu_memory_utilization 0.92 x 1 GPU)"
+        "infeasible: its GPU needs at least 88.7 GiB (weights 56.9 + LoRA buffers 31.5 "
+        "+ KV cache 0.4), more than the 73.3 GiB vLLM may use on one GPU (79.6 GiB reported x "
+        "gpu_memory_utilization 0.92)"
     )
 
 
-def test_rank_128_and_two_gpus_fit() -> None:
+H200X4 = Gpu("h200x4", Lane.GPU, "gpu-h200x4", 4, "9.0", 141, usable_memory_mib=143771)
+# nvidia-smi of an L4 (../shared/nvidia-smi/plain-l4-idle.txt): 23034 MiB.
+L4X8 = Gpu("l4x8", Lane.GPU, "gpu-l4x8", 8, "8.9", 24, usable_memory_mib=23034)
+
+
+def test_seed_000_at_tp4_per_gpu_of_one_h200() -> None:
+    found = estimated(gpu_cell({**SEED_000, "tensor_parallel_size": 4}, gpu=H200X4))
+    assert found.ranks == 4
+    assert found.weights == ((30_532_122_624 - WHOLE) // 4 + WHOLE) * 2  # 14.2 GiB
+    assert found.lora == 48 * (experts_lora(4) + ROUTER_LORA + attention_lora(4)) * 2 + 48 * ENABLED
+    assert found.kv_cache == 4096 * 2 * 48 * 1 * 128 * 2  # one of the 4 KV heads per rank
+    assert found.budget is not None and found.budget.bytes == math.ceil(143771 * 2**20 * 0.92)
+    assert 35 * GIB < found.need < 45 * GIB and found.fit is Fit.FITS
+    assert table_text(found) == "fits:14.2+25.0+0.1=39.3<=129.2/GPU,x4"
+
+
+def test_eight_l4s_cannot_hold_seed_000_at_tp8() -> None:
+    found = estimated(gpu_cell({**SEED_000, "tensor_parallel_size": 8}, gpu=L4X8))
+    # 4 KV heads on 8 ranks: each rank holds one whole (K and V of 128 x 2048 per layer).
+    kv_extra = 48 * 2 * 128 * 2048 - 48 * 2 * 128 * 2048 * 4 // 8
+    assert found.weights == ((30_532_122_624 - WHOLE) // 8 + WHOLE + kv_extra) * 2
+    assert found.lora == 48 * (experts_lora(8) + ROUTER_LORA + attention_lora(8)) * 2 + 48 * ENABLED
+    assert found.kv_cache == 4096 * 2 * 48 * 1 * 128 * 2  # replicated, not a half head
+    assert found.fit is Fit.INFEASIBLE  # 7.2 + 23.9 + 0.1 on each 20.7 GiB budget
+    assert table_text(found) == "infeasible:7.2+23.9+0.1=31.1>20.7/GPU,x8"
+    tp8 = gpu_cell({**SEED_000, "tensor_parallel_size": 8}, gpu=L4X8)
+    assert infeasible_reason(tp8) == (
+        "infeasible: each of its 8 GPUs (TP x PP) needs at least 31.1 GiB (weights 7.2 + LoRA "
+        "buffers 23.9 + KV cache 0.1), more than the 20.7 GiB vLLM may use on one GPU (22.5 GiB "
+        "reported x gpu_memory_utilization 0.92)"
+    )
+
+
+def test_pipeline_stages_divide_the_layers() -> None:
+    flags = {**SEED_000, "tensor_parallel_size": 2, "pipeline_parallel_size": 2}
+    found = estimated(gpu_cell(flags, gpu=H200X4))
+    assert found.ranks == 4
+    assert found.weights == ((30_532_122_624 - WHOLE) // 2 + WHOLE) // 2 * 2
+    assert (
+        found.lora
+        == (48 * (experts_lora(2) + ROUTER_LORA + attention_lora(2)) * 2 + 48 * ENABLED) // 2
+    )
+    assert found.kv_cache == 4096 * 2 * 48 * 2 * 128 * 2 // 2
+
+
+def test_expert_parallel_divides_the_experts_not_their_width() -> None:
+    flags = {**SEED_000, "tensor_parallel_size": 4, "enable_expert_parallel": True}
+    found = estimated(gpu_cell(flags, gpu=H200X4))
+    experts = 32 * 320 * (2 * 2048 + 2 * 768 + 768 + 2048)  # 128 / 4 experts of I = 768
+    assert found.lora == 48 * (experts + ROUTER_LORA + attention_lora(4)) * 2 + 48 * ENABLED
+
+
+def test_rank_128_fits_one_h100() -> None:
     rank_128 = estimated(gpu_cell({**SEED_000, "max_lora_rank": 128}))
-    assert rank_128.lora == 48 * 128 * 128 * 3 * (2048 + 768) * 2
+    router = 128 * (2048 + 128)
+    per_layer = experts_lora(1, 128) + router + attention_lora(1, 128)
+    assert rank_128.lora == 48 * per_layer * 2 + 48 * ENABLED
     assert rank_128.fit is Fit.FITS and infeasible_reason(gpu_cell({"max_lora_rank": 128})) is None
-    two = replace(H100, name="h100x2", count=2)
-    tp2 = estimated(gpu_cell({**SEED_000, "tensor_parallel_size": 2}, gpu=two))
-    assert tp2.budget is not None and tp2.budget.gpus == 2
-    assert tp2.need == estimated(gpu_cell(SEED_000)).need  # the sum over GPUs, at least
-    assert tp2.fit is Fit.FITS
 
 
-def test_fully_sharded_loras_at_tp1_still_allocates_every_buffer() -> None:
+def test_fully_sharded_loras_divide_what_vllm_divides() -> None:
     sharded = estimated(gpu_cell({**SEED_000, "fully_sharded_loras": True}))
-    assert sharded.lora == estimated(gpu_cell(SEED_000)).lora and sharded.fit is Fit.INFEASIBLE
+    assert sharded.lora == estimated(gpu_cell(SEED_000)).lora  # at TP1 nothing is divided
+    tp4 = {**SEED_000, "tensor_parallel_size": 4, "fully_sharded_loras": True}
+    found = estimated(gpu_cell(tp4, gpu=H200X4))
+    # w13_lora_a's rank and w2_lora_b's H are divided; w2_lora_a and w13_lora_b as before.
+    experts = 2 * 128 * 80 * 2048 + 128 * 512 * 320 + 2 * 128 * 192 * 320 + 128 * 320 * 192
+    qkv = 3 * 80 * 2048 + (1024 + 2 * 128) * 320
+    o_proj = 320 * 1024 + 512 * 320
+    assert found.lora == 48 * (experts + ROUTER_LORA + qkv + o_proj) * 2 + 48 * ENABLED
 
 
-def test_lora_buffers_need_lora_and_experts() -> None:
+def test_lora_buffers_need_lora() -> None:
     assert estimated(gpu_cell({**SEED_000, "enable_lora": False})).lora == 0
     dense = replace(QWEN3_30B, moe=False)
-    assert estimated(gpu_cell(SEED_000, model=dense)).lora == 0
-    shared = estimated(gpu_cell({**SEED_000, "enable_moe_shared_loras": True}))
-    # One w13 lora_A (2 x r x H) and one w2 lora_B (H x r) for all experts.
-    per_layer = 320 * (3 * 2048 + 3 * 128 * 768)
-    assert shared.lora == 48 * per_layer * 2
-    # An architecture not known to have two LoRA slices gets the smallest layout vLLM has
-    # (one slice: non-gated experts), 2/3 of Qwen3's.
-    other = replace(QWEN3_30B, architecture="Qwen3_5MoeForConditionalGeneration")
-    assert estimated(gpu_cell(SEED_000, model=other)).lora == 48 * 128 * 320 * 2 * 2816 * 2
-    assert estimated(gpu_cell(SEED_000, model=replace(QWEN3_30B, architecture=None))).lora == (
-        48 * 128 * 320 * 2 * 2816 * 2
-    )
+    # A dense model of the same shape: attention and gate_up/down LoRA, no experts or router.
+    mlp = 2 * 320 * 2048 + 2 * 6144 * 320 + 320 * 6144 + 2048 * 320
+    assert estimated(gpu_cell(SEED_000, model=dense)).lora == 48 * (attention_lora(1) + mlp) * 2
     two_slots = estimated(gpu_cell({**SEED_000, "max_loras": 2, "lora_dtype": "float16"}))
-    assert two_slots.lora == 2 * estimated(gpu_cell(SEED_000)).lora
+    # Twice the buffers; adapter_enabled grows by one int32 a layer.
+    assert two_slots.lora == 2 * estimated(gpu_cell(SEED_000)).lora - 48 * 4
     some_layers = replace(QWEN3_30B, moe_layers=45)
-    assert estimated(gpu_cell(SEED_000, model=some_layers)).lora == 45 * 128 * 320 * 3 * 2816 * 2
+    expected = 45 * (experts_lora(1) + ROUTER_LORA) + 48 * attention_lora(1) + 3 * mlp
+    assert estimated(gpu_cell(SEED_000, model=some_layers)).lora == expected * 2 + 45 * ENABLED
+    # Layers unknown, MoE layers given: no dense layers are made up (nor taken away).
+    unknown_layers = replace(some_layers, num_hidden_layers=0, full_attention_layers=0)
+    only_moe = 45 * (experts_lora(1) + ROUTER_LORA) * 2 + 45 * ENABLED
+    assert estimated(gpu_cell(SEED_000, model=unknown_layers)).lora == only_moe
+
+
+def test_shared_expert_loras_from_the_first_version_that_has_them() -> None:
+    flags = {**SEED_000, "enable_moe_shared_loras": True}
+    # One w13 lora_A (2 x r x H) and one w2 lora_B (H x r) for all experts.
+    experts = 320 * (3 * 2048 + 3 * 128 * 768)
+    shared = 48 * (experts + ROUTER_LORA + attention_lora(1)) * 2 + 48 * ENABLED
+    assert estimated(gpu_cell(flags, version="0.27.1")).lora == shared
+    assert estimated(gpu_cell(flags, version="0.32.0")).lora == shared
+    # 0.22.1's LoRAConfig has no such field: every expert keeps its buffers.
+    assert estimated(gpu_cell(flags, version="0.22.1")).lora == estimated(gpu_cell(SEED_000)).lora
+
+
+def test_an_unknown_architecture_counts_only_the_experts() -> None:
+    # The smallest layout vLLM has (one slice: non-gated experts), 2/3 of Qwen3's, and no
+    # attention, router or replicated weights (a lower bound).
+    other = replace(QWEN3_30B, architecture="Qwen3_5MoeForConditionalGeneration")
+    assert (
+        estimated(gpu_cell(SEED_000, model=other)).lora
+        == 48 * 128 * 320 * 2 * 2816 * 2 + 48 * ENABLED
+    )
+    unnamed = replace(QWEN3_30B, architecture=None)
+    assert (
+        estimated(gpu_cell(SEED_000, model=unnamed)).lora
+        == 48 * 128 * 320 * 2 * 2816 * 2 + 48 * ENABLED
+    )
+    tp4 = estimated(gpu_cell({"tensor_parallel_size": 4}, model=unnamed, gpu=H200X4))
+    assert tp4.weights == 30_532_122_624 // 4 * 2
 
 
 def test_weights_follow_the_dtype() -> None:
@@ -164,9 +266,9 @@ def test_the_kv_cache_of_one_request() -> None:
 
 def test_a_fixed_kv_cache_takes_the_whole_memory() -> None:
     fixed = estimated(gpu_cell({"kv_cache_memory_bytes": 4 * GIB, "tensor_parallel_size": 2}))
-    assert fixed.kv_cache == 8 * GIB  # kv_cache_memory_bytes is per GPU
+    assert fixed.kv_cache == 4 * GIB and fixed.ranks == 2  # kv_cache_memory_bytes is per GPU
     assert fixed.budget is not None and fixed.budget.utilization is None
-    assert fixed.budget.bytes == 2 * 81559 * 2**20
+    assert fixed.budget.bytes == 81559 * 2**20  # one GPU's whole memory
 
 
 def test_the_budget_follows_utilization_and_the_image() -> None:
@@ -200,7 +302,7 @@ def test_missing_facts_leave_the_cell_unknown_and_are_named() -> None:
         "model.head_dim",
         "model.num_key_value_heads",
     )
-    assert table_text(found) == "unknown:?+?+?=?/73.3"
+    assert table_text(found) == "unknown:?+?+?=?/73.3/GPU,x1"
     assert infeasible_reason(gpu_cell(SEED_000, model=bare)) is None
 
 
@@ -209,7 +311,7 @@ def test_known_parts_alone_can_rule_a_cell_out() -> None:
     found = estimated(gpu_cell({}, model=big))
     assert found.kv_cache is None and found.missing
     assert found.fit is Fit.INFEASIBLE  # 227 GiB of weights on one H100, whatever the rest
-    assert table_text(found) == "infeasible:227.2+0.0+?=227.2>73.3"
+    assert table_text(found) == "infeasible:227.2+0.0+?=227.2>73.3/GPU,x1"
 
 
 def test_probes_and_the_cpu_lane() -> None:
@@ -269,29 +371,32 @@ def test_plan_prints_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*common, "--json", "--only", SEED_000_CELL]) == 0
     captured = capsys.readouterr()
     [cell] = json.loads(captured.out)
-    # Seed 000 at TP4 on four H200s: the parts are the TP1 figures summed over the GPUs.
+    # Seed 000 at TP4 on four H200s: each GPU's share against one H200's budget.
     assert cell["memory"] == {
         "fit": "fits",
-        "need_bytes": 94_685_786_112,
-        "weights_bytes": 61_064_245_248,
-        "lora_bytes": 33_218_887_680,
-        "kv_cache_bytes": 402_653_184,
-        "budget_bytes": 554_777_737_956,
+        "per": "gpu",
+        "need_bytes": 42_199_296_384,
+        "weights_bytes": ((30_532_122_624 - WHOLE) // 4 + WHOLE) * 2,
+        "lora_bytes": 48 * (experts_lora(4) + ROUTER_LORA + attention_lora(4)) * 2 + 48 * ENABLED,
+        "kv_cache_bytes": 4096 * 2 * 48 * 1 * 128 * 2,
+        "budget_bytes": math.ceil(143771 * 2**20 * 0.92),
         "reported_bytes_per_gpu": 143771 * 2**20,
         "gpu_memory_utilization": 0.92,
-        "gpus": 4,
+        "ranks": 4,
         "missing": [],
     }
+    assert 35 * GIB < cell["memory"]["need_bytes"] < 45 * GIB  # issue 30's figure: 39.3 GiB
     assert captured.err == ""  # Qwen3-30B-A3B's facts are all in matrix.yaml
     assert main([*common, "--only", "gpu/v0.31.0/h200x4/*/moe-lora-rank-over-128/*"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split()[9] == "memory"
     memory = {line.split()[6] + "@" + line.split()[7]: line.split()[9] for line in table[1:-4]}
     assert memory == {
-        "trigger@engine": "fits:56.9+30.9+0.4=88.2<=516.7",
-        "rank-128@engine": "fits:56.9+12.4+0.4=69.6<=516.7",
-        "fully-sharded-loras@engine": "fits:56.9+30.9+0.4=88.2<=516.7",
+        "trigger@engine": "fits:14.2+25.0+0.1=39.3<=129.2/GPU,x4",
+        "rank-128@engine": "fits:14.2+10.0+0.1=24.3<=129.2/GPU,x4",
+        "fully-sharded-loras@engine": "fits:14.2+7.9+0.1=22.3<=129.2/GPU,x4",
     }
+    assert "memory (GiB, per GPU)" in table[-2]
     assert not table[-1].endswith("infeasible (memory)")
 
 
@@ -328,4 +433,6 @@ def test_the_default_matrix_plans_seed_000_only_where_it_fits() -> None:
     one_h100 = replace(
         trigger, gpu=H100, flags=frozen_flags({**trigger.flags, "tensor_parallel_size": 1})
     )
-    assert (infeasible_reason(one_h100) or "").startswith("infeasible: needs at least 88.2 GiB")
+    assert (infeasible_reason(one_h100) or "").startswith(
+        "infeasible: its GPU needs at least 88.7 GiB"
+    )

@@ -68,12 +68,12 @@ def test_table_and_summary(tmp_path: Path) -> None:
     # The test model gives no memory facts: its need is unknown, against 80 GiB x 0.92.
     assert lines[1].split() == [
         "gpu", "v0.31.0", "h100", "moe", "default", "moe-rank", "trigger", "engine", "hit",
-        "unknown:?+?+?=?/73.6", "enable_lora=true[s]", "max_lora_rank=320[s]",
+        "unknown:?+?+?=?/73.6/GPU,x1", "enable_lora=true[s]", "max_lora_rank=320[s]",
     ]  # fmt: skip
     control = next(line for line in lines if "/rank-128" in line or " rank-128 " in line)
     assert control.split()[-1] == "max_lora_rank=128[v]"
     assert lines[-3].startswith("flag sources: [f] flag set")
-    assert lines[-2].startswith("memory (GiB): weights+LoRA buffers+KV cache")
+    assert lines[-2].startswith("memory (GiB, per GPU): weights+LoRA buffers+KV cache")
     assert lines[-1] == "12 cells: 1 hit, 10 avoided, 1 unknown (gpu 12)"
     assert summary(cells[:1]) == "1 cell: 1 hit, 0 avoided, 0 unknown (gpu 1)"
 

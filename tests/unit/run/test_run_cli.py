@@ -204,7 +204,7 @@ def test_an_infeasible_cell_is_skipped_with_its_numbers_and_never_makes_only_exi
     assert done.returncode == 0, done.stderr
     [result] = results.read_results(tmp_path / "r" / "mem")[0]
     assert result.outcome is Outcome.SKIPPED
-    assert result.reason.startswith("infeasible: needs at least 88.2 GiB of GPU memory")
+    assert result.reason.startswith("infeasible: its GPU needs at least 88.7 GiB")
     # Run anyway, it is a cell this host cannot run (no GPU): that is exit 3 again.
     anyway = repromatrix(*args, "--results", str(tmp_path / "r"), "--run-infeasible")
     assert anyway.returncode == 3, anyway.stderr
