@@ -278,7 +278,7 @@ def test_a_dry_run_on_an_l40s_runner_shows_every_cell_it_would_skip_and_why(tmp_
     assert "needs 4 GPU(s) (l40sx4); this host has 2 GPU(s)" in skips["l40sx4/llama-8b"]["skip"]
     assert "its name is not H100*" in skips["h100/llama-8b"]["skip"]
     for gpu in ("l40s", "l40sx4", "h100"):  # too big on any runner: that reason wins
-        assert skips[f"{gpu}/llama-70b"]["skip"].startswith("infeasible: needs at least")
+        assert skips[f"{gpu}/llama-70b"]["skip"].startswith("infeasible: its GPU needs at least")
     for cell in skips.values():  # a cell no run starts here is given no GPU of this runner
         assert cell["create"]["device_requests"][0]["device_ids"].startswith("<")
     assert "2 of the cells asked for (--lane/--only) cannot run on this host" in done.stderr
