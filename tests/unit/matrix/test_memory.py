@@ -400,10 +400,27 @@ def test_plan_prints_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
     assert not table[-1].endswith("infeasible (memory)")
 
 
-def test_plan_warns_with_file_and_line(capsys: pytest.CaptureFixture[str]) -> None:
-    matrix = ROOT / "matrix.yaml"
+def test_plan_warns_with_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The default matrix without gemma's parameter count: one warning at its line."""
+    text = ROOT.joinpath("matrix.yaml").read_text()
+    given = "        num_parameters: 4308598784\n"
+    assert given in text
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(text.replace(given, ""))
+    only = "gpu/v0.32.0/h100/gemma-4-e2b-it/*"
     assert (
-        main(["plan", "--matrix", str(matrix), "--only", "gpu/v0.32.0/h100/gemma-4-e2b-it/*"]) == 0
+        main(
+            [
+                "plan",
+                "--matrix",
+                str(matrix),
+                "--scenarios",
+                str(ROOT / "scenarios"),
+                "--only",
+                only,
+            ]
+        )
+        == 0
     )
     err = capsys.readouterr().err.splitlines()
     line = next(
