@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from repromatrix.grammars import check_run_id
+from repromatrix.grammars import check_run_id, whole_number
 from repromatrix.matrix.config import ID_PARTS
 from repromatrix.matrix.expand import cell_id
 from repromatrix.matrix.yamlsrc import NAME_PATTERN
@@ -162,7 +162,9 @@ def parse_result(data: bytes) -> CellResult:
     if not data.strip():
         raise ResultProblem(ProblemKind.CORRUPT, "empty file (the run was cut off while writing)")
     try:
-        raw = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+        raw = json.loads(
+            data, parse_constant=_no_constant, parse_float=_finite, parse_int=whole_number
+        )
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ResultProblem(
             ProblemKind.CORRUPT, f"not valid JSON, truncated or corrupt ({exc})"

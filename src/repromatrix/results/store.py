@@ -36,7 +36,7 @@ from typing import Any
 
 from repromatrix.errors import UsageError
 from repromatrix.files import LeadsOut, inside, replace_file
-from repromatrix.grammars import check_run_id
+from repromatrix.grammars import check_run_id, load_json
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.schema import (
     ENVIRONMENT_DIR,
@@ -400,7 +400,7 @@ def _read_json(run_dir: Path, name: str) -> tuple[dict[str, Any] | None, list[Ru
     if not os.path.lexists(path):
         return None, []
     try:
-        document = whole_text(json.loads(read_file(path)))
+        document = whole_text(load_json(read_file(path)))
     except Unreadable as exc:
         return None, [RunProblem(ProblemKind.CORRUPT, name, str(exc))]
     except (ValueError, RecursionError) as exc:

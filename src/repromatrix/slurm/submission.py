@@ -21,13 +21,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from repromatrix.grammars import RUN_ID
-from repromatrix.results.store import atomic_write
+from repromatrix.grammars import RUN_ID, load_json
+from repromatrix.results.store import Unreadable, atomic_write, read_file
 from repromatrix.slurm.arrays import TaskArray
 
 SLURM_DIR = "slurm"
 RECORD_FILE = "submission.json"
 TASK_FILE = "task.json"
+MAX_TASK_BYTES = 64 * 1024  # task.json is a few hundred bytes
+MAX_TASK_TEXT = 256  # characters of a host, a job id, a signal name, a time
 SHARDS_DIR = "shards"
 LOGS_DIR = "logs"
 FINISH_SCRIPT = "finish.sbatch"
@@ -241,7 +243,24 @@ def write_task_end(shard: Path, end: TaskEnd) -> None:
 def read_task_end(shard: Path) -> TaskEnd | None:
     """What the task wrote of how it went (None: it never started, or wrote nothing)."""
     try:
-        data = json.loads((shard / TASK_FILE).read_text(encoding="utf-8"))
-        return TaskEnd(**{key: data.get(key) for key in TaskEnd.__dataclass_fields__})
-    except (OSError, ValueError, TypeError):
+        return _task_end(load_json(read_file(shard / TASK_FILE, MAX_TASK_BYTES)))
+    except (Unreadable, ValueError, TypeError, AttributeError, RecursionError):
         return None
+
+
+def _task_end(data: Mapping[str, Any]) -> TaskEnd:
+    """``task.json`` checked field by field (a task on another node wrote it): text is one
+    short printable line, numbers are whole and bounded (``load_json``); else ``ValueError``."""
+    kinds = {"job": str, "attempt": int, "host": str, "started_at": str, "ended_at": str,
+             "exit_code": int, "signal": str}  # fmt: skip
+    values: dict[str, Any] = {key: data.get(key) for key in TaskEnd.__dataclass_fields__}
+    for key, value in values.items():
+        if value is None and key in ("ended_at", "exit_code", "signal"):
+            continue
+        if type(value) is not kinds[key]:
+            raise ValueError(f"`{key}` is not {kinds[key].__name__}")
+        if isinstance(value, str) and (
+            len(value) > MAX_TASK_TEXT or not all(ch.isprintable() for ch in value)
+        ):
+            raise ValueError(f"`{key}` is not one short printable line")
+    return TaskEnd(**values)

@@ -200,6 +200,7 @@ BAD_FIELDS: dict[str, Callable[[dict[str, Any]], None]] = {
     "cell id upper case": _rename_cell(VICTIM.upper()),
     "schema_version text": _set("schema_version", value="1"),
     "a list": lambda h: h.clear(),
+    "run cells of 4001 digits": _set("runs", 0, "cells", value=10**4000),  # issue 34, item 7
 }
 
 

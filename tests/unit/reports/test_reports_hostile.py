@@ -149,6 +149,11 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "a run id climbs out": edit(run_id="../../../x"),
     "a run id with a NUL": edit(run_id="a\x00b"),
     "a run id of 300 characters": edit(run_id="r" * 300),
+    # Whole numbers past what a float or ``int()`` holds (issue 34, item 7).
+    "a timing of 4001 digits": edit(timings={"total_s": 10**4000}),
+    "an exit code of 5000 digits": raw('{"exit_code": ' + "9" * 5000 + "}"),
+    "an exit code of 4001 digits": edit(exit_code=10**4000),
+    "a GPU fact of 4001 digits": edit(gpus=[{"memory_mib": 10**4000}]),
 }
 
 

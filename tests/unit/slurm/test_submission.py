@@ -3,8 +3,12 @@ uniquely, each task's own record of how it went."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from repromatrix.grammars import RUN_ID
 from repromatrix.slurm.submission import (
@@ -53,4 +57,27 @@ def test_a_tasks_own_record_of_how_it_went(tmp_path: Path):
     write_task_end(tmp_path, start)
     assert read_task_end(tmp_path) == start
     (tmp_path / "task.json").write_text("{not json")
+    assert read_task_end(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"exit_code": 10**4000},  # past a float, near int()'s limit (issue 34, item 7)
+        {"attempt": "1"},
+        {"host": "node7\n#SBATCH --wrap=x"},  # a line of its own in a reason
+        {"signal": ["SIGTERM"]},
+        {"host": "n" * 10_000},
+    ],
+)
+def test_a_task_record_of_the_wrong_shape_is_no_record(tmp_path: Path, change: dict[str, object]):
+    start = TaskEnd(job="41_0", attempt=1, host="node7", started_at="2026-01-01T00:00:00+00:00")
+    write_task_end(tmp_path, start)
+    data = json.loads((tmp_path / "task.json").read_text())
+    (tmp_path / "task.json").write_text(json.dumps({**data, **change}))
+    assert read_task_end(tmp_path) is None
+
+
+def test_a_task_record_that_is_a_fifo_is_not_waited_on(tmp_path: Path):
+    os.mkfifo(tmp_path / "task.json")
     assert read_task_end(tmp_path) is None
