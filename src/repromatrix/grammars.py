@@ -113,7 +113,14 @@ def check_repository(value: str) -> str | None:
 
 
 def check_model_source(value: str) -> str | None:
-    """A model's source (an HF repo id, a path, a recipe name): it follows ``--model``."""
+    """A model's source (an HF repo id, a path, a recipe name): it follows ``--model``. ASCII
+    only: a look-alike letter (Cyrillic U+0430 for ``a``) would name another repository."""
+    if not value.isascii():
+        bad = next(ch for ch in value if not ch.isascii())
+        return (
+            f"it holds {bad!r} (U+{ord(bad):04X}), not ASCII: a look-alike of a letter would "
+            "name another repository; write it in ASCII"
+        )
     if any(not ch.isprintable() for ch in value):
         return "it holds a line break or a control character"
     if value.startswith("-"):
@@ -149,10 +156,14 @@ def check_mirror(value: str) -> str | None:
         return problem
     if not _URL_TEXT.fullmatch(value):
         return "it holds characters a URL cannot"
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+        host, _port = parts.hostname, parts.port
+    except ValueError as exc:  # `http://[::1/debian`: a bracket missing; a port past 65535
+        return f"it is not a URL ({exc})"
     if parts.scheme not in MIRROR_SCHEMES:
         return f"it must be an {', '.join(MIRROR_SCHEMES)} URL like http://deb.debian.org/debian"
-    if parts.scheme != "file" and not parts.hostname:
+    if parts.scheme != "file" and not host:
         return "it names no host"
     if ".." in parts.path.split("/"):
         return "it holds a `..` path segment"

@@ -122,15 +122,36 @@ class Delivery:
 
 
 def url_problem(url: str) -> str | None:
-    """Why ``url`` is no URL to send to (only http and https with a host), or None."""
-    parsed = urllib.parse.urlsplit(url)
+    """Why ``url`` is no URL to send to (only http and https with a host, no user name or
+    password in it), or None. The message never shows a password."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        host, _port = parsed.hostname, parsed.port
+    except ValueError as exc:  # `http://[::1` (a bracket missing), a port out of range
+        return f"{_shown_url(url)!r} is not a URL ({exc})"
     if parsed.scheme not in SCHEMES:
-        return f"{url!r} is not an http(s) URL"
-    if not parsed.hostname:
-        return f"{url!r} names no host"
+        return f"{_shown_url(url)!r} is not an http(s) URL"
+    if not host:
+        return f"{_shown_url(url)!r} names no host"
+    if parsed.username is not None or parsed.password is not None:
+        return (
+            f"{_shown_url(url)!r} holds a user name or password: give the URL without it "
+            "(a webhook's secret goes in $REPROMATRIX_WEBHOOK_SECRET, a token in its variable)"
+        )
     if any(ch.isspace() or not ch.isprintable() for ch in url):
-        return f"{url!r} holds a space or a control character"
+        return f"{_shown_url(url)!r} holds a space or a control character"
     return None
+
+
+def _shown_url(url: str) -> str:
+    """``url`` with anything before an ``@`` in its authority replaced (never a password)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url[:200]
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "<userinfo>@" + authority.rpartition("@")[2]
+    return f"{scheme}://{authority}{slash}{path}"[:200]
 
 
 def send(call: Call, timeout_s: float = DEFAULT_TIMEOUT_S) -> Reply:

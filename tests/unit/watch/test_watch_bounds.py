@@ -85,3 +85,33 @@ def test_without_a_fleet_the_cells_this_host_cannot_run_are_answered_not_run(
     history = json.loads((tmp_path / "site" / "history.json").read_text())
     [points] = history["cells"].values()
     assert [p["outcome"] for p in points] == ["skipped"]
+
+
+PASSWORD = "hunter2-webhook-password"
+
+
+@pytest.mark.parametrize(
+    ("option", "url", "words"),
+    [
+        ("--webhook", "http://[::1/hook", "is not a URL"),
+        ("--site-url", "https://[2001:db8::1/site", "is not a URL"),
+        ("--webhook", "http://127.0.0.1:99999/hook", "is not a URL"),
+        ("--webhook", f"https://bot:{PASSWORD}@hooks.example/x", "holds a user name or password"),
+        ("--site-url", f"https://{PASSWORD}@site.example/", "holds a user name or password"),
+    ],
+)
+def test_a_url_option_that_is_no_url_to_send_to_is_refused_at_parse(
+    registry: StandIn,
+    tmp_path: Path,
+    option: str,
+    url: str,
+    words: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("REPROMATRIX_WEBHOOK_SECRET", "s")
+    assert main(_argv(tmp_path, registry, option, url)) == 2
+    err = capsys.readouterr().err
+    assert f"{option}: " in err and words in err
+    assert PASSWORD not in err and "Traceback" not in err
+    assert registry.asked == []
