@@ -285,3 +285,14 @@ def load_json(data: bytes | str) -> Any:
     """JSON from a file or an answer the tool did not write: integers bounded
     (``whole_number``), no ``NaN``/``Infinity``; ``ValueError`` (or ``RecursionError``)."""
     return json.loads(data, parse_int=whole_number, parse_constant=_no_constant)
+
+
+_LONG_NUMBER = re.compile(rf"[0-9]{{{MAX_INT_DIGITS + 1},}}")
+
+
+def check_version_numbers(value: str) -> str | None:
+    """A version or a version range (``>=0.31,<0.33``) whose numbers a comparison can hold:
+    none longer than ``MAX_INT_DIGITS`` digits (Python's ``int()`` refuses 4300)."""
+    if (found := _LONG_NUMBER.search(value)) is not None:
+        return f"it holds a number of {len(found.group())} digits (at most {MAX_INT_DIGITS})"
+    return None

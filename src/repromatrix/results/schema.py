@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from repromatrix.grammars import check_run_id, whole_number
+from repromatrix.grammars import check_run_id, check_version_numbers, whole_number
 from repromatrix.matrix.config import ID_PARTS
 from repromatrix.matrix.expand import cell_id
 from repromatrix.matrix.yamlsrc import NAME_PATTERN
@@ -266,6 +266,14 @@ def _optional_text(value: object) -> str | None:
     return None if value is None else _text(value)
 
 
+def _version_text(value: object) -> str | None:
+    """The vLLM version seen in the image: text whose numbers a comparison can hold."""
+    text = _optional_text(value)
+    if text is not None and (why := check_version_numbers(text)) is not None:
+        raise ValueError(why)
+    return text
+
+
 def _flag(value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"must be true or false, not {_describe(value)}")
@@ -408,7 +416,7 @@ _CHECKS: dict[str, Callable[[object], Any]] = {
     "image": _text,
     **dict.fromkeys(_ID_FIELDS, _text),
     "flags": _flags,
-    "version": _optional_text,
+    "version": _version_text,
     "image_digest": _optional_text,
     "root_cause": _root_cause,
     "reason": _text,

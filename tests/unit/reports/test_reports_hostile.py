@@ -155,6 +155,8 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "an exit code of 5000 digits": raw('{"exit_code": ' + "9" * 5000 + "}"),
     "an exit code of 4001 digits": edit(exit_code=10**4000),
     "a GPU fact of 4001 digits": edit(gpus=[{"memory_mib": 10**4000}]),
+    "a version of 5000 digits": edit(version="0." + "9" * 5000),
+    "an image tag of 5000 digits": edit(image_tag="0." + "9" * 5000),
 }
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from repromatrix.cli import main
+from repromatrix.errors import ConfigError
 from repromatrix.files import LeadsOut
 from repromatrix.images.render import RuntimeSpec, render_image
 from repromatrix.matrix.follow import Follow, LeftOut, choose
@@ -137,3 +138,22 @@ def test_a_render_writes_below_its_folder_whatever_the_key_says(tmp_path: Path) 
 def _runtime(tmp_path: Path) -> RuntimeSpec:
     matrix, _ = setup(tmp_path)
     return matrix.lanes[Lane.GPU].runtime
+
+
+LONG = "9" * 5000  # past int()'s 4300-digit limit
+
+
+def test_a_follow_rule_with_a_number_past_int_s_limit_is_refused_at_its_line(
+    tmp_path: Path,
+) -> None:
+    text = FOLLOWING.replace('follow: ">=0.31"', f'follow: ">=0.{LONG}"')
+    with pytest.raises(ConfigError, match="a number of 5000 digits"):
+        setup(tmp_path, text)
+
+
+def test_a_documented_range_with_a_number_past_int_s_limit_is_refused_at_its_line(
+    tmp_path: Path,
+) -> None:
+    scenario = MOE_SCENARIO.replace('">=0.31.0,<0.31.1rc0"', f'">=0.31.0,<0.{LONG}"')
+    with pytest.raises(ConfigError, match="a number of 5000 digits"):
+        setup(tmp_path, GPU_LANE, {"moe-rank": scenario})
