@@ -11,6 +11,7 @@ history holds a run of its tag (at its digest).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -26,6 +27,7 @@ from repromatrix.upstream.lock import Lock, listed_lock, locked_image
 from repromatrix.upstream.resolve import Keep, Upstream
 
 SHORT_DIGEST = 12  # hex digits of a digest in keys and run ids
+MAX_RUN_ID = 64  # characters of a run id (``grammars.RUN_ID``)
 MAX_NEW_TAGS = 10  # a round's default bound on new tags (``--max-new-tags``)
 LATER = "left for a later round"  # the reason of a new tag past the round's bound
 
@@ -51,8 +53,14 @@ class Candidate:
 
     @property
     def run_id(self) -> str:
-        """The run folder its cells are written to on this host."""
-        return f"watch-{self.key}"
+        """The run folder its cells are written to on this host: ``watch-<key>``, cut and
+        made unique by a hash where a long tag (``nightly-<40 hex>``) would pass the run id
+        grammar's 64 characters."""
+        full = f"watch-{self.key}"
+        if len(full) <= MAX_RUN_ID:
+            return full
+        mark = hashlib.sha256(full.encode()).hexdigest()[:SHORT_DIGEST]
+        return f"{full[: MAX_RUN_ID - SHORT_DIGEST - 1].rstrip('.-_')}-{mark}"
 
     @property
     def words(self) -> str:

@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 
 from repromatrix.cli import main
+from repromatrix.grammars import check_run_id
+from repromatrix.matrix.images import make_image
+from repromatrix.model import Lane
+from repromatrix.watch.candidates import Candidate
 from support.matrix import BASELINE, write
 from support.registry import StandIn, stand_in_registry
 
@@ -115,3 +119,12 @@ def test_a_url_option_that_is_no_url_to_send_to_is_refused_at_parse(
     assert f"{option}: " in err and words in err
     assert PASSWORD not in err and "Traceback" not in err
     assert registry.asked == []
+
+
+@pytest.mark.parametrize("tag", ["v0.32.0", "nightly-" + "0123456789" * 4, "x" * 128])
+def test_a_candidate_s_run_id_is_a_run_id_whatever_its_tag(tag: str) -> None:
+    image = make_image(Lane.GPU, tag, None, "vllm/vllm-openai", None)
+    made = Candidate(Lane.GPU, image, "sha256:" + "ab" * 32)
+    assert check_run_id(made.run_id) is None
+    other = Candidate(Lane.GPU, make_image(Lane.GPU, tag + "x", None, "r", None), made.digest)
+    assert other.run_id != made.run_id  # cut tags stay apart
