@@ -154,13 +154,69 @@ def _shown_url(url: str) -> str:
     return f"{scheme}://{authority}{slash}{path}"[:200]
 
 
+class RedirectRefused(urllib.error.URLError):
+    """A redirect to another host or scheme, not followed (its reason says where)."""
+
+
+class SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects followed only over http(s) to the host that was asked: a service's answer
+    never sends a request, or the token in its headers, anywhere else."""
+
+    def redirect_request(  # noqa: PLR0917 (urllib calls it so)
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        target = urllib.parse.urljoin(req.full_url, newurl)
+        if (why := off_host(target, req.full_url)) is not None:
+            raise RedirectRefused(f"a redirect (HTTP {code}) {why}: not followed")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def same_host_opener() -> urllib.request.OpenerDirector:
+    """HTTP and HTTPS only (no ``file:``, ``ftp:`` or ``data:``), redirects kept on host."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.ProxyHandler(),
+        urllib.request.HTTPHandler(),
+        urllib.request.HTTPSHandler(),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPErrorProcessor(),
+        SameHostRedirects(),
+    ):
+        opener.add_handler(handler)
+    return opener
+
+
+def off_host(url: str, asked: str, more: tuple[str, ...] = ()) -> str | None:
+    """Why ``url`` is off the host of ``asked`` (another scheme or host), or None. ``more``
+    names further hosts allowed (a token service)."""
+    try:
+        target, origin = urllib.parse.urlsplit(url), urllib.parse.urlsplit(asked)
+        port, origin_port = target.port, origin.port
+    except ValueError:
+        return "leads to a malformed URL"
+    if target.scheme not in SCHEMES:
+        return f"leads to a {target.scheme or 'relative'}: URL"
+    if target.scheme == "http" and origin.scheme == "https":
+        return "leads from https to http"
+    same = (target.hostname, port) == (origin.hostname, origin_port)
+    if not same and target.hostname not in more:
+        return f"leads to another host ({target.hostname})"
+    return None
+
+
 def send(call: Call, timeout_s: float = DEFAULT_TIMEOUT_S) -> Reply:
     """One attempt; the reply, or no answer with why (never raises for the service's part)."""
     request = urllib.request.Request(
         call.url, data=call.body or None, headers=dict(call.headers), method=call.method
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with same_host_opener().open(request, timeout=timeout_s) as response:
             return Reply(response.status, response.read(REPLY_LIMIT))
     except urllib.error.HTTPError as exc:
         return Reply(exc.code, exc.read(REPLY_LIMIT))

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.grammars import check_tag, load_json
+from repromatrix.http_calls import RedirectRefused, off_host, same_host_opener
 from repromatrix.secret_env import redact_text
 
 DOCKER_HUB = "registry-1.docker.io"
@@ -103,57 +104,6 @@ class LeadsOff(InfraError):
     """A registry's answer that would take the tool to another host or scheme."""
 
 
-class _SameHost(urllib.request.HTTPRedirectHandler):
-    """Redirects followed only over http(s) to the host that was asked."""
-
-    def redirect_request(  # noqa: PLR0917 (urllib calls it so)
-        self,
-        req: urllib.request.Request,
-        fp: Any,
-        code: int,
-        msg: str,
-        headers: Any,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        target = urllib.parse.urljoin(req.full_url, newurl)
-        if (why := off_host(target, req.full_url)) is not None:
-            raise LeadsOff(f"registry {_where(req.full_url)}: a redirect {why}: not followed")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def _opener() -> urllib.request.OpenerDirector:
-    """HTTP and HTTPS only (no ``file:``, ``ftp:`` or ``data:``), redirects kept on host."""
-    opener = urllib.request.OpenerDirector()
-    for handler in (
-        urllib.request.ProxyHandler(),
-        urllib.request.HTTPHandler(),
-        urllib.request.HTTPSHandler(),
-        urllib.request.HTTPDefaultErrorHandler(),
-        urllib.request.HTTPErrorProcessor(),
-        _SameHost(),
-    ):
-        opener.add_handler(handler)
-    return opener
-
-
-def off_host(url: str, asked: str, more: tuple[str, ...] = ()) -> str | None:
-    """Why ``url`` is off the host of ``asked`` (another scheme or host), or None. ``more``
-    names further hosts allowed (a token service)."""
-    try:
-        target, origin = urllib.parse.urlsplit(url), urllib.parse.urlsplit(asked)
-        port, origin_port = target.port, origin.port
-    except ValueError:
-        return "leads to a malformed URL"
-    if target.scheme not in SCHEMES:
-        return f"leads to a {target.scheme or 'relative'}: URL"
-    if target.scheme == "http" and origin.scheme == "https":
-        return "leads from https to http"
-    same = (target.hostname, port) == (origin.hostname, origin_port)
-    if not same and target.hostname not in more:
-        return f"leads to another host ({target.hostname})"
-    return None
-
-
 def http_fetch(
     url: str, headers: Mapping[str, str], method: str = "GET"
 ) -> tuple[int, Mapping[str, str], bytes]:
@@ -161,13 +111,15 @@ def http_fetch(
     returned too). Redirects stay on the host; a body over ``MAX_BODY`` is an ``InfraError``."""
     request = urllib.request.Request(url, headers=dict(headers), method=method)
     try:
-        with _opener().open(request, timeout=TIMEOUT_S) as response:
+        with same_host_opener().open(request, timeout=TIMEOUT_S) as response:
             return response.status, dict(response.headers.items()), _bounded(response, url)
     except urllib.error.HTTPError as exc:
         if 300 <= exc.code < 400:  # one urllib would not follow (to a scheme it refuses)
             where = f"registry {_where(url)}: a redirect (HTTP {exc.code})"
             raise LeadsOff(f"{where}: not followed") from None
         return exc.code, dict(exc.headers.items()), _bounded(exc, url)
+    except RedirectRefused as exc:
+        raise LeadsOff(redact_text(f"registry {_where(url)}: {exc.reason}")) from None
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         raise InfraError(redact_text(f"registry {_where(url)}: {exc}")) from exc
 
