@@ -15,7 +15,9 @@ Regular expressions from data are not values of this kind: ``patterns.py`` holds
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -58,6 +60,12 @@ RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # no leading `/`, no `.` or `..` segment, nothing a browser reads as more than a path.
 _SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._~@-]*"
 SITE_PAGE = re.compile(rf"(?:{_SEGMENT}/)*{_SEGMENT}\.html")
+# An image tag as it becomes part of an image key, a render folder, a cell id, a run id and a
+# hand-off name: the matrix's own name grammar (lower case) within the OCI tag's 128 characters.
+TAG = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+# A whole number in JSON from data: far below Python's 4300-digit limit on ``int()``, and
+# small enough to become a float (a duration, a GPU's memory) without overflow.
+MAX_INT_DIGITS = 20
 _URL_TEXT = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%-]+")
 
 
@@ -105,7 +113,14 @@ def check_repository(value: str) -> str | None:
 
 
 def check_model_source(value: str) -> str | None:
-    """A model's source (an HF repo id, a path, a recipe name): it follows ``--model``."""
+    """A model's source (an HF repo id, a path, a recipe name): it follows ``--model``. ASCII
+    only: a look-alike letter (Cyrillic U+0430 for ``a``) would name another repository."""
+    if not value.isascii():
+        bad = next(ch for ch in value if not ch.isascii())
+        return (
+            f"it holds {bad!r} (U+{ord(bad):04X}), not ASCII: a look-alike of a letter would "
+            "name another repository; write it in ASCII"
+        )
     if any(not ch.isprintable() for ch in value):
         return "it holds a line break or a control character"
     if value.startswith("-"):
@@ -141,10 +156,14 @@ def check_mirror(value: str) -> str | None:
         return problem
     if not _URL_TEXT.fullmatch(value):
         return "it holds characters a URL cannot"
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+        host, _port = parts.hostname, parts.port
+    except ValueError as exc:  # `http://[::1/debian`: a bracket missing; a port past 65535
+        return f"it is not a URL ({exc})"
     if parts.scheme not in MIRROR_SCHEMES:
         return f"it must be an {', '.join(MIRROR_SCHEMES)} URL like http://deb.debian.org/debian"
-    if parts.scheme != "file" and not parts.hostname:
+    if parts.scheme != "file" and not host:
         return "it names no host"
     if ".." in parts.path.split("/"):
         return "it holds a `..` path segment"
@@ -281,3 +300,50 @@ def check_slurm_memory(value: str) -> str | None:
     if SLURM_MEMORY.fullmatch(value):
         return None
     return _text_problem(value) or "it is not a size like 64G or 512000M"
+
+
+def check_tag(value: str) -> str | None:
+    """An image tag (``v0.32.0``, ``nightly``): lower-case letters, digits, ``.``, ``_``, ``-``,
+    128 at most, so that it is one path segment, a cell id part and a Docker tag at once."""
+    if TAG.fullmatch(value) and ".." not in value:
+        return None
+    return (
+        _text_problem(value)
+        or "it is not an image tag like v0.32.0 (lower-case letters, digits, `.`, `_`, `-`; "
+        "128 at most)"
+    )
+
+
+def shown(value: str, limit: int = 80) -> str:
+    """``value`` safe to print on one line (escapes for anything unprintable or a space),
+    cut at ``limit`` characters."""
+    text = value.encode("unicode_escape").decode("ascii").replace(" ", "\\x20")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def whole_number(text: str) -> int:
+    """A JSON integer from data, refused (``ValueError``) past ``MAX_INT_DIGITS`` digits."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"a number of {len(text)} digits, more than the {MAX_INT_DIGITS} allowed")
+    return int(text)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json(data: bytes | str) -> Any:
+    """JSON from a file or an answer the tool did not write: integers bounded
+    (``whole_number``), no ``NaN``/``Infinity``; ``ValueError`` (or ``RecursionError``)."""
+    return json.loads(data, parse_int=whole_number, parse_constant=_no_constant)
+
+
+_LONG_NUMBER = re.compile(rf"[0-9]{{{MAX_INT_DIGITS + 1},}}")
+
+
+def check_version_numbers(value: str) -> str | None:
+    """A version or a version range (``>=0.31,<0.33``) whose numbers a comparison can hold:
+    none longer than ``MAX_INT_DIGITS`` digits (Python's ``int()`` refuses 4300)."""
+    if (found := _LONG_NUMBER.search(value)) is not None:
+        return f"it holds a number of {len(found.group())} digits (at most {MAX_INT_DIGITS})"
+    return None

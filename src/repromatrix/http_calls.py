@@ -122,14 +122,91 @@ class Delivery:
 
 
 def url_problem(url: str) -> str | None:
-    """Why ``url`` is no URL to send to (only http and https with a host), or None."""
-    parsed = urllib.parse.urlsplit(url)
+    """Why ``url`` is no URL to send to (only http and https with a host, no user name or
+    password in it), or None. The message never shows a password."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        host, _port = parsed.hostname, parsed.port
+    except ValueError as exc:  # `http://[::1` (a bracket missing), a port out of range
+        return f"{_shown_url(url)!r} is not a URL ({exc})"
     if parsed.scheme not in SCHEMES:
-        return f"{url!r} is not an http(s) URL"
-    if not parsed.hostname:
-        return f"{url!r} names no host"
+        return f"{_shown_url(url)!r} is not an http(s) URL"
+    if not host:
+        return f"{_shown_url(url)!r} names no host"
+    if parsed.username is not None or parsed.password is not None:
+        return (
+            f"{_shown_url(url)!r} holds a user name or password: give the URL without it "
+            "(a webhook's secret goes in $REPROMATRIX_WEBHOOK_SECRET, a token in its variable)"
+        )
     if any(ch.isspace() or not ch.isprintable() for ch in url):
-        return f"{url!r} holds a space or a control character"
+        return f"{_shown_url(url)!r} holds a space or a control character"
+    return None
+
+
+def _shown_url(url: str) -> str:
+    """``url`` with anything before an ``@`` in its authority replaced (never a password)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url[:200]
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "<userinfo>@" + authority.rpartition("@")[2]
+    return f"{scheme}://{authority}{slash}{path}"[:200]
+
+
+class RedirectRefused(urllib.error.URLError):
+    """A redirect to another host or scheme, not followed (its reason says where)."""
+
+
+class SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects followed only over http(s) to the host that was asked: a service's answer
+    never sends a request, or the token in its headers, anywhere else."""
+
+    def redirect_request(  # noqa: PLR0917 (urllib calls it so)
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        target = urllib.parse.urljoin(req.full_url, newurl)
+        if (why := off_host(target, req.full_url)) is not None:
+            raise RedirectRefused(f"a redirect (HTTP {code}) {why}: not followed")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def same_host_opener() -> urllib.request.OpenerDirector:
+    """HTTP and HTTPS only (no ``file:``, ``ftp:`` or ``data:``), redirects kept on host."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.ProxyHandler(),
+        urllib.request.HTTPHandler(),
+        urllib.request.HTTPSHandler(),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPErrorProcessor(),
+        SameHostRedirects(),
+    ):
+        opener.add_handler(handler)
+    return opener
+
+
+def off_host(url: str, asked: str, more: tuple[str, ...] = ()) -> str | None:
+    """Why ``url`` is off the host of ``asked`` (another scheme or host), or None. ``more``
+    names further hosts allowed (a token service)."""
+    try:
+        target, origin = urllib.parse.urlsplit(url), urllib.parse.urlsplit(asked)
+        port, origin_port = target.port, origin.port
+    except ValueError:
+        return "leads to a malformed URL"
+    if target.scheme not in SCHEMES:
+        return f"leads to a {target.scheme or 'relative'}: URL"
+    if target.scheme == "http" and origin.scheme == "https":
+        return "leads from https to http"
+    same = (target.hostname, port) == (origin.hostname, origin_port)
+    if not same and target.hostname not in more:
+        return f"leads to another host ({target.hostname})"
     return None
 
 
@@ -139,7 +216,7 @@ def send(call: Call, timeout_s: float = DEFAULT_TIMEOUT_S) -> Reply:
         call.url, data=call.body or None, headers=dict(call.headers), method=call.method
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with same_host_opener().open(request, timeout=timeout_s) as response:
             return Reply(response.status, response.read(REPLY_LIMIT))
     except urllib.error.HTTPError as exc:
         return Reply(exc.code, exc.read(REPLY_LIMIT))

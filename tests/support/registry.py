@@ -24,6 +24,12 @@ class StandIn:
 
     host: str
     tags: dict[str, str] = field(default_factory=dict)
+    # A hostile registry's answers to the tag list (None: a well-behaved one).
+    link: str | None = None  # a `Link: <...>; rel="next"` on every page
+    realm: str | None = None  # a bearer challenge to this realm before any answer
+    redirect: str | None = None  # a 302 to this URL instead of the list
+    body: bytes | None = None  # this body instead of the list
+    asked: list[str] = field(default_factory=list)  # each request's path
 
     def push(self, tag: str, stamp: str = "1") -> str:
         """Point ``tag`` at a (new) digest; return it."""
@@ -32,23 +38,43 @@ class StandIn:
 
 
 @contextmanager
-def stand_in_registry() -> Iterator[StandIn]:
-    """A registry on 127.0.0.1 serving ``/v2/<name>/tags/list`` and manifest HEADs."""
+def stand_in_registry(address: str = "127.0.0.1") -> Iterator[StandIn]:
+    """A registry on ``address`` (a loopback one) serving ``/v2/<name>/tags/list`` and
+    manifest HEADs, as hostile as the test makes it (``StandIn``'s fields)."""
     holder: list[StandIn] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            me = holder[0]
+            me.asked.append(self.path)
             if "/tags/list" not in self.path:
                 return self._status(404)
-            body = json.dumps({"tags": sorted(holder[0].tags)}).encode()
+            if me.realm is not None and "Authorization" not in self.headers:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", f'Bearer realm="{me.realm}",service="x"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            if me.redirect is not None:
+                self.send_response(302)
+                self.send_header("Location", me.redirect)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            body = (
+                me.body if me.body is not None else json.dumps({"tags": sorted(me.tags)}).encode()
+            )
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
+            if me.link is not None:
+                self.send_header("Link", f'<{me.link}>; rel="next"')
             self.end_headers()
             self.wfile.write(body)
             return None
 
         def do_HEAD(self) -> None:
+            holder[0].asked.append(self.path)
             tag = self.path.rpartition("/manifests/")[2]
             digest = holder[0].tags.get(tag)
             if digest is None:
@@ -66,8 +92,8 @@ def stand_in_registry() -> Iterator[StandIn]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    holder.append(StandIn(f"127.0.0.1:{server.server_address[1]}"))
+    server = ThreadingHTTPServer((address, 0), Handler)
+    holder.append(StandIn(f"{address}:{server.server_address[1]}"))
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:

@@ -85,7 +85,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Search, then print the answer (exit 0 whatever the outcomes)."""
     from repromatrix.bisect import answer, flow  # noqa: PLC0415  (keeps `--help` fast)
-    from repromatrix.bisect.cells import Target  # noqa: PLC0415
+    from repromatrix.bisect.cells import Target, find_scenario, resolve  # noqa: PLC0415
     from repromatrix.bisect.execute import BisectRun  # noqa: PLC0415
     from repromatrix.images.wheelhouse import CACHE_ROOT  # noqa: PLC0415
     from repromatrix.matrix.inputs import load_inputs  # noqa: PLC0415
@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         flagset=args.flagset,
     )
     request = flow.Request(target, args.versions, args.low, args.high, tuple(args.results))
+    resolve(target, find_scenario(scenarios, target.scenario))  # before the index is asked
     found = flow.lane_versions(matrix, request, CACHE_ROOT)
     ready = flow.prepare(matrix, scenarios, request, found)
     if args.plan:

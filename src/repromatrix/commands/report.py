@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -88,6 +89,9 @@ def _print_patch(run_dir: Path, options: Any) -> int:
 def require_run_dir(path: Path) -> Path:
     """Return ``path`` when it is a run folder; otherwise a usage error that says what is there."""
     if not path.is_dir():
+        if os.path.lexists(path):
+            what = "a file" if path.is_file() else "not a folder"
+            raise UsageError(f"{path} is {what}: give the run folder that holds cells/")
         raise UsageError(f"{path}: no such folder")
     if (path / "cells").is_dir():
         return path

@@ -4,6 +4,8 @@ a scenario file drafted from a crash log, checked on logs and tried on this host
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Draft, write, then check and try as asked; 1 when a check fails or nothing reproduced."""
+    _check_out(args.out, force=args.force)  # before the log is read
     scenario_id, text = _draft(args.log, args.out)
     load_draft(scenario_id, text)  # a draft that does not load is a bug, shown as one
     _write(text, args.out, force=args.force)
@@ -113,12 +116,28 @@ def _id(out: Path | None) -> str | None:
     return stem if check_run_id(stem) is None and stem == stem.lower() else None
 
 
+def _check_out(out: Path | None, *, force: bool) -> None:
+    """``--out`` is a file to write: not a folder, and with ``--force`` only a regular file
+    (or a link, which is replaced, never followed) is replaced, never a FIFO or a device."""
+    if out is None or not os.path.lexists(out):
+        return
+    mode = out.lstat().st_mode
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"--out {out} is a folder: give a file, like {out / 'my-crash.yaml'}")
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise UsageError(
+            f"--out {out} is not a regular file (a FIFO, a socket or a device): "
+            "--force replaces only a file"
+        )
+    if not force:
+        raise UsageError(f"{out} exists; --force replaces it")
+
+
 def _write(text: str, out: Path | None, *, force: bool) -> None:
     if out is None:
         sys.stdout.write(text)
         return
-    if (out.exists() or out.is_symlink()) and not force:
-        raise UsageError(f"{out} exists; --force replaces it")
+    _check_out(out, force=force)
     replace_file(out, text.encode("utf-8"))
     print(f"wrote {out}", file=sys.stderr)
 

@@ -31,6 +31,7 @@ from repromatrix.errors import EXIT_FAILURE, EXIT_INFRA, EXIT_OK, UsageError
 from repromatrix.fleet.dispatch import BUILDKITE_API, GITHUB_API, BuildkiteBuild, GitHubWorkflow
 from repromatrix.http_calls import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, url_problem
 from repromatrix.model import Lane
+from repromatrix.watch.candidates import MAX_NEW_TAGS
 from repromatrix.watch.flow import watch
 from repromatrix.watch.notify import Channels, GitHubIssues, Webhook
 from repromatrix.watch.options import Fleet, WatchOptions
@@ -99,6 +100,14 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="print what is new, where its cells would run and the fleet's API call (JSON, "
         "tokens by name); run, send and publish nothing",
+    )
+    parser.add_argument(
+        "--max-new-tags",
+        type=int,
+        default=MAX_NEW_TAGS,
+        metavar="N",
+        help=f"grade at most N new tags a round, per lane (default {MAX_NEW_TAGS}); the others "
+        "are named and left for later rounds",
     )
     _add_run_arguments(parser)
     _add_webhook_arguments(parser)
@@ -200,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
     check_output_folder(args.results, "--results")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if args.max_new_tags < 1:
+        raise UsageError("--max-new-tags must be at least 1")
     options = WatchOptions(
         site=args.site,
         baselines=tuple(args.baseline),
@@ -218,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
         channels=channels(args, os.environ),
         fleet=fleet(args, os.environ),
         dry_run=args.dry_run,
+        max_new_tags=args.max_new_tags,
     )
     report = watch(options)
     if options.dry_run:

@@ -28,7 +28,7 @@ from typing import Protocol
 import jinja2
 
 from repromatrix.errors import ConfigError, Problem
-from repromatrix.files import inside, replace_file
+from repromatrix.files import folder_inside, inside, replace_file
 from repromatrix.grammars import check_apt_package, check_image_reference
 from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.images.wheelhouse import (
@@ -97,7 +97,9 @@ def render_all(cells: Iterable[Cell], runtime: RuntimeSpec, out_root: Path) -> l
 def render_image(image: Image, runtime: RuntimeSpec, out_root: Path) -> RenderedImage:
     """Render ``image`` and write its context to ``out_root/<image.key>/``."""
     files = render_files(image, runtime)
-    context = out_root / image.key
+    # A key is one path segment by the tag grammar; resolve-and-check keeps the write (and
+    # the deletions ``write_context`` makes) below ``out_root`` whatever a key says.
+    context = folder_inside(out_root, out_root / image.key)
     write_context(files, context)
     wheelhouses: tuple[WheelhouseRef, ...] = ()
     if image.lane is Lane.CPU:

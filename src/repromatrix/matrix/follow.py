@@ -24,6 +24,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
+from repromatrix.grammars import check_tag, check_version_numbers, shown
 from repromatrix.matrix.images import image_version
 from repromatrix.matrix.keys import section
 from repromatrix.matrix.yamlsrc import Location, Reader, YMap, YNode
@@ -96,6 +97,9 @@ def choose(rule: Follow, offered: Iterable[str]) -> Choice:
     by_version: dict[Version, str] = {}
     nightlies: list[str] = []
     for tag in sorted(set(offered)):
+        if (why := check_tag(tag)) is not None:  # upstream's text: it never becomes a tag
+            left.append(LeftOut(shown(tag), f"not a tag this tool can use: {why}"))
+            continue
         reason, version = _verdict(rule, tag)
         if reason is not None:
             left.append(LeftOut(tag, reason))
@@ -165,6 +169,9 @@ def _specifier(node: YNode, reader: Reader) -> str | None:
     text = text.strip()
     if text == ANY_VERSION:
         return text
+    if (why := check_version_numbers(text)) is not None:
+        reader.error(node.where, f"`follow` `{text[:60]}...` is refused: {why}")
+        return None
     try:
         SpecifierSet(text)
     except InvalidSpecifier:

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from repromatrix.errors import ConfigError, Problem, suggest
+from repromatrix.grammars import check_version_numbers
 from repromatrix.matrix.conditions import subject_problem
 from repromatrix.matrix.keys import BASELINE_FORBIDDEN, CRASH_REQUIRED, VARIANT_KINDS, section
 from repromatrix.matrix.scenario_parts import (
@@ -348,6 +349,9 @@ def _specifiers(node: YNode | None, what: str, reader: Reader) -> SpecifierSet |
         return None
     if text.strip() == "all":
         return ALL_VERSIONS
+    if (why := check_version_numbers(text)) is not None:
+        reader.error(node.where, f"{what} `{text[:60]}...` is refused: {why}")
+        return None
     try:
         return SpecifierSet(text)
     except InvalidSpecifier:

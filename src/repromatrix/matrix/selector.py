@@ -126,12 +126,14 @@ class Selector:
         return not any(_covers(p, prefix) for p in self._skip)
 
     def unmatched_only(self, cell_ids: Sequence[str]) -> tuple[str, ...]:
-        """Return the ``--only`` globs that match none of ``cell_ids``."""
-        return tuple(
-            glob
-            for glob in self.only
-            if not any(Selector((glob,)).matches(cell_id) for cell_id in cell_ids)
-        )
+        """Return the ``--only`` globs that match none of ``cell_ids`` (each compiled once)."""
+        unmatched = []
+        for glob in self.only:
+            compiled = _compile(expand_braces(glob))
+            assert compiled is not None  # a glob expands to one pattern at least
+            if not any(compiled.match(cell_id) for cell_id in cell_ids):
+                unmatched.append(glob)
+        return tuple(unmatched)
 
 
 def _compatible(prefix: str, pattern: str) -> bool:

@@ -15,7 +15,6 @@ keeps of them).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import UsageError
-from repromatrix.grammars import check_run_id, check_site_page
+from repromatrix.grammars import check_run_id, check_site_page, load_json
 from repromatrix.model import Expected, Level, Outcome
 from repromatrix.results.schema import is_cell_id
 from repromatrix.results.store import CellResult, Unreadable, read_file
@@ -139,7 +138,7 @@ def read_history(site: Path) -> History:
     if not os.path.lexists(path):
         return EMPTY
     try:
-        return parse_history(json.loads(read_file(path, MAX_HISTORY_BYTES)))
+        return parse_history(load_json(read_file(path, MAX_HISTORY_BYTES)))
     except (Unreadable, ValueError, RecursionError) as exc:
         raise UsageError(
             f"{path}: not a history this repromatrix can extend ({exc}); publish into an "

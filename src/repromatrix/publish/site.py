@@ -217,7 +217,7 @@ def publish_staged(
     try:
         summary = publish(folders, staging, options)
         for page, data in (extra(read_history(staging), summary) if extra else {}).items():
-            atomic_write(staging / page, data)
+            atomic_write(inside(staging, staging / page), data)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -314,7 +314,8 @@ class _Site:
     def environments(self, run: Run) -> None:
         """The run's environment reports, as text files beside the pages."""
         for report, text in run.environments.items():
-            atomic_write(self.out / environment_page(run.id, report), text.encode("utf-8"))
+            page = environment_page(run.id, report)
+            atomic_write(inside(self.out, self.out / page), text.encode("utf-8"))
 
     def scenario_pages(self, newest: Run, findings: Findings) -> int:
         """One page per scenario in the history."""

@@ -24,6 +24,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
+from repromatrix.grammars import check_version_numbers
 from repromatrix.model import Expected, Outcome
 from repromatrix.results.verdicts import DECISIVE, Judged, result_version
 
@@ -217,7 +218,7 @@ def _evidence(
 
 
 def _spec(documented: Documented | None) -> SpecifierSet | None:
-    if documented is None:
+    if documented is None or check_version_numbers(documented.affected) is not None:
         return None
     try:
         return SpecifierSet(documented.affected)

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from repromatrix.grammars import check_run_id
+from repromatrix.grammars import check_run_id, check_version_numbers, whole_number
 from repromatrix.matrix.config import ID_PARTS
 from repromatrix.matrix.expand import cell_id
 from repromatrix.matrix.yamlsrc import NAME_PATTERN
@@ -162,7 +162,9 @@ def parse_result(data: bytes) -> CellResult:
     if not data.strip():
         raise ResultProblem(ProblemKind.CORRUPT, "empty file (the run was cut off while writing)")
     try:
-        raw = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+        raw = json.loads(
+            data, parse_constant=_no_constant, parse_float=_finite, parse_int=whole_number
+        )
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ResultProblem(
             ProblemKind.CORRUPT, f"not valid JSON, truncated or corrupt ({exc})"
@@ -262,6 +264,14 @@ def _text(value: object) -> str:
 
 def _optional_text(value: object) -> str | None:
     return None if value is None else _text(value)
+
+
+def _version_text(value: object) -> str | None:
+    """The vLLM version seen in the image: text whose numbers a comparison can hold."""
+    text = _optional_text(value)
+    if text is not None and (why := check_version_numbers(text)) is not None:
+        raise ValueError(why)
+    return text
 
 
 def _flag(value: object) -> bool:
@@ -406,7 +416,7 @@ _CHECKS: dict[str, Callable[[object], Any]] = {
     "image": _text,
     **dict.fromkeys(_ID_FIELDS, _text),
     "flags": _flags,
-    "version": _optional_text,
+    "version": _version_text,
     "image_digest": _optional_text,
     "root_cause": _root_cause,
     "reason": _text,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -36,7 +37,7 @@ from typing import Any
 
 from repromatrix.errors import UsageError
 from repromatrix.files import LeadsOut, inside, replace_file
-from repromatrix.grammars import check_run_id
+from repromatrix.grammars import check_run_id, load_json
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.schema import (
     ENVIRONMENT_DIR,
@@ -94,6 +95,10 @@ MERGE_FILE = "merge.json"  # what ``merge`` found: shards, replaced copies, prob
 _MAX_JSON_BYTES = 8 * 1024 * 1024
 _MAX_ENVIRONMENT_BYTES = 4 * 1024 * 1024  # collect_env prints a few KiB; pip lists can be long
 _MAX_LOG_BYTES = 1 << 31  # the runner bounds logs far below this; merge copies nothing bigger
+# What a reader of a run reads at most (a result.json is a few KiB): a folder past these is not
+# one this tool wrote, and reports on what it could read, naming the rest.
+MAX_RESULTS = 200_000
+MAX_RESULT_BYTES = 2 << 30  # of all its result.json files together
 
 
 def cell_dir(run_dir: Path, cell_id: str) -> Path:
@@ -278,10 +283,28 @@ def read_results(run_dir: Path) -> tuple[list[CellResult], list[RunProblem]]:
     """Read every cell result under ``run_dir``; each file that does not fit is one problem."""
     results: list[CellResult] = []
     problems: list[RunProblem] = []
-    for path in sorted(_result_paths(run_dir, problems)):
+    paths = sorted(itertools.islice(_result_paths(run_dir, problems), MAX_RESULTS + 1))
+    if len(paths) > MAX_RESULTS:
+        message = (
+            f"more than the {MAX_RESULTS} result files a run may have: {MAX_RESULTS} are "
+            "read, the rest are not"
+        )
+        problems.append(RunProblem(ProblemKind.CORRUPT, CELLS_DIR, message))
+        paths = paths[:MAX_RESULTS]
+    budget = MAX_RESULT_BYTES
+    for index, path in enumerate(paths):
         where = path.relative_to(run_dir).as_posix()
+        if _size(path) > budget:
+            message = (
+                f"the run's result files hold more than the {MAX_RESULT_BYTES} bytes a run may "
+                f"have: {index} are read, the {len(paths) - index} from {where} on are not"
+            )
+            problems.append(RunProblem(ProblemKind.CORRUPT, CELLS_DIR, message))
+            break
         try:
-            result = parse_result(read_file(path))
+            data = read_file(path)
+            budget -= len(data)
+            result = parse_result(data)
         except ResultProblem as exc:
             problems.append(RunProblem(exc.kind, where, str(exc)))
             continue
@@ -294,6 +317,13 @@ def read_results(run_dir: Path) -> tuple[list[CellResult], list[RunProblem]]:
             continue
         results.append(result)
     return results, problems
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return 0  # gone or unreadable: ``read_file`` names why
 
 
 def _result_paths(run_dir: Path, problems: list[RunProblem]) -> Iterator[Path]:
@@ -404,7 +434,7 @@ def _read_json(run_dir: Path, name: str) -> tuple[dict[str, Any] | None, list[Ru
     if not os.path.lexists(path):
         return None, []
     try:
-        document = whole_text(json.loads(read_file(path)))
+        document = whole_text(load_json(read_file(path)))
     except Unreadable as exc:
         return None, [RunProblem(ProblemKind.CORRUPT, name, str(exc))]
     except (ValueError, RecursionError) as exc:

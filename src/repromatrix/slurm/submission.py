@@ -16,18 +16,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from repromatrix.grammars import RUN_ID
-from repromatrix.results.store import atomic_write
+from repromatrix.errors import UsageError
+from repromatrix.grammars import RUN_ID, SLURM_NAME, load_json
+from repromatrix.results.schema import is_cell_id
+from repromatrix.results.store import Unreadable, atomic_write, read_file
 from repromatrix.slurm.arrays import TaskArray
 
 SLURM_DIR = "slurm"
 RECORD_FILE = "submission.json"
 TASK_FILE = "task.json"
+MAX_TASK_BYTES = 64 * 1024  # task.json is a few hundred bytes
+MAX_RECORD_BYTES = 64 * 1024 * 1024  # submission.json: a line per cell of the run
+JOB_ID = re.compile(r"[0-9]{1,20}")
+MAX_TASK_TEXT = 256  # characters of a host, a job id, a signal name, a time
 SHARDS_DIR = "shards"
 LOGS_DIR = "logs"
 FINISH_SCRIPT = "finish.sbatch"
@@ -146,9 +153,30 @@ def submissions(run_dir: Path) -> Iterator[Submission]:
 
 
 def read(folder: Path) -> Submission:
-    """The submission recorded in ``folder``."""
-    data = json.loads((folder / RECORD_FILE).read_text(encoding="utf-8"))
-    return Submission.from_json(folder, data)
+    """The submission recorded in ``folder``; ``UsageError`` naming the file when it is not
+    one this tool wrote. Each value that becomes a path, an argument or a cell is checked by
+    its grammar (``_checked``): a shard is a run id, a cell a cell id, a job id digits."""
+    path = folder / RECORD_FILE
+    try:
+        submission = Submission.from_json(folder, load_json(read_file(path, MAX_RECORD_BYTES)))
+        return _checked(submission)
+    except (Unreadable, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise UsageError(f"{path}: not a submission this repromatrix wrote ({exc})") from exc
+
+
+def _checked(submission: Submission) -> Submission:
+    ids = [*submission.jobs.values(), *([submission.finish_job] if submission.finish_job else [])]
+    ids += [task.job_id for task in submission.tasks if task.job_id]
+    if bad := [i for i in ids if not JOB_ID.fullmatch(str(i))]:
+        raise ValueError(f"job id {str(bad[0])[:40]!r} is not a Slurm job id")
+    for task in submission.tasks:
+        if not RUN_ID.fullmatch(task.shard) or not SLURM_NAME.fullmatch(task.array):
+            raise ValueError(f"task {task.array[:40]!r} {task.shard[:80]!r}: not a shard's name")
+        if bad_cells := [c for c in task.cells if not isinstance(c, str) or not is_cell_id(c)]:
+            raise ValueError(f"{str(bad_cells[0])[:80]!r} is not a cell id")
+        if not all(isinstance(glob, str) and glob.isprintable() for glob in task.only):
+            raise ValueError("`only` holds something other than one-line globs")
+    return submission
 
 
 def write(submission: Submission) -> Submission:
@@ -209,7 +237,7 @@ def shard_id(run_id: str, number: int, array: str, index: int) -> str:
     """A task's shard run id: ``<run>-<n>-<array>-<i>``, unique to the run (its Docker label
     too); the run's id is hashed short where the whole would be too long for a run id."""
     whole = f"{run_id}-{number}-{array}-{index}"
-    if RUN_ID.match(whole):
+    if RUN_ID.fullmatch(whole):
         return whole
     short = hashlib.sha256(f"{run_id}/{array}".encode()).hexdigest()[:16]
     return f"{short}-{number}-{index}"
@@ -241,7 +269,24 @@ def write_task_end(shard: Path, end: TaskEnd) -> None:
 def read_task_end(shard: Path) -> TaskEnd | None:
     """What the task wrote of how it went (None: it never started, or wrote nothing)."""
     try:
-        data = json.loads((shard / TASK_FILE).read_text(encoding="utf-8"))
-        return TaskEnd(**{key: data.get(key) for key in TaskEnd.__dataclass_fields__})
-    except (OSError, ValueError, TypeError):
+        return _task_end(load_json(read_file(shard / TASK_FILE, MAX_TASK_BYTES)))
+    except (Unreadable, ValueError, TypeError, AttributeError, RecursionError):
         return None
+
+
+def _task_end(data: Mapping[str, Any]) -> TaskEnd:
+    """``task.json`` checked field by field (a task on another node wrote it): text is one
+    short printable line, numbers are whole and bounded (``load_json``); else ``ValueError``."""
+    kinds = {"job": str, "attempt": int, "host": str, "started_at": str, "ended_at": str,
+             "exit_code": int, "signal": str}  # fmt: skip
+    values: dict[str, Any] = {key: data.get(key) for key in TaskEnd.__dataclass_fields__}
+    for key, value in values.items():
+        if value is None and key in ("ended_at", "exit_code", "signal"):
+            continue
+        if type(value) is not kinds[key]:
+            raise ValueError(f"`{key}` is not {kinds[key].__name__}")
+        if isinstance(value, str) and (
+            len(value) > MAX_TASK_TEXT or not all(ch.isprintable() for ch in value)
+        ):
+            raise ValueError(f"`{key}` is not one short printable line")
+    return TaskEnd(**values)

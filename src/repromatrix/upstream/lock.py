@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from types import MappingProxyType
 from typing import Any
 
 from repromatrix.errors import UsageError
+from repromatrix.grammars import check_tag, load_json
 from repromatrix.matrix.config import LaneConfig, Matrix
 from repromatrix.matrix.follow import LeftOut
 from repromatrix.matrix.images import image_version, make_image
@@ -35,6 +37,8 @@ from repromatrix.model import Image, Lane, PullPolicy
 LOCK_SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
 LEFT_OUT_SHOWN = 8  # tags named per reason in ``lock_lines``; the rest are counted
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+MAX_SHOWN = 1000  # characters of a left-out tag or reason
 
 
 @dataclass(frozen=True)
@@ -193,10 +197,13 @@ def write_lock(path: Path, lock: Lock) -> None:
 
 
 def read_lock(path: Path) -> Lock:
-    """Read a lock file; ``UsageError`` naming the file when it is not one this tool wrote."""
+    """Read a lock file; ``UsageError`` naming the file when it is not one this tool wrote.
+
+    A lock may come from elsewhere (``--lock``, a workflow's input): each tag is checked by
+    the tag grammar and each digest by its own here, before any becomes a key or a path."""
     try:
-        return parse_lock(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return parse_lock(load_json(path.read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise UsageError(
             f"{path}: not a lock file this repromatrix reads ({exc}); delete it, or plan "
             "again with --relock"
@@ -208,22 +215,39 @@ def parse_lock(data: Mapping[str, Any]) -> Lock:
     if data.get("schema_version") != LOCK_SCHEMA_VERSION:
         raise ValueError(f"schema_version {data.get('schema_version')!r}")
     lanes = {Lane(name): _parse_lane(Lane(name), body) for name, body in data["lanes"].items()}
-    return Lock(str(data["matrix"]), str(data["resolved_at"]), MappingProxyType(lanes))
+    return Lock(_shown(data["matrix"]), _shown(data["resolved_at"]), MappingProxyType(lanes))
 
 
 def _parse_lane(lane: Lane, body: Mapping[str, Any]) -> LaneLock:
-    images = tuple(LockedImage(str(i["tag"]), _digest(i.get("digest"))) for i in body["images"])
-    left = tuple(LeftOut(str(o["tag"]), str(o["reason"])) for o in body.get("left_out", ()))
+    images = tuple(LockedImage(_tag(i["tag"]), _digest(i.get("digest"))) for i in body["images"])
+    left = tuple(LeftOut(_shown(o["tag"]), _shown(o["reason"])) for o in body.get("left_out", ()))
     rule = body["rule"]
     if not isinstance(rule, dict):
         raise ValueError("`rule` is not a mapping")
-    return LaneLock(lane, MappingProxyType(rule), str(body["source"]), images, left)
+    return LaneLock(lane, MappingProxyType(rule), _shown(body["source"]), images, left)
+
+
+def _tag(value: object) -> str:
+    """A locked tag becomes an image key, a render folder and a cell id: the tag grammar."""
+    if not isinstance(value, str):
+        raise ValueError(f"a tag is text, not {type(value).__name__}")
+    if (why := check_tag(value)) is not None:
+        raise ValueError(f"tag {value[:80]!r} is refused: {why}")
+    return value
+
+
+def _shown(value: object) -> str:
+    """A left-out tag or a reason is only ever printed: one line of printable text."""
+    text = str(value)
+    if len(text) > MAX_SHOWN or any(not ch.isprintable() for ch in text):
+        raise ValueError(f"{text[:80]!r} is not one short line of printable text")
+    return text
 
 
 def _digest(value: object) -> str | None:
-    if value is None or (isinstance(value, str) and value.startswith("sha256:")):
+    if value is None or (isinstance(value, str) and DIGEST.fullmatch(value)):
         return value
-    raise ValueError(f"digest {value!r} is not sha256:<hex>")
+    raise ValueError(f"digest {str(value)[:80]!r} is not sha256:<64 hex digits>")
 
 
 def lock_lines(lock: Lock, path: Path, fresh: bool) -> list[str]:

@@ -41,6 +41,9 @@ from repromatrix.upstream.lock import (
 from repromatrix.upstream.versions import PipIndex, cpu_versions
 
 MAX_LEFT_OUT_NAMED = 12  # in the message of a rule that matches no tag
+# What a caller keeps of the tags a rule took before any digest is asked (``watch``: at most
+# N new tags a round): the tags kept, and the others left out with why.
+Keep = Callable[[Lane, tuple[str, ...]], tuple[tuple[str, ...], tuple[LeftOut, ...]]]
 
 
 class Upstream(Protocol):
@@ -81,15 +84,16 @@ def resolve(
     upstream: Upstream,
     only: Collection[Lane] | None = None,
     now: datetime | None = None,
+    keep: Keep | None = None,
 ) -> Lock:
     """Resolve every following lane of ``matrix`` (of ``only``, when given); raise for a rule
-    that takes no tag."""
+    that takes no tag. ``keep`` narrows the tags taken before their digests are asked."""
     lanes: dict[Lane, LaneLock] = {}
     problems: list[Problem] = []
     for lane, config in sorted(matrix.lanes.items()):
         if config.follow is None or (only is not None and lane not in only):
             continue
-        locked = resolve_lane(config, config.follow, upstream)
+        locked = resolve_lane(config, config.follow, upstream, keep)
         if locked.images:
             lanes[lane] = locked
         else:
@@ -100,18 +104,23 @@ def resolve(
     return Lock(Path(matrix.file).name, stamp, MappingProxyType(lanes))
 
 
-def resolve_lane(config: LaneConfig, rule: Follow, upstream: Upstream) -> LaneLock:
-    """One lane: the tags (GPU) or installable versions (CPU) offered, the rule's choice, and
-    on the GPU lane the digest each tag taken points at."""
+def resolve_lane(
+    config: LaneConfig, rule: Follow, upstream: Upstream, keep: Keep | None = None
+) -> LaneLock:
+    """One lane: the tags (GPU) or installable versions (CPU) offered, the rule's choice
+    (narrowed by ``keep``), and on the GPU lane the digest each tag taken points at."""
     source = source_of(config)
     if config.lane is Lane.GPU:
         choice = choose(rule, upstream.tags(source))
-        images = tuple(LockedImage(tag, upstream.digest(source, tag)) for tag in choice.taken)
-        return LaneLock(config.lane, rule.to_json(), source, images, choice.left_out)
+        taken, later = keep(config.lane, choice.taken) if keep else (choice.taken, ())
+        images = tuple(LockedImage(tag, upstream.digest(source, tag)) for tag in taken)
+        left = tuple(sorted((*choice.left_out, *later), key=lambda item: item.tag))
+        return LaneLock(config.lane, rule.to_json(), source, images, left)
     offered, refused = upstream.versions(source)
     choice = choose(rule, offered)
-    left = tuple(sorted((*choice.left_out, *refused), key=lambda item: item.tag))
-    images = tuple(LockedImage(tag) for tag in choice.taken)
+    taken, later = keep(config.lane, choice.taken) if keep else (choice.taken, ())
+    left = tuple(sorted((*choice.left_out, *refused, *later), key=lambda item: item.tag))
+    images = tuple(LockedImage(tag) for tag in taken)
     return LaneLock(config.lane, rule.to_json(), source, images, left)
 
 

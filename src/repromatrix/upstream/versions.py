@@ -28,11 +28,13 @@ from packaging.version import InvalidVersion, Version
 
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.files import replace_file
+from repromatrix.grammars import check_tag, shown
 
 TORCH = "torch"
 AVAILABLE = re.compile(r"^Available versions:\s*(.*)$", re.MULTILINE)
 PIP_TIMEOUT_S = 300
 NO_MATCH = "No matching distribution"
+MAX_VERSION = 128  # characters: an image tag's length, far below int()'s 4300-digit limit
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class PackageIndex(Protocol):
 
 def version_key(text: str) -> Version:
     """The version a tag or version string names (``v0.31.0`` is 0.31.0); ``UsageError`` if none."""
+    if len(text) > MAX_VERSION:
+        too_long = f"more than {MAX_VERSION} characters"
+        raise UsageError(f"{shown(text, 40)!r} is not a version ({too_long})")
     try:
         return Version(text)
     except InvalidVersion as exc:
@@ -72,12 +77,17 @@ def version_key(text: str) -> Version:
 
 def cpu_versions(index: PackageIndex, package: str) -> LaneVersions:
     """The package's versions that install on this host, oldest first, and those that do not."""
-    offered = sorted(set(index.versions(package)), key=version_key)
-    torches = [Version(v) for v in index.versions(TORCH)]
+    named = set(index.versions(package))
+    refused = [
+        Refusal(shown(v), f"not a version this tool can use: {why}")
+        for v in sorted(named)
+        if (why := check_tag(v)) is not None
+    ]
+    offered = sorted((v for v in named if check_tag(v) is None), key=version_key)
+    torches = [Version(v) for v in index.versions(TORCH) if len(v) <= MAX_VERSION]
     with ThreadPoolExecutor(max_workers=4) as pool:
         requires = list(pool.map(lambda v: index.requires(package, v), offered))
     keep: list[str] = []
-    refused: list[Refusal] = []
     for version, lines in zip(offered, requires, strict=True):
         reason = lines if isinstance(lines, str) else _torch_problem(lines, torches)
         if reason is None:
@@ -134,6 +144,9 @@ def gpu_versions(tags: Iterable[str]) -> LaneVersions:
     by_version: dict[Version, str] = {}
     ignored: list[str] = []
     for tag in sorted(set(tags)):
+        if check_tag(tag) is not None:  # the registry's text: never a version, never a path
+            ignored.append(shown(tag))
+            continue
         try:
             by_version.setdefault(Version(tag), tag)
         except InvalidVersion:

@@ -11,6 +11,7 @@ history holds a run of its tag (at its digest).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -18,12 +19,17 @@ from types import MappingProxyType
 from packaging.version import Version
 
 from repromatrix.matrix.config import LaneConfig, Matrix
+from repromatrix.matrix.follow import LeftOut
+from repromatrix.matrix.images import image_version
 from repromatrix.model import Image, Lane, PullPolicy
 from repromatrix.publish.history import History
 from repromatrix.upstream.lock import Lock, listed_lock, locked_image
-from repromatrix.upstream.resolve import Upstream
+from repromatrix.upstream.resolve import Keep, Upstream
 
 SHORT_DIGEST = 12  # hex digits of a digest in keys and run ids
+MAX_RUN_ID = 64  # characters of a run id (``grammars.RUN_ID``)
+MAX_NEW_TAGS = 10  # a round's default bound on new tags (``--max-new-tags``)
+LATER = "left for a later round"  # the reason of a new tag past the round's bound
 
 
 @dataclass(frozen=True)
@@ -47,8 +53,14 @@ class Candidate:
 
     @property
     def run_id(self) -> str:
-        """The run folder its cells are written to on this host."""
-        return f"watch-{self.key}"
+        """The run folder its cells are written to on this host: ``watch-<key>``, cut and
+        made unique by a hash where a long tag (``nightly-<40 hex>``) would pass the run id
+        grammar's 64 characters."""
+        full = f"watch-{self.key}"
+        if len(full) <= MAX_RUN_ID:
+            return full
+        mark = hashlib.sha256(full.encode()).hexdigest()[:SHORT_DIGEST]
+        return f"{full[: MAX_RUN_ID - SHORT_DIGEST - 1].rstrip('.-_')}-{mark}"
 
     @property
     def words(self) -> str:
@@ -121,3 +133,38 @@ def only_image(matrix: Matrix, candidate: Candidate) -> Matrix:
         matrix.lanes[candidate.lane], images=(candidate.image,), follow=None
     )
     return dataclasses.replace(matrix, lanes=MappingProxyType({candidate.lane: config}))
+
+
+def at_most_new(history: History, baselines: Sequence[str], most: int) -> Keep:
+    """What a round keeps of the tags a rule took, before any digest is asked: every tag the
+    history has graded (its digest tells whether it moved) and the first ``most`` of the
+    others, the baselines first; the rest are left for later rounds, with why."""
+
+    def keep(lane: Lane, taken: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[LeftOut, ...]]:
+        graded = history.tags(lane.value)
+        new = sorted((t for t in taken if t not in graded), key=lambda t: t not in baselines)
+        chosen = set(new[:most])
+        kept = tuple(t for t in taken if t in graded or t in chosen)
+        why = f"{LATER} (at most {most} new tags a round: --max-new-tags)"
+        return kept, tuple(LeftOut(t, why) for t in taken if t not in kept)
+
+    return keep
+
+
+def later_line(lock: Lock, shown: int = 8) -> str | None:
+    """``3 new tags left for later rounds (...): v0.1.0, v0.2.0, v0.3.0``, or None."""
+    later = [
+        o for locked in lock.lanes.values() for o in locked.left_out if o.reason.startswith(LATER)
+    ]
+    if not later:
+        return None
+    later.sort(key=lambda o: _version_order(o.tag))
+    names = ", ".join(o.tag for o in later[:shown])
+    more = f" and {len(later) - shown} more" if len(later) > shown else ""
+    reason = later[0].reason.removeprefix(LATER).strip()
+    return f"{len(later)} new tags left for later rounds {reason}: {names}{more}"
+
+
+def _version_order(tag: str) -> tuple[int, Version, str]:
+    version = image_version(tag)
+    return (0, version, tag) if version is not None else (1, Version("0"), tag)

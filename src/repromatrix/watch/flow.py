@@ -67,7 +67,15 @@ from repromatrix.watch.baselines import (
     baselines_of,
     check_baselines,
 )
-from repromatrix.watch.candidates import Candidate, offered, only_image, round_lock, ungraded
+from repromatrix.watch.candidates import (
+    Candidate,
+    at_most_new,
+    later_line,
+    offered,
+    only_image,
+    round_lock,
+    ungraded,
+)
 from repromatrix.watch.handoff import hand_off, handoff_of, waited_out
 from repromatrix.watch.options import Round, WatchOptions, WatchReport
 from repromatrix.watch.state import WATCH_DIR, WatchFolder, read_json, recorded, write_json
@@ -85,10 +93,13 @@ def watch(
     history = read_history(options.site)
     matrix, scenarios = load_inputs(options.matrix, options.scenarios)
     lanes = _lanes(matrix, options.lane)
+    selector = Selector(options.only, options.skip)  # its own options before any registry
     ask = upstream or Online(options.cache)
-    lock = resolve(matrix, ask, lanes)
+    keep = at_most_new(history, options.baselines, options.max_new_tags)
+    lock = resolve(matrix, ask, lanes, keep=keep)
+    if (later := later_line(lock)) is not None:
+        say(later)
     locked = apply_lock(matrix, lock)
-    selector = Selector(options.only, options.skip)
     plan(locked, scenarios, options.lane, selector)  # a selection of nothing is bad input
     found = offered(locked, lock, ask, lanes)
     lock = round_lock(matrix, lock, found)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -11,6 +12,10 @@ from repromatrix.fleet.dispatch import Handoff
 from repromatrix.fleet.jobs import brace_glob
 from repromatrix.matrix.inputs import scenario_dirs
 from repromatrix.model import Cell
+from repromatrix.results import store
+from repromatrix.run import outcome
+from repromatrix.run.cell import NOT_RUN, CellRun, cell_result
+from repromatrix.run.folder import RunFolder
 from repromatrix.upstream.lock import Lock, restricted
 from repromatrix.watch.candidates import Candidate
 from repromatrix.watch.options import Fleet, Round
@@ -28,6 +33,7 @@ def hand_off(
             f"{candidate.words}: {len(away)} cells cannot run here ({_gpus(away)}) and "
             "no fleet is given (--fleet): they are answered as not run"
         )
+        save_not_run(this, candidate, away)
         return None
     path = this.folder.handoff(candidate.key)
     record = read_json(path) or {}
@@ -51,6 +57,21 @@ def hand_off(
     verb = "handed to the fleet" if dispatched.ok else "not handed over (next round tries again)"
     this.note(f"{candidate.words}: {len(away)} cells {verb}: {dispatched.words}")
     return record
+
+
+def save_not_run(this: Round, candidate: Candidate, away: Sequence[Cell]) -> None:
+    """Record each cell no one runs as skipped, with why, in the image's run folder: the
+    answer counts it not run (as the docs say), and the round has a result for every cell."""
+    results = this.options.results
+    folder = RunFolder(candidate.run_id, store.run_folder(results, candidate.run_id))
+    reason = f"this host cannot run it ({_gpus(away)}) and no fleet is given (--fleet)"
+    digest = candidate.image.ref if candidate.digest else None  # whose cells they are
+    for cell in away:
+        run = CellRun(outcome.skipped(reason), NOT_RUN)
+        made = cell_result(
+            cell, run, context=None, run_id=folder.run_id, started_at=store.now_iso()
+        )
+        store.write_result(folder.path, dataclasses.replace(made, image_digest=digest), b"")
 
 
 def handoff_of(

@@ -15,7 +15,7 @@ from repromatrix.matrix.selector import Selector
 from repromatrix.model import Lane, Scenario
 from repromatrix.upstream.lock import Lock
 from repromatrix.watch.answer import Answer, Stage
-from repromatrix.watch.candidates import Candidate
+from repromatrix.watch.candidates import MAX_NEW_TAGS, Candidate
 from repromatrix.watch.notify import Channels
 from repromatrix.watch.state import WatchFolder
 
@@ -55,6 +55,7 @@ class WatchOptions:
     channels: Channels = field(default_factory=Channels)
     fleet: Fleet = field(default_factory=Fleet)
     dry_run: bool = False  # say what is new and where its cells would run; run nothing
+    max_new_tags: int = MAX_NEW_TAGS  # a round takes at most this many new tags (per lane)
 
 
 @dataclass(frozen=True)

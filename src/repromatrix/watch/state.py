@@ -21,13 +21,22 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import UsageError
+from repromatrix.grammars import load_json
 from repromatrix.model import Outcome
 from repromatrix.publish.history import same_digest
 from repromatrix.results.merge import finish_time
-from repromatrix.results.store import CELLS_DIR, CellResult, atomic_write, read_results
+from repromatrix.results.store import (
+    CELLS_DIR,
+    CellResult,
+    Unreadable,
+    atomic_write,
+    read_file,
+    read_results,
+)
 from repromatrix.watch.candidates import Candidate
 
 WATCH_DIR = "watch"
+MAX_STATE_BYTES = 64 * 1024 * 1024  # a state file: an answer, a hand-off, the round's lock
 
 
 @dataclass(frozen=True)
@@ -68,8 +77,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = load_json(read_file(path, MAX_STATE_BYTES))
+    except (Unreadable, ValueError, RecursionError) as exc:
         raise UsageError(f"{path}: not a state file watch can read ({exc}); delete it") from exc
     if not isinstance(data, dict):
         raise UsageError(f"{path}: not a state file watch can read (not an object); delete it")

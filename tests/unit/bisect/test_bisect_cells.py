@@ -189,3 +189,29 @@ def test_results_that_hold_no_run_folder_are_a_usage_error(tmp_path: Path) -> No
     for wrong in ("empty", "other"):
         with pytest.raises(UsageError, match="holds no run folder"):
             known_outcomes([tmp_path / wrong], {})
+
+
+@pytest.mark.parametrize(
+    ("scenario", "extra", "words"),
+    [
+        ("lora-int32-offset-overflw", [], "no scenario `lora-int32-offset-overflw`"),
+        ("lora-int32-offset-overflow", ["--variant", "nope"], "has no variant `nope`"),
+    ],
+)
+def test_an_unknown_scenario_or_variant_is_said_before_any_version_is_asked(
+    scenario: str,
+    extra: list[str],
+    words: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 34: an unknown scenario spent 98 s on the package index before being named."""
+
+    def never(*args: object) -> None:
+        raise AssertionError("the versions were asked for before the scenario was checked")
+
+    monkeypatch.setattr(flow, "lane_versions", never)
+    argv = ["bisect", scenario, "--lane", "cpu", "--plan", *extra]
+    argv += ["--matrix", str(ROOT / "matrix.yaml"), "--scenarios", str(ROOT / "scenarios")]
+    assert main(argv) == 2
+    assert words in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from repromatrix.http_calls import Call, deliver, json_call, send, url_problem
+from support.registry import stand_in_registry
 from support.webhook import free_port, receiver
 
 
@@ -79,3 +80,23 @@ def test_only_http_and_https_urls_are_sent_to(url: str, problem: str) -> None:
 def test_a_good_url_has_no_problem() -> None:
     assert url_problem("https://hooks.example.com/repromatrix?team=a") is None
     assert url_problem("http://127.0.0.1:8080/") is None
+
+
+@pytest.mark.parametrize("target", ["other host", "file"])
+def test_a_redirect_off_the_host_is_not_followed_and_the_token_stays(target: str) -> None:
+    """Issue 34: a service's redirect took the request (and its token) to any host."""
+    with stand_in_registry() as asked, stand_in_registry("127.0.0.2") as bystander:
+        elsewhere = f"http://{bystander.host}/v2/x/tags/list"
+        asked.redirect = elsewhere if target == "other host" else "file:///etc/passwd"
+        call = Call("GET", f"http://{asked.host}/v2/x/tags/list", {"Authorization": "Bearer t"})
+        reply = send(call)
+    assert not reply.ok and bystander.asked == []
+    if target == "other host":
+        assert reply.status is None and "not followed" in reply.error
+
+
+def test_a_redirect_on_the_same_host_is_followed() -> None:
+    with stand_in_registry() as asked:
+        asked.redirect = None
+        reply = send(Call("GET", f"http://{asked.host}/v2/x/tags/list"))
+    assert reply.ok

@@ -3,6 +3,10 @@ unless asked, a planted link replaced rather than followed, ``--check``'s exit c
 
 from __future__ import annotations
 
+import os
+import socket
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,3 +57,29 @@ def test_a_log_without_a_root_cause_is_refused(tmp_path: Path):
     log = tmp_path / "fine.log"
     log.write_text("INFO all good\n")
     assert main(["scenario", "draft", str(log)]) == 2
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _socket(path: Path) -> None:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()
+
+
+@pytest.mark.parametrize("make", [Path.mkdir, _fifo, _socket], ids=["folder", "fifo", "socket"])
+@pytest.mark.parametrize("force", [False, True])
+def test_out_that_is_not_a_regular_file_is_refused_forced_or_not(
+    tmp_path: Path, make: Callable[[Path], None], force: bool, capsys: pytest.CaptureFixture[str]
+):
+    """Issue 34: a folder gave a traceback; --force replaced a FIFO or a device node."""
+    out = tmp_path / "draft-shm.yaml"
+    make(out)
+    kind = stat.S_IFMT(out.lstat().st_mode)
+    argv = ["scenario", "draft", str(LOG), "--out", str(out), *(["--force"] if force else [])]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and ("is a folder" in err or "not a regular file" in err)
+    assert stat.S_IFMT(out.lstat().st_mode) == kind  # still there, as it was

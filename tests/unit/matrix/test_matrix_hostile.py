@@ -23,6 +23,7 @@ import yaml
 
 from repromatrix.cli import main
 from repromatrix.errors import EXIT_OK, EXIT_USAGE, ConfigError
+from repromatrix.grammars import check_mirror
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.scenarios import load_scenario
 from repromatrix.matrix.yamlsrc import parse_yaml
@@ -386,3 +387,26 @@ def test_an_include_may_add_a_cpu_version_or_a_gpu_nightly(tmp_path: Path) -> No
     path = tmp_path / "matrix.yaml"
     path.write_text(text)
     assert load_matrix(path).include
+
+
+# --- values outside their grammar (issue 34) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "org/m\u0430",  # Cyrillic a (U+0430): another repository to the hub, the same to a reader
+        "\u043ergan/m",  # Cyrillic o (U+043E)
+        "org/m\u200b",  # a zero-width space
+        "org/\uff4d",  # a full-width m
+    ],
+)
+def test_a_model_source_outside_ascii_is_refused(tmp_path: Path, source: str) -> None:
+    text = GPU_MATRIX.format(runner="gpu-h100", hf_cache="~/.cache/huggingface")
+    message = refused_at(tmp_path, text.replace("source: org/m", f'source: "{source}"'), 7)
+    assert "not ASCII" in message or "control character" in message
+
+
+@pytest.mark.parametrize("mirror", ["http://[::1/debian", "http://deb.example:99999/debian"])
+def test_a_mirror_url_that_does_not_parse_is_refused_not_a_traceback(mirror: str) -> None:
+    assert check_mirror(mirror) is not None

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from repromatrix.errors import UsageError
+from repromatrix.matrix import selector as selector_module
 from repromatrix.matrix.selector import Selector, expand_braces
 
 ID = "gpu/v0.31.0/h100/qwen3-30b-a3b/default/moe-lora-rank-over-128/trigger"
@@ -89,3 +92,22 @@ def test_pruning_never_drops_a_selected_id(
     selector = Selector(only, skip)
     if selector.matches(cell_id):
         assert selector.could_select(prefix)
+
+
+def test_each_glob_is_compiled_once_whatever_the_number_of_cells(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 34: ``--only`` globs were compiled again for every cell id (quadratic)."""
+    compiled: list[int] = []
+    real = selector_module.re.compile
+
+    def counting(pattern: str, *args: Any) -> Any:
+        compiled.append(1)
+        return real(pattern, *args)
+
+    monkeypatch.setattr(selector_module.re, "compile", counting)
+    chosen = Selector(("*/a" + "?" * 200 + "*", "cpu/*"), ("*skip*",))
+    ids = [f"gpu/v0.{i}.0/h100/m/default/s/baseline" for i in range(2000)]
+    assert chosen.unmatched_only(ids) == ("*/a" + "?" * 200 + "*", "cpu/*")
+    assert not any(chosen.matches(i) for i in ids)
+    assert len(compiled) <= 4

@@ -20,7 +20,9 @@ import pytest
 
 from repromatrix.cli import main
 from repromatrix.errors import EXIT_OK, EXIT_USAGE
-from repromatrix.files import hold
+from repromatrix.files import LeadsOut, hold
+from repromatrix.publish.site import publish_staged
+from repromatrix.reports.findings import ReportOptions
 from repromatrix.results.store import cell_dir
 from support import paths
 from support.reports import cpu_lane, write_run
@@ -200,6 +202,7 @@ BAD_FIELDS: dict[str, Callable[[dict[str, Any]], None]] = {
     "cell id upper case": _rename_cell(VICTIM.upper()),
     "schema_version text": _set("schema_version", value="1"),
     "a list": lambda h: h.clear(),
+    "run cells of 4001 digits": _set("runs", 0, "cells", value=10**4000),  # issue 34, item 7
 }
 
 
@@ -317,3 +320,16 @@ def test_problems_are_said_with_their_escapes_made_visible(
     assert publish(str(run_dir), "--out", str(tmp_path / "site")) == EXIT_OK
     err = capsys.readouterr().err
     assert "\\x1b]0;owned\\x07" in err and "\x1b" not in err
+
+
+@pytest.mark.parametrize("key", ["../outside.txt", "a/../../outside.txt", "<absolute>"])
+def test_a_page_whose_key_leads_out_of_the_site_is_refused(
+    run_dir: Path, tmp_path: Path, key: str
+) -> None:
+    """Issue 34: publish writes only below its own folder, whatever a key says."""
+    out = tmp_path / "site"
+    key = str(tmp_path / "outside.txt") if key == "<absolute>" else key
+    with pytest.raises(LeadsOut):
+        publish_staged([run_dir], out, ReportOptions(), lambda _h, _s: {key: b"x"})
+    assert not (tmp_path / "outside.txt").exists()
+    assert not out.exists()  # the site is as it was: none

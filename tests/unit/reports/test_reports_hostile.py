@@ -23,6 +23,7 @@ from junitparser.xunit2 import JUnitXml
 from repromatrix.cli import main
 from repromatrix.reports.junit import build_junit, write_junit
 from repromatrix.reports.write import write_reports
+from repromatrix.results import store
 from repromatrix.results.merge import merge
 from repromatrix.results.store import (
     atomic_write,
@@ -149,6 +150,13 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "a run id climbs out": edit(run_id="../../../x"),
     "a run id with a NUL": edit(run_id="a\x00b"),
     "a run id of 300 characters": edit(run_id="r" * 300),
+    # Whole numbers past what a float or ``int()`` holds (issue 34, item 7).
+    "a timing of 4001 digits": edit(timings={"total_s": 10**4000}),
+    "an exit code of 5000 digits": raw('{"exit_code": ' + "9" * 5000 + "}"),
+    "an exit code of 4001 digits": edit(exit_code=10**4000),
+    "a GPU fact of 4001 digits": edit(gpus=[{"memory_mib": 10**4000}]),
+    "a version of 5000 digits": edit(version="0." + "9" * 5000),
+    "an image tag of 5000 digits": edit(image_tag="0." + "9" * 5000),
 }
 
 
@@ -407,3 +415,32 @@ def test_compat_json_is_json_a_browser_reads(run_dir: Path, text: str) -> None:
         raise AssertionError(f"{name} in compat.json")
 
     json.loads(body, parse_constant=refuse)
+
+
+def test_a_run_past_the_bounds_is_read_up_to_them_and_says_so(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34: ``report`` read every result.json there was, however many and however big."""
+    monkeypatch.setattr(store, "MAX_RESULTS", 4)
+    assert main(["report", str(run_dir)]) == 0
+    captured = capsys.readouterr()
+    assert "more than the 4 result files a run may have" in captured.err
+    assert "Traceback" not in captured.err
+    size = victim_file(run_dir).stat().st_size
+    monkeypatch.setattr(store, "MAX_RESULTS", 100)
+    monkeypatch.setattr(store, "MAX_RESULT_BYTES", size * 2)
+    summary = write_reports(run_dir)
+    assert summary.cells <= 2
+    assert any("bytes a run may have" in p.message for p in summary.problems)
+
+
+@pytest.mark.parametrize("command", ["report", "diff"])
+def test_a_file_given_as_the_run_folder_is_named_a_file(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = tmp_path / "result.json"
+    given.write_text("{}")
+    extra = ["--baseline", "0.31.0", "--candidate", "0.32.0"] if command == "diff" else []
+    assert main([command, str(given), *extra]) == 2
+    err = capsys.readouterr().err
+    assert "is a file" in err and "no such folder" not in err
