@@ -57,6 +57,7 @@ _ANSI = re.compile(
     r"|\^\[\[[0-9;]*[A-Za-z]"  # pasted with the escape shown as ^[
     r"|\[[0-9]{1,3}(?:;[0-9]{1,3})*m"  # pasted with the escape lost
 )
+_COLOUR_LOST = re.compile(r"\[[0-9]{1,3}[;m]")  # what _ANSI's escape-lost form starts with
 _WRAPPER = re.compile(
     # docker --timestamps, CI runners, a logger's time first ("... | ", "... - "), and the
     # container runtime's own log files under Kubernetes ("... stderr F ")
@@ -187,7 +188,7 @@ def visible_text(raw: str) -> str:
     if "\r" in text:
         segments = [s for s in text.split("\r") if s.strip()]
         text = segments[-1] if segments else ""
-    if "\x1b" in text or "[" in text:
+    if "\x1b" in text or "^[" in text or _COLOUR_LOST.search(text):
         text = _ANSI.sub("", text)
     return text
 
@@ -228,8 +229,24 @@ def _process_identity(inner: str) -> tuple[str, str]:
     return stream, name or stream
 
 
+# Every match of ``DUMP`` holds one of these: a long line is scanned for them, not tried by
+# the regex at each of its characters.
+_DUMP_LITERALS = (
+    "with config: ",
+    "on-default args: ",
+    "Dumping ",
+    "Namespace(",
+    "SchedulerOutput(",
+    "SchedulerStats(",
+    "EngineArgs(",
+    "VllmConfig(",
+)
+
+
 def is_dump(text: str) -> bool:
     """Whether a message dumps the configuration, the arguments or the scheduler's state."""
+    if not any(map(text.__contains__, _DUMP_LITERALS)):
+        return False
     return DUMP.search(text) is not None
 
 

@@ -41,7 +41,7 @@ import re
 import zlib
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import compress, repeat
 from operator import is_not, not_
 from pathlib import Path
@@ -50,7 +50,8 @@ from typing import BinaryIO
 from repromatrix.harness.harness import PROTOCOL_PREFIX
 from repromatrix.harness.oomwatch import LINE_PREFIX as HARNESS_LINE
 from repromatrix.model import FactTest, Scenario
-from repromatrix.triage import facts, reasoning
+from repromatrix.patterns import LiteralSet
+from repromatrix.triage import facts, reasoning, repeats
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue, required_literals
 from repromatrix.triage.diagnosis import Diagnosis, RequestError
 from repromatrix.triage.dumps import MIN_WRAP, is_dump_piece
@@ -222,6 +223,47 @@ class Triager:
             self._lines([head])
         if block is None:
             return
+        if not repeats.dense(block):
+            self._block(block)
+            return
+        done = 0
+        for start, unit, copies in repeats.repeats(block):
+            # Read copies until they fill every window the state keeps, the last one alone:
+            # what it adds to the counts is what each further copy would add.
+            lines = block.count(b"\n", start, start + unit)
+            read = repeats.copies_to_read(lines)
+            last = start + unit * (read - 1)
+            self._block(block[done : last - 1])
+            refusals = self._refusals
+            self._block(block[last : last + unit - 1])
+            self._skip(lines, copies - read, self._refusals - refusals)
+            done = start + unit * copies
+        if done <= len(block):
+            self._block(block[done:])
+
+    def _skip(self, lines: int, copies: int, refusals: int) -> None:
+        """Count ``copies`` more copies of the ``lines`` lines just read, without reading them.
+
+        Every line number the state keeps from the copy just read moves to the same line
+        of the last copy, and what the copy added to the count of refused requests is
+        added again for each, as if each copy had been read (``triage.repeats``).
+        """
+        old = self._number
+        shift = lines * copies
+        first = old - lines + 1
+
+        def moved(number: int) -> int:
+            return number + shift if first <= number <= old else number
+
+        self._number = old + shift
+        self._adjacent, self._message_end = moved(self._adjacent), moved(self._message_end)
+        self._dump_end = moved(self._dump_end)
+        if self._prev is not None and first <= self._prev.number <= old:
+            self._prev = replace(self._prev, number=moved(self._prev.number))
+        self._refusals += refusals * copies
+
+    def _block(self, block: bytes) -> None:
+        """Read a block of whole lines (joined by ``\\n``, without the last terminator)."""
         self._read_facts(block)
         lines = block.split(b"\n")
         if self._block_needs_lines(block):
@@ -730,6 +772,13 @@ class WarningFilter:
 
     def __init__(self, catalogue: Catalogue) -> None:
         self._patterns = _warning_literals(catalogue)
+        runs = sorted({run for runs in self._patterns or () for run in runs})
+        self._literals = LiteralSet(tuple(_STRUCTURAL) + tuple(runs))
+        self._structural = frozenset(range(len(_STRUCTURAL)))
+        self._runs = tuple(
+            tuple(len(_STRUCTURAL) + runs.index(run) for run in group)
+            for group in self._patterns or ()
+        )
         self._seen: dict[bytes, bool] = {}
 
     def skippable(self, raw: bytes) -> bool:
@@ -764,11 +813,11 @@ class WarningFilter:
         return skippable
 
     def _may_matter(self, key: bytes) -> bool:
-        assert self._patterns is not None
-        if any(map(key.__contains__, _STRUCTURAL)):
+        # One pass over the whole line (the header's tag may hold a literal too).
+        present = set(self._literals.present(key))
+        if not self._structural.isdisjoint(present):
             return True
-        # The whole line: the header's tag may hold a literal too.
-        return any(all(map(key.__contains__, runs)) for runs in self._patterns)
+        return any(present.issuperset(group) for group in self._runs)
 
 
 def _warning_literals(catalogue: Catalogue) -> tuple[tuple[bytes, ...], ...] | None:
