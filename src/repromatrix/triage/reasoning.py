@@ -14,7 +14,9 @@ SIGTERM and print ``KeyboardInterrupt``. The rules, in order:
    chained exception prints its direct cause first, so the first exception of
    the causal chain in the earliest failing process comes first.
 4. A lookup error (``KeyError``...) caught and replaced "during handling" by
-   another exception is control flow; the replacement states the cause.
+   another exception is control flow; the replacement states the cause, and when
+   it is a lookup error too, its own replacement, to the end of the chain however
+   long (the triager keeps a chain's first exception and its latest lookup error).
 5. A bare ``AssertionError`` is reported at its ``assert ...`` source line (the
    traceback reader does that), a pydantic ``ValidationError`` at the line that
    states the error it wraps, and an exception whose message quotes a compiler's
@@ -153,9 +155,14 @@ def _when(finding: Finding) -> tuple[int, int]:
     return (finding.line.number, finding.seq)
 
 
+def is_lookup_error(finding: Finding) -> bool:
+    """Whether ``finding`` is a lookup error (``KeyError``...), control flow when replaced."""
+    return (finding.exception or "").rsplit(".", 1)[-1] in _LOOKUP_ERRORS
+
+
 def _past_lookups(first: Finding, live: Sequence[Finding]) -> Finding:
     current = first
-    while (current.exception or "").rsplit(".", 1)[-1] in _LOOKUP_ERRORS:
+    while is_lookup_error(current):
         later = (f for f in live if f.chain == current.chain and _when(f) > _when(current))
         successor = min(later, key=_when, default=None)
         if successor is None or successor.relation is not Relation.CONTEXT:

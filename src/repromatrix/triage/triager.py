@@ -599,6 +599,7 @@ class Triager:
         self._last_errors.append(finding.line.raw)
         if finding.kind is not Kind.ERROR:
             self._cause_seen = True
+        self._drop_replaced_lookup(finding)
         if self._kept[tier] < MAX_PER_TIER:
             self._kept[tier] += 1
             self._tier_of[finding.seq] = tier
@@ -608,6 +609,22 @@ class Triager:
             stream.awaiting = [*stream.awaiting[-3:], finding]
             self._await_answer(finding)
         return finding
+
+    def _drop_replaced_lookup(self, finding: Finding) -> None:
+        """A lookup error replaced "during handling" by ``finding`` stops being kept when it
+        was itself a replacement in its chain: rule 4 walks from the chain's first exception
+        past every lookup error to the first that is not one (or the last), and only that
+        walk's ends matter. So a chain of any length keeps two findings, not one per link,
+        and is never cut at the number of findings a rank keeps."""
+        if finding.relation is not Relation.CONTEXT or finding.chain is None:
+            return
+        last = next((f for f in reversed(self._findings) if f.chain == finding.chain), None)
+        if last is None or last.relation is not Relation.CONTEXT:
+            return  # the chain's first exception, where the walk starts, stays
+        if not reasoning.is_lookup_error(last):
+            return
+        self._findings = [f for f in self._findings if f is not last]
+        self._kept[self._tier_of.pop(last.seq)] -= 1
 
     def _await_answer(self, finding: Finding) -> None:
         """A failure after start-up waits for the server's answer to the request it was in."""
@@ -739,6 +756,28 @@ def triage_path(path: Path | str, scenarios: Sequence[Scenario] = ()) -> Diagnos
     """Diagnose the log in a file; raises ``OSError`` when it cannot be read."""
     with open(path, "rb") as handle:
         return triage_stream(handle, scenarios)
+
+
+def log_lines(stream: BinaryIO) -> Iterator[str]:
+    """The lines of a whole log as triage reads them, in bounded memory: gzip-compressed or
+    not, UTF-16 or UTF-8 with or without a byte order mark, NUL runs skipped, each line
+    cut at ``MAX_LINE_BYTES`` and decoded (its ``\\r`` terminator gone). Binary input has
+    none."""
+    source, splitter = ByteSource(), LineSplitter()
+
+    def lines(text: bytes) -> Iterator[str]:
+        head, block = splitter.split(text)
+        if head is not None:
+            yield decode(head)
+        if block is not None:
+            yield from map(decode, block.split(b"\n"))
+
+    for chunk in _chunks(stream):
+        yield from lines(source.push(chunk))
+    yield from lines(source.finish())
+    tail = splitter.flush()
+    if tail is not None:
+        yield decode(tail)
 
 
 def _chunks(stream: BinaryIO) -> Iterator[bytes]:
