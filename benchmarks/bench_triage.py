@@ -20,6 +20,7 @@ Then the precision figure: every healthy real log in tests/data/logs/healthy
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
 import random
@@ -140,6 +141,29 @@ def write_one_line(path: Path, size: int) -> int:
             written += len(piece)
         out.write(b"\n" + crash)
     return 1 + crash.count(b"\n")
+
+
+def write_bars(path: Path, size: int) -> int:
+    """A log of progress bars written with carriage returns alone (as a pty captures tqdm),
+    then the crash with its lines ending the same way; return the lines."""
+    bar = b"Loading checkpoint shards: %3d%% Completed | %d/100 [00:%02d<00:%02d, 1.0s/it]"
+    bars = b"".join(bar % (i, i, i % 60, (100 - i) % 60) + b"\r" for i in range(101))
+    crash = CRASH.read_bytes().replace(b"\n", b"\r")
+    with path.open("wb") as out:
+        out.write(bars * (1 + size // len(bars)) + crash)
+    return 101 * (1 + size // len(bars)) + crash.count(b"\r")
+
+
+def write_utf16(path: Path, size: int, pool: list[bytes]) -> int:
+    """The INFO log of ``size`` bytes, as PowerShell's ``>`` writes it: UTF-16 with a BOM."""
+    plain = path.with_suffix(".utf8")
+    lines = synthesise(plain, size // 2, pool)
+    with plain.open("rb") as source, path.open("wb") as out:
+        encoder = codecs.getincrementalencoder("utf-16")()
+        while chunk := source.read(BLOCK):
+            out.write(encoder.encode(chunk.decode("utf-8", "replace")))
+    plain.unlink()
+    return lines
 
 
 def run_grep(path: Path, patterns: Path) -> tuple[float, str]:
@@ -293,6 +317,18 @@ def main() -> None:
         name: compare(name, shape_size, pool, args.dir, args.repeat)
         for name, pool in shape_pools().items()
     }
+    ratios["progress bars, carriage returns only"] = compare_on(
+        "progress bars, carriage returns only",
+        lambda log: write_bars(log, shape_size),
+        args.dir,
+        args.repeat,
+    )
+    ratios["UTF-16 with a BOM"] = compare_on(
+        "UTF-16 with a BOM",
+        lambda log: write_utf16(log, shape_size, info_lines()),
+        args.dir,
+        args.repeat,
+    )
     one_line = f"one {line_size >> 20} MiB line"
     ratios[one_line] = compare_on(
         one_line, lambda log: write_one_line(log, line_size), args.dir, args.repeat

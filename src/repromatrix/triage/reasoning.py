@@ -86,6 +86,9 @@ class LogReading:
     requests_refused: int = 0  # how many it refused in all
     facts: EngineFacts = field(default_factory=lambda: NO_FACTS)  # what the engine stated
     reached_seen: tuple[str, ...] = ()  # scenarios whose reached evidence was seen
+    binary: bool = False  # the input is no text log: nothing of it was read
+    nul_bytes: int = 0  # NUL bytes skipped
+    ends_in_traceback: bool = False  # the log ends inside a traceback (cut off)
 
 
 def rank(finding: Finding, catalogue: Catalogue) -> Tier:
@@ -321,8 +324,13 @@ def _workarounds(scenario: Scenario | None) -> tuple[str, ...]:
 
 def _without_cause(reading: LogReading) -> Diagnosis:
     fix = _NO_CAUSE_FIX if reading.final_error or reading.last_errors else ""
-    if reading.notes:
+    if reading.binary:
         explanation = "This input does not look like a text log; it was not read."
+    elif reading.ends_in_traceback and not reading.final_error:
+        explanation = (
+            "The log ends inside a traceback, before the exception line that would state "
+            "its error: it was cut off. Triage needs the rest of the output."
+        )
     elif reading.requests_refused:
         refused = reading.requests_refused
         explanation = (
@@ -336,9 +344,7 @@ def _without_cause(reading: LogReading) -> Diagnosis:
     elif reading.last_errors:
         explanation = "The error lines below name no cause triage recognises."
     else:
-        explanation = (
-            "No error was found in this log." if reading.lines_read else "The log is empty."
-        )
+        explanation = _nothing(reading)
     return Diagnosis(
         root_cause=None,
         explanation=explanation,
@@ -354,6 +360,18 @@ def _without_cause(reading: LogReading) -> Diagnosis:
         request_errors=reading.request_errors,
         requests_refused=reading.requests_refused,
     )
+
+
+def _nothing(reading: LogReading) -> str:
+    """What a log without any error line holds."""
+    if reading.lines_read:
+        return "No error was found in this log."
+    if reading.nul_bytes:
+        return (
+            f"The log holds only NUL bytes ({reading.nul_bytes:,}), no text: what `logrotate "
+            "copytruncate` leaves where a log was, or a file that was never written."
+        )
+    return "The log is empty."
 
 
 def _clip(line: str) -> str:

@@ -63,8 +63,10 @@ from repromatrix.triage.logmodel import (
     Line,
     LineSplitter,
     PrefixLearner,
+    after_progress_bar,
     decode,
     http_status,
+    is_bare_progress_bar,
     is_compiler_error,
     is_dump,
     is_quiet,
@@ -365,6 +367,12 @@ class Triager:
         if self._prefixes and line.level is None and line.stream is None:
             rest = self._prefixes.remove(line.text)
             line = reparse(line, rest) if rest is not None else line
+        glued = after_progress_bar(line.text)
+        if glued is not None:
+            if not glued.strip():
+                self._quiet(number, raw)
+                return
+            line = reparse(line, glued)  # the line printed after the bar, without a break
         if line.level in QUIET_LEVELS:
             self._quiet(number, raw)
             return
@@ -693,7 +701,11 @@ class Triager:
         return found
 
     def _reading(self) -> reasoning.LogReading:
-        notes = ("the input is not text: it holds binary data",) if self._source.binary else ()
+        notes: tuple[str, ...] = ()
+        if self._source.binary:
+            notes = ("the input is not text: it holds binary data",)
+        if self._reader.open_tracebacks():
+            notes += ("the log ends inside a traceback: it was cut off before its exception",)
         # A refused request's message that turned out to introduce its traceback (V0 prints
         # the message first) is not listed apart: the exception ending it is.
         shown = [f for f in self._refused if not f.header]
@@ -711,6 +723,9 @@ class Triager:
             notes=notes,
             facts=stated,
             reached_seen=tuple(dict.fromkeys([*self._reached_seen, *by_fact])),
+            binary=self._source.binary,
+            nul_bytes=self._source.nul_bytes,
+            ends_in_traceback=self._reader.open_tracebacks(),
         )
 
 
@@ -807,7 +822,8 @@ def _gunzip(first: bytes, stream: BinaryIO) -> Iterator[bytes]:
 
 
 class WarningFilter:
-    """Tells the WARNING lines that no rule of the catalogue or the reader can use."""
+    """Tells the WARNING lines that no rule of the catalogue or the reader can use, and the
+    progress bars (which state no cause whatever their label says)."""
 
     def __init__(self, catalogue: Catalogue) -> None:
         self._patterns = _warning_literals(catalogue)
@@ -832,8 +848,6 @@ class WarningFilter:
         Lines already decided cost a translation and a dictionary look-up, both
         run by C code over the whole list; only the others reach ``_decide``.
         """
-        if self._patterns is None:
-            return list(indices)
         chosen = list(indices)
         keys = list(map(bytes.translate, map(lines.__getitem__, chosen), repeat(_DIGITS)))
         unsure = compress(
@@ -846,6 +860,7 @@ class WarningFilter:
         # patterns take any digit), so it is cached under that key.
         skippable = self._patterns is not None and _PLAIN_WARNING.match(key) is not None
         skippable = skippable and not self._may_matter(key)
+        skippable = skippable or is_bare_progress_bar(key)
         if len(self._seen) >= MAX_CACHED:
             self._seen.clear()
         self._seen[key] = skippable
