@@ -29,6 +29,7 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass
+from typing import AnyStr
 
 MAX_LINE_BYTES = 256 * 1024  # longer lines are cut: a gigantic line must not fill memory
 
@@ -124,6 +125,7 @@ _NCCL_LEVELS = {"INFO": "INFO", "WARN": "WARNING", "ERROR": "ERROR"}
 # percentage, a bar or a bar's separator, and the time elapsed and left. It states no cause.
 PROGRESS_BAR = re.compile(rb"[0-9]{1,3}%(?: Completed)? ?\|[^\[\n]*\[[0-9:]+<[0-9:?]+[^\]\n]*\]")
 _PROGRESS_TEXT = re.compile(PROGRESS_BAR.pattern.decode())
+BAR_REACH = 512  # a bar's label and its figures: where a bar is looked for in a line
 # Carriage returns that end no "\r\n": in a log of them, each ends a line.
 _LONE_RETURN = re.compile(rb"\r+(?=[^\r\n])")
 SNIFF_BYTES = 512  # enough to tell; little held back from a live stream
@@ -250,23 +252,28 @@ _DUMP_LITERALS = (
 
 
 def after_progress_bar(text: str) -> str | None:
-    """What follows the progress bar in a message, when it holds one (None when not).
+    """What follows the progress bars a message starts with, when it starts with one (None
+    when not): a bar's updates, each within ``BAR_REACH`` characters of the last.
 
     A bar states no cause, whatever words its label holds; what a stream printed right
     after the bar's last update, without a line break, is a line of its own.
     """
-    if "%" not in text:
-        return None
-    bars = list(_PROGRESS_TEXT.finditer(text))
-    return text[bars[-1].end() :] if bars else None
+    end = _bars_end(_PROGRESS_TEXT, text) if "%" in text else None
+    return None if end is None else text[end:]
 
 
 def is_bare_progress_bar(key: bytes) -> bool:
-    """Whether an undecoded line is a progress bar and nothing after it."""
-    if b"%" not in key:
-        return False
-    bars = list(PROGRESS_BAR.finditer(key))
-    return bool(bars) and not key[bars[-1].end() :].strip()
+    """Whether an undecoded line is progress bars and nothing after them."""
+    end = _bars_end(PROGRESS_BAR, key) if b"%" in key else None
+    return end is not None and not key[end:].strip()
+
+
+def _bars_end(bar: re.Pattern[AnyStr], text: AnyStr) -> int | None:
+    """Where the progress bars at the start of ``text`` end (None: it starts with none)."""
+    end = None
+    while (found := bar.search(text, end or 0, (end or 0) + BAR_REACH)) is not None:
+        end = found.end()
+    return end
 
 
 def is_dump(text: str) -> bool:
@@ -424,7 +431,9 @@ class ByteSource:
             if lone is None and feed < 0:
                 return data
             self._cr_lines = lone is not None and (feed < 0 or lone.start() < feed)
-        return _LONE_RETURN.sub(b"\n", data) if self._cr_lines else data
+        # Each carriage return ends a line (two in a row: an empty one), one before a line
+        # feed as well; replacing bytes runs at memory speed.
+        return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if self._cr_lines else data
 
     def _start(self) -> bytes:
         head, self._head, self._started = self._head, b"", True

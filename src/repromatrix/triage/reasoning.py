@@ -86,6 +86,8 @@ class LogReading:
     requests_refused: int = 0  # how many it refused in all
     facts: EngineFacts = field(default_factory=lambda: NO_FACTS)  # what the engine stated
     reached_seen: tuple[str, ...] = ()  # scenarios whose reached evidence was seen
+    serving_line: int | None = None  # the server said it serves (Application startup complete)
+    died_line: int | None = None  # the engine's first fatal end (or a 5xx answer) after it
     binary: bool = False  # the input is no text log: nothing of it was read
     nul_bytes: int = 0  # NUL bytes skipped
     ends_in_traceback: bool = False  # the log ends inside a traceback (cut off)
@@ -181,7 +183,7 @@ def diagnose(
     signatures: ScenarioSignatures,
 ) -> Diagnosis:
     """Name the root cause of the log described by ``findings`` and ``reading``."""
-    root = choose(findings, catalogue)
+    root = choose(_after_a_good_start(findings, reading), catalogue)
     if root is None:
         return _without_cause(reading)
     cause = _category(root, catalogue)
@@ -219,6 +221,22 @@ def diagnose(
         request_errors=reading.request_errors,
         requests_refused=reading.requests_refused,
     )
+
+
+def _after_a_good_start(findings: Sequence[Finding], reading: LogReading) -> list[Finding]:
+    """The findings that may be the cause, once the server said it serves.
+
+    A start that reached readiness succeeded: nothing before it stopped it, so nothing
+    before it is a start-up cause. After it, a failure is a cause only when the engine
+    died (a fatal end of the engine followed, or the server answered a request with a
+    5xx); otherwise it belonged to a request or to nothing, and an external end (a Slurm
+    time limit, a supervisor's SIGTERM) ended a server that worked.
+    """
+    if reading.serving_line is None:
+        return list(findings)
+    if reading.died_line is None:
+        return []
+    return [f for f in findings if f.line.number > reading.serving_line]
 
 
 def with_oom_kill(diagnosis: Diagnosis, catalogue: Catalogue) -> Diagnosis:
@@ -326,6 +344,13 @@ def _without_cause(reading: LogReading) -> Diagnosis:
     fix = _NO_CAUSE_FIX if reading.final_error or reading.last_errors else ""
     if reading.binary:
         explanation = "This input does not look like a text log; it was not read."
+    elif reading.serving_line is not None and reading.died_line is None:
+        explanation = (
+            f"The server started (line {reading.serving_line} says it serves) and its engine "
+            "did not die afterwards: nothing in this log stopped the start. Error lines "
+            "before or after it are listed below; requests the server refused are listed "
+            "apart."
+        )
     elif reading.ends_in_traceback and not reading.final_error:
         explanation = (
             "The log ends inside a traceback, before the exception line that would state "

@@ -174,6 +174,7 @@ class Triager:
         self._bytes_read = 0
         self._ready_line: int | None = None
         self._serving_line: int | None = None  # the line that says the server serves
+        self._died_line: int | None = None  # the engine's first fatal end after that line
         self._fatal_seen = False
         self._cause_seen = False
         self._final_error: str | None = None
@@ -645,6 +646,8 @@ class Triager:
         A 4xx answer means the API server refused that request and went on serving: its
         own failures are request errors, no longer candidates for the root cause.
         """
+        if status >= 500 and self._serving_line is not None and self._died_line is None:
+            self._died_line = self._number  # the server failed a request: a failure of it
         for finding in self._unanswered:
             finding.status = status
             candidate = any(f is finding for f in self._findings)
@@ -674,6 +677,8 @@ class Triager:
         self._absorb(line)
         if fatal:
             self._final_error, self._fatal_seen = line.raw, True
+            if self._serving_line is not None and self._died_line is None:
+                self._died_line = line.number
         repeated = bool(self._last_errors) and self._last_errors[-1] == line.raw
         if not line.text[:1].isspace() and not repeated:
             self._last_errors.append(line.raw)
@@ -723,6 +728,8 @@ class Triager:
             notes=notes,
             facts=stated,
             reached_seen=tuple(dict.fromkeys([*self._reached_seen, *by_fact])),
+            serving_line=self._serving_line,
+            died_line=self._died_line,
             binary=self._source.binary,
             nul_bytes=self._source.nul_bytes,
             ends_in_traceback=self._reader.open_tracebacks(),
