@@ -59,6 +59,7 @@ from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.logmodel import (
     QUIET,
     QUIET_LEVELS,
+    TRACEBACK_HEADER,
     ByteSource,
     Line,
     LineSplitter,
@@ -405,6 +406,10 @@ class Triager:
             # V0 and plain logging print the message first, then its traceback: the two are
             # one failure, stated by the exception once the traceback ends.
             stream.introducing, stream.introduced = stream.pending_error, line.record
+        elif step.opened and self._wraps(line):
+            # An exception whose message goes on with a traceback of its own (another
+            # runtime's, serialized): a wrapper, stated by the exception ending that body.
+            stream.introducing, stream.introduced = self._message, line.record
         elif stream.pending_error is not None:
             self._cause_seen = True  # the ERROR line stood alone
         stream.pending_error = None
@@ -416,6 +421,22 @@ class Triager:
             self._plain(line, stream, bool(hits))
         stream.recent.append(line.raw)
         self._prev, self._adjacent = line, number
+
+    def _wraps(self, line: Line) -> bool:
+        """Whether the traceback ``line`` opens is the body of the exception just read.
+
+        Python prints a chained exception after a marker line and its own header; a
+        frame that follows an exception's message (or its continuation lines, such as
+        ``Traceback of TorchScript, serialized code (...):``) directly, in the same
+        record, is that exception's body: a wrapper that carried another runtime's
+        traceback up, whose last exception states the failure.
+        """
+        head = self._message
+        if head is None or head.seq < 0 or head.kind is not Kind.EXCEPTION:
+            return False
+        if head.line.record != line.record or self._message_end != self._prev_number():
+            return False
+        return not line.text.rstrip().endswith(TRACEBACK_HEADER)
 
     def _dump_piece(self, line: Line, before: bytes | None) -> bool:
         """Read ``line`` as a piece of a dump, if it is one (``_dump_cut``)."""
