@@ -65,6 +65,9 @@ class Role(enum.StrEnum):
     CONSEQUENCE = "consequence"
     NOISE = "noise"  # known harmless messages, even at ERROR level
     REQUEST = "request"  # a request the running server refused: a request error
+    # What the engine is waiting for (resources, a download, a lock): never a cause alone;
+    # the cause of a start ended from outside (a signal, a time-out) while it waited.
+    WAITING = "waiting"
 
     @property
     def never_root(self) -> bool:

@@ -51,6 +51,7 @@ _TIER_OF_ROLE = {
     Role.CONSEQUENCE: Tier.CONSEQUENCE,
     Role.NOISE: Tier.CONSEQUENCE,
     Role.REQUEST: Tier.REQUEST,
+    Role.WAITING: Tier.WAITING,
     Role.WEAK: Tier.WEAK,
     Role.CAUSE: Tier.STRONG,
 }
@@ -125,7 +126,22 @@ def choose(findings: Sequence[Finding], catalogue: Catalogue) -> Finding | None:
         return None
     best = min(tier for tier, _ in live)
     contenders = sorted((f for tier, f in live if tier == best), key=_when)
-    return _past_lookups(contenders[0], [f for tier, f in live if tier <= best])
+    root = _past_lookups(contenders[0], [f for tier, f in live if tier <= best])
+    if best is Tier.WEAK:
+        return _waited_for(root, [f for tier, f in ranked if tier is Tier.WAITING]) or root
+    return root
+
+
+def _waited_for(end: Finding, waiting: Sequence[Finding]) -> Finding | None:
+    """What a start ended from outside was waiting for, when the log states it.
+
+    Weak evidence (an interrupt, a signal, a time-out) says only how the start ended.
+    When the engine said before it what it was waiting for (Ray's placement group asking
+    for more GPUs than the cluster has, a download, a lock), that statement says why it
+    never went on: the latest such statement before the end is the cause.
+    """
+    before = [f for f in waiting if _when(f) < _when(end)]
+    return max(before, key=_when, default=None)
 
 
 def _warnings_give_way(

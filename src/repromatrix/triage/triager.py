@@ -626,9 +626,10 @@ class Triager:
             self._message, self._message_end = finding, finding.line.number
             self._await_answer(finding)
             return finding
-        self._last_errors.append(finding.line.raw)
-        if finding.kind is not Kind.ERROR:
-            self._cause_seen = True
+        if tier is not Tier.WAITING:  # a statement of what it waits for is no error
+            self._last_errors.append(finding.line.raw)
+            if finding.kind is not Kind.ERROR:
+                self._cause_seen = True
         self._drop_replaced_lookup(finding)
         if self._kept[tier] < MAX_PER_TIER:
             self._kept[tier] += 1
