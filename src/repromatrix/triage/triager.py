@@ -878,7 +878,11 @@ class WarningFilter:
         run by C code over the whole list; only the others reach ``_decide``.
         """
         chosen = list(indices)
-        keys = list(map(bytes.translate, map(lines.__getitem__, chosen), repeat(_DIGITS)))
+        if len(chosen) * 4 > len(lines):  # most lines: translate the block in one call
+            translated = b"\n".join(lines).translate(_DIGITS).split(b"\n")
+            keys = list(map(translated.__getitem__, chosen))
+        else:
+            keys = list(map(bytes.translate, map(lines.__getitem__, chosen), repeat(_DIGITS)))
         unsure = compress(
             zip(chosen, keys, strict=True), map(is_not, map(self._seen.get, keys), repeat(True))
         )
