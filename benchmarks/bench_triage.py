@@ -117,21 +117,9 @@ SHORT_TRACEBACK = (
 )
 
 
-def plain_messages() -> list[bytes]:
-    """The messages of real INFO lines (their headers gone) that match no pattern of the
-    catalogue: text both grep and triage must read to its end."""
-    catalogue = builtin_catalogue()
-    found = []
-    for raw in info_lines():
-        text = parse_line(1, decode(raw)).text
-        if text and catalogue.match(text) is None:
-            found.append(text.encode())
-    return found
-
-
 def shape_pools() -> dict[str, list[bytes]]:
     """The line shapes whose cost is per line, not per byte: each a pool of one entry."""
-    long_line = b" ".join(plain_messages())
+    long_line = b" ".join(warning_lines())
     long_line = (long_line * (1 + (1 << 20) // max(len(long_line), 1)))[: 1 << 20]
     return {
         "blank lines": [b""],
