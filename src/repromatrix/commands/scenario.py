@@ -7,6 +7,7 @@ import argparse
 import os
 import stat
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from repromatrix.run.main import RunOptions
 from repromatrix.run.progress import Progress
 from repromatrix.triage import triage_path
 from repromatrix.triage.facts import read_launch
+from repromatrix.triage.triager import log_lines
 
 # ``--try`` runs go under a folder no run id can name (it starts with a dot), so none of
 # them becomes the "latest" run of results/ (``run.folder.latest_run``).
@@ -99,12 +101,13 @@ def run(args: argparse.Namespace) -> int:
 def _draft(log: Path, out: Path | None) -> tuple[str, str]:
     try:
         diagnosis = triage_path(log)
-        raw = log.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {log}: {exc.strerror or exc}") from exc
-    if diagnosis.root_cause is None:
-        raise UsageError(f"{log}: triage names no root cause, so there is nothing to draft")
-    record = read_launch(raw.decode("utf-8", "replace").splitlines())
+        if diagnosis.root_cause is None:
+            raise UsageError(f"{log}: triage names no root cause, so there is nothing to draft")
+        with log.open("rb") as handle:  # line by line, as triage reads it: bounded memory
+            record = read_launch(log_lines(handle))
+    except (OSError, EOFError, zlib.error) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"cannot read {log}: {reason}") from exc
     scenario_id = _id(out) or draft_id(diagnosis)
     return scenario_id, render_draft(diagnosis, record, scenario_id, log.name)
 

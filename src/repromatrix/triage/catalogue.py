@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from repromatrix.errors import ConfigError, Problem, suggest
-from repromatrix.patterns import Pattern, compile_pattern, regex_problem
+from repromatrix.patterns import LiteralSet, Pattern, compile_pattern, regex_problem
 from repromatrix.triage.fixes import KEY as FIX_FLAGS
 from repromatrix.triage.fixes import FlagFix, parse_fix_flags
 
@@ -65,6 +65,9 @@ class Role(enum.StrEnum):
     CONSEQUENCE = "consequence"
     NOISE = "noise"  # known harmless messages, even at ERROR level
     REQUEST = "request"  # a request the running server refused: a request error
+    # What the engine is waiting for (resources, a download, a lock): never a cause alone;
+    # the cause of a start ended from outside (a signal, a time-out) while it waited.
+    WAITING = "waiting"
 
     @property
     def never_root(self) -> bool:
@@ -117,7 +120,7 @@ class Catalogue:
         """The first entry naming ``text``; for a WARNING line only causes marked ``as_warning``."""
         index, unfiltered, by_frames = self._prefilter
         # Only entries whose required text occurs in the line are searched with regexes.
-        candidates = {i for literal, i in index if literal in text} | unfiltered
+        candidates = {index[j][1] for j in self._literals.present(text)} | unfiltered
         for i in sorted(candidates | by_frames if frames else candidates):
             cause = self.causes[i]
             if warning and cause.role is Role.CAUSE and not cause.as_warning:
@@ -125,6 +128,11 @@ class Catalogue:
             if cause.matches(text, exception, frames):
                 return cause
         return None
+
+    @functools.cached_property
+    def _literals(self) -> LiteralSet:
+        """The prefilter's literals, found in one pass over a line."""
+        return LiteralSet(tuple(literal for literal, _ in self._prefilter[0]))
 
     @functools.cached_property
     def _prefilter(self) -> tuple[tuple[tuple[str, int], ...], frozenset[int], frozenset[int]]:

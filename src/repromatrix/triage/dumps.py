@@ -17,6 +17,7 @@ from repromatrix.triage.logmodel import Line, continues_dump, is_dump, parse_lin
 from repromatrix.triage.tracebacks import is_traceback_line
 
 MIN_WRAP = 60  # a line cut by a paste's hard wrap is at least this long
+MAX_JOINED = 1 << 20  # a dump joined from its pieces stops growing here (memory stays bounded)
 
 
 def is_dump_piece(line: Line) -> bool:
@@ -47,7 +48,7 @@ def join_dumps(lines: Iterable[str]) -> Iterator[str]:
     bare line after a piece of exactly that width is its rest."""
     pending: _Record | None = None
     for raw in lines:
-        if pending is not None and _continues(pending, raw):
+        if pending is not None and len(pending.text) < MAX_JOINED and _continues(pending, raw):
             pending.text += parse_line(0, raw).text
             pending.last, pending.pieces = len(raw), pending.pieces + 1
             continue

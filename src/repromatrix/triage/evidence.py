@@ -27,6 +27,7 @@ class Tier(enum.IntEnum):
     WEAK = 3  # interrupts, signals, timeouts, masking messages: a cause only when alone
     CONSEQUENCE = 4  # re-raises, shutdown messages, known noise: never the root cause
     REQUEST = 5  # a request the running server refused: never a cause, reported apart
+    WAITING = 6  # what the engine waited for: the cause only of a start ended from outside
 
 
 class Kind(enum.StrEnum):

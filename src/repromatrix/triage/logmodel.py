@@ -29,6 +29,7 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass
+from typing import AnyStr
 
 MAX_LINE_BYTES = 256 * 1024  # longer lines are cut: a gigantic line must not fill memory
 
@@ -57,6 +58,7 @@ _ANSI = re.compile(
     r"|\^\[\[[0-9;]*[A-Za-z]"  # pasted with the escape shown as ^[
     r"|\[[0-9]{1,3}(?:;[0-9]{1,3})*m"  # pasted with the escape lost
 )
+_COLOUR_LOST = re.compile(r"\[[0-9]{1,3}[;m]")  # what _ANSI's escape-lost form starts with
 _WRAPPER = re.compile(
     # docker --timestamps, CI runners, a logger's time first ("... | ", "... - "), and the
     # container runtime's own log files under Kubernetes ("... stderr F ")
@@ -119,6 +121,13 @@ _PY_WARNING = re.compile(r"\S+\.pyx?:\d+: \w*Warning: ")
 _GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
 _NCCL_LEVELS = {"INFO": "INFO", "WARN": "WARNING", "ERROR": "ERROR"}
 
+# A progress bar (tqdm's, vLLM's "NN% Completed | n/total [elapsed<left, rate]"): the
+# percentage, a bar or a bar's separator, and the time elapsed and left. It states no cause.
+PROGRESS_BAR = re.compile(rb"[0-9]{1,3}%(?: Completed)? ?\|[^\[\n]*\[[0-9:]+<[0-9:?]+[^\]\n]*\]")
+_PROGRESS_TEXT = re.compile(PROGRESS_BAR.pattern.decode())
+BAR_REACH = 512  # a bar's label and its figures: where a bar is looked for in a line
+# Carriage returns that end no "\r\n": in a log of them, each ends a line.
+_LONE_RETURN = re.compile(rb"\r+(?=[^\r\n])")
 SNIFF_BYTES = 512  # enough to tell; little held back from a live stream
 BINARY_SHARE = 0.10  # of control bytes among the first bytes: more means not a text log
 # Control bytes that text logs do not contain (tab, newlines, form feed and ESC they do).
@@ -187,7 +196,7 @@ def visible_text(raw: str) -> str:
     if "\r" in text:
         segments = [s for s in text.split("\r") if s.strip()]
         text = segments[-1] if segments else ""
-    if "\x1b" in text or "[" in text:
+    if "\x1b" in text or "^[" in text or _COLOUR_LOST.search(text):
         text = _ANSI.sub("", text)
     return text
 
@@ -228,8 +237,49 @@ def _process_identity(inner: str) -> tuple[str, str]:
     return stream, name or stream
 
 
+# Every match of ``DUMP`` holds one of these: a long line is scanned for them, not tried by
+# the regex at each of its characters.
+_DUMP_LITERALS = (
+    "with config: ",
+    "on-default args: ",
+    "Dumping ",
+    "Namespace(",
+    "SchedulerOutput(",
+    "SchedulerStats(",
+    "EngineArgs(",
+    "VllmConfig(",
+)
+
+
+def after_progress_bar(text: str) -> str | None:
+    """What follows the progress bars a message starts with, when it starts with one (None
+    when not): a bar's updates, each within ``BAR_REACH`` characters of the last.
+
+    A bar states no cause, whatever words its label holds; what a stream printed right
+    after the bar's last update, without a line break, is a line of its own.
+    """
+    end = _bars_end(_PROGRESS_TEXT, text) if "%" in text else None
+    return None if end is None else text[end:]
+
+
+def is_bare_progress_bar(key: bytes) -> bool:
+    """Whether an undecoded line is progress bars and nothing after them."""
+    end = _bars_end(PROGRESS_BAR, key) if b"%" in key else None
+    return end is not None and not key[end:].strip()
+
+
+def _bars_end(bar: re.Pattern[AnyStr], text: AnyStr) -> int | None:
+    """Where the progress bars at the start of ``text`` end (None: it starts with none)."""
+    end = None
+    while (found := bar.search(text, end or 0, (end or 0) + BAR_REACH)) is not None:
+        end = found.end()
+    return end
+
+
 def is_dump(text: str) -> bool:
     """Whether a message dumps the configuration, the arguments or the scheduler's state."""
+    if not any(map(text.__contains__, _DUMP_LITERALS)):
+        return False
     return DUMP.search(text) is not None
 
 
@@ -334,27 +384,56 @@ class LineSplitter:
 
 
 class ByteSource:
-    """Turns a byte stream, chunk by chunk, into UTF-8 bytes fit for the line splitter."""
+    """Turns a byte stream, chunk by chunk, into UTF-8 bytes fit for the line splitter.
+
+    A log whose lines end in carriage returns alone (the first line break in it is a
+    ``\\r`` that ends no ``\\r\\n``) has them made line feeds: each is a line, as an editor
+    and a terminal show it. In a log of line feeds a carriage return inside a line is a
+    progress bar's update: the line is read as a terminal shows it (``visible_text``).
+    """
 
     def __init__(self) -> None:
         self._head = b""
         self._started = False
         self._decoder: codecs.IncrementalDecoder | None = None
+        self._returns = b""  # carriage returns at the end of the last chunk: what follows?
+        self._cr_lines: bool | None = None  # lines end in "\r" alone; None: no break seen yet
         self.binary = False
+        self.nul_bytes = 0  # NUL bytes skipped (``logrotate copytruncate`` leaves runs of them)
 
     def push(self, data: bytes) -> bytes:
         """The text of ``data`` as UTF-8 (nothing until the first bytes have been seen)."""
         if not self._started:
             self._head += data
-            return self._start() if len(self._head) >= SNIFF_BYTES else b""
-        return self._convert(data)
+            return self._lines(self._start()) if len(self._head) >= SNIFF_BYTES else b""
+        return self._lines(self._convert(data))
 
     def finish(self) -> bytes:
         """End of input: whatever is still held back."""
         out = b"" if self._started else self._start()
         if self._decoder is not None and not self.binary:
             out += self._decoder.decode(b"", final=True).encode("utf-8")
-        return out
+        return self._lines(out, final=True)
+
+    def _lines(self, data: bytes, *, final: bool = False) -> bytes:
+        """``data`` with its line breaks made line feeds, in a log of carriage returns."""
+        if self._returns:
+            data, self._returns = self._returns + data, b""
+        if self._cr_lines is False or b"\r" not in data:
+            if self._cr_lines is None and b"\n" in data:
+                self._cr_lines = False
+            return data
+        if not final:  # what follows a last "\r" decides whether it ends a line
+            kept = data.rstrip(b"\r")
+            data, self._returns = kept, data[len(kept) :]
+        if self._cr_lines is None:
+            lone, feed = _LONE_RETURN.search(data), data.find(b"\n")
+            if lone is None and feed < 0:
+                return data
+            self._cr_lines = lone is not None and (feed < 0 or lone.start() < feed)
+        # Each carriage return ends a line (two in a row: an empty one), one before a line
+        # feed as well; replacing bytes runs at memory speed.
+        return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if self._cr_lines else data
 
     def _start(self) -> bytes:
         head, self._head, self._started = self._head, b"", True
@@ -371,7 +450,11 @@ class ByteSource:
             return b""
         if self._decoder is not None:
             return self._decoder.decode(data).encode("utf-8")
-        return data.replace(b"\x00", b"") if b"\x00" in data else data
+        if b"\x00" not in data:
+            return data
+        kept = data.replace(b"\x00", b"")
+        self.nul_bytes += len(data) - len(kept)
+        return kept
 
 
 def looks_binary(sample: bytes) -> bool:

@@ -14,7 +14,9 @@ SIGTERM and print ``KeyboardInterrupt``. The rules, in order:
    chained exception prints its direct cause first, so the first exception of
    the causal chain in the earliest failing process comes first.
 4. A lookup error (``KeyError``...) caught and replaced "during handling" by
-   another exception is control flow; the replacement states the cause.
+   another exception is control flow; the replacement states the cause, and when
+   it is a lookup error too, its own replacement, to the end of the chain however
+   long (the triager keeps a chain's first exception and its latest lookup error).
 5. A bare ``AssertionError`` is reported at its ``assert ...`` source line (the
    traceback reader does that), a pydantic ``ValidationError`` at the line that
    states the error it wraps, and an exception whose message quotes a compiler's
@@ -49,6 +51,7 @@ _TIER_OF_ROLE = {
     Role.CONSEQUENCE: Tier.CONSEQUENCE,
     Role.NOISE: Tier.CONSEQUENCE,
     Role.REQUEST: Tier.REQUEST,
+    Role.WAITING: Tier.WAITING,
     Role.WEAK: Tier.WEAK,
     Role.CAUSE: Tier.STRONG,
 }
@@ -84,6 +87,11 @@ class LogReading:
     requests_refused: int = 0  # how many it refused in all
     facts: EngineFacts = field(default_factory=lambda: NO_FACTS)  # what the engine stated
     reached_seen: tuple[str, ...] = ()  # scenarios whose reached evidence was seen
+    serving_line: int | None = None  # the server said it serves (Application startup complete)
+    died_line: int | None = None  # the engine's first fatal end (or a 5xx answer) after it
+    binary: bool = False  # the input is no text log: nothing of it was read
+    nul_bytes: int = 0  # NUL bytes skipped
+    ends_in_traceback: bool = False  # the log ends inside a traceback (cut off)
 
 
 def rank(finding: Finding, catalogue: Catalogue) -> Tier:
@@ -118,7 +126,22 @@ def choose(findings: Sequence[Finding], catalogue: Catalogue) -> Finding | None:
         return None
     best = min(tier for tier, _ in live)
     contenders = sorted((f for tier, f in live if tier == best), key=_when)
-    return _past_lookups(contenders[0], [f for tier, f in live if tier <= best])
+    root = _past_lookups(contenders[0], [f for tier, f in live if tier <= best])
+    if best is Tier.WEAK:
+        return _waited_for(root, [f for tier, f in ranked if tier is Tier.WAITING]) or root
+    return root
+
+
+def _waited_for(end: Finding, waiting: Sequence[Finding]) -> Finding | None:
+    """What a start ended from outside was waiting for, when the log states it.
+
+    Weak evidence (an interrupt, a signal, a time-out) says only how the start ended.
+    When the engine said before it what it was waiting for (Ray's placement group asking
+    for more GPUs than the cluster has, a download, a lock), that statement says why it
+    never went on: the latest such statement before the end is the cause.
+    """
+    before = [f for f in waiting if _when(f) < _when(end)]
+    return max(before, key=_when, default=None)
 
 
 def _warnings_give_way(
@@ -153,9 +176,14 @@ def _when(finding: Finding) -> tuple[int, int]:
     return (finding.line.number, finding.seq)
 
 
+def is_lookup_error(finding: Finding) -> bool:
+    """Whether ``finding`` is a lookup error (``KeyError``...), control flow when replaced."""
+    return (finding.exception or "").rsplit(".", 1)[-1] in _LOOKUP_ERRORS
+
+
 def _past_lookups(first: Finding, live: Sequence[Finding]) -> Finding:
     current = first
-    while (current.exception or "").rsplit(".", 1)[-1] in _LOOKUP_ERRORS:
+    while is_lookup_error(current):
         later = (f for f in live if f.chain == current.chain and _when(f) > _when(current))
         successor = min(later, key=_when, default=None)
         if successor is None or successor.relation is not Relation.CONTEXT:
@@ -171,7 +199,7 @@ def diagnose(
     signatures: ScenarioSignatures,
 ) -> Diagnosis:
     """Name the root cause of the log described by ``findings`` and ``reading``."""
-    root = choose(findings, catalogue)
+    root = choose(_after_a_good_start(findings, reading), catalogue)
     if root is None:
         return _without_cause(reading)
     cause = _category(root, catalogue)
@@ -209,6 +237,22 @@ def diagnose(
         request_errors=reading.request_errors,
         requests_refused=reading.requests_refused,
     )
+
+
+def _after_a_good_start(findings: Sequence[Finding], reading: LogReading) -> list[Finding]:
+    """The findings that may be the cause, once the server said it serves.
+
+    A start that reached readiness succeeded: nothing before it stopped it, so nothing
+    before it is a start-up cause. After it, a failure is a cause only when the engine
+    died (a fatal end of the engine followed, or the server answered a request with a
+    5xx); otherwise it belonged to a request or to nothing, and an external end (a Slurm
+    time limit, a supervisor's SIGTERM) ended a server that worked.
+    """
+    if reading.serving_line is None:
+        return list(findings)
+    if reading.died_line is None:
+        return []
+    return [f for f in findings if f.line.number > reading.serving_line]
 
 
 def with_oom_kill(diagnosis: Diagnosis, catalogue: Catalogue) -> Diagnosis:
@@ -314,8 +358,20 @@ def _workarounds(scenario: Scenario | None) -> tuple[str, ...]:
 
 def _without_cause(reading: LogReading) -> Diagnosis:
     fix = _NO_CAUSE_FIX if reading.final_error or reading.last_errors else ""
-    if reading.notes:
+    if reading.binary:
         explanation = "This input does not look like a text log; it was not read."
+    elif reading.serving_line is not None and reading.died_line is None:
+        explanation = (
+            f"The server started (line {reading.serving_line} says it serves) and its engine "
+            "did not die afterwards: nothing in this log stopped the start. Error lines "
+            "before or after it are listed below; requests the server refused are listed "
+            "apart."
+        )
+    elif reading.ends_in_traceback and not reading.final_error:
+        explanation = (
+            "The log ends inside a traceback, before the exception line that would state "
+            "its error: it was cut off. Triage needs the rest of the output."
+        )
     elif reading.requests_refused:
         refused = reading.requests_refused
         explanation = (
@@ -329,9 +385,7 @@ def _without_cause(reading: LogReading) -> Diagnosis:
     elif reading.last_errors:
         explanation = "The error lines below name no cause triage recognises."
     else:
-        explanation = (
-            "No error was found in this log." if reading.lines_read else "The log is empty."
-        )
+        explanation = _nothing(reading)
     return Diagnosis(
         root_cause=None,
         explanation=explanation,
@@ -347,6 +401,18 @@ def _without_cause(reading: LogReading) -> Diagnosis:
         request_errors=reading.request_errors,
         requests_refused=reading.requests_refused,
     )
+
+
+def _nothing(reading: LogReading) -> str:
+    """What a log without any error line holds."""
+    if reading.lines_read:
+        return "No error was found in this log."
+    if reading.nul_bytes:
+        return (
+            f"The log holds only NUL bytes ({reading.nul_bytes:,}), no text: what `logrotate "
+            "copytruncate` leaves where a log was, or a file that was never written."
+        )
+    return "The log is empty."
 
 
 def _clip(line: str) -> str:

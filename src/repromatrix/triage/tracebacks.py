@@ -145,6 +145,10 @@ class TracebackReader:
         traceback had raised so far is returned) and leave the line to be read on its own."""
         return Step(raised=self._close(line.record))
 
+    def open_tracebacks(self) -> bool:
+        """Whether a traceback has begun and not ended (at the end of a log: it was cut)."""
+        return bool(self._open)
+
     def pending(self) -> tuple[Raised, ...]:
         """Failed asserts that end tracebacks still open (a log cut off mid-traceback)."""
         found = (_truncated(tb) for tb in self._open.values())

@@ -41,7 +41,7 @@ import re
 import zlib
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import compress, repeat
 from operator import is_not, not_
 from pathlib import Path
@@ -50,7 +50,8 @@ from typing import BinaryIO
 from repromatrix.harness.harness import PROTOCOL_PREFIX
 from repromatrix.harness.oomwatch import LINE_PREFIX as HARNESS_LINE
 from repromatrix.model import FactTest, Scenario
-from repromatrix.triage import facts, reasoning
+from repromatrix.patterns import LiteralSet
+from repromatrix.triage import facts, reasoning, repeats
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue, required_literals
 from repromatrix.triage.diagnosis import Diagnosis, RequestError
 from repromatrix.triage.dumps import MIN_WRAP, is_dump_piece
@@ -58,12 +59,15 @@ from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.logmodel import (
     QUIET,
     QUIET_LEVELS,
+    TRACEBACK_HEADER,
     ByteSource,
     Line,
     LineSplitter,
     PrefixLearner,
+    after_progress_bar,
     decode,
     http_status,
+    is_bare_progress_bar,
     is_compiler_error,
     is_dump,
     is_quiet,
@@ -171,6 +175,7 @@ class Triager:
         self._bytes_read = 0
         self._ready_line: int | None = None
         self._serving_line: int | None = None  # the line that says the server serves
+        self._died_line: int | None = None  # the engine's first fatal end after that line
         self._fatal_seen = False
         self._cause_seen = False
         self._final_error: str | None = None
@@ -222,6 +227,47 @@ class Triager:
             self._lines([head])
         if block is None:
             return
+        if not repeats.dense(block):
+            self._block(block)
+            return
+        done = 0
+        for start, unit, copies in repeats.repeats(block):
+            # Read copies until they fill every window the state keeps, the last one alone:
+            # what it adds to the counts is what each further copy would add.
+            lines = block.count(b"\n", start, start + unit)
+            read = repeats.copies_to_read(lines)
+            last = start + unit * (read - 1)
+            self._block(block[done : last - 1])
+            refusals = self._refusals
+            self._block(block[last : last + unit - 1])
+            self._skip(lines, copies - read, self._refusals - refusals)
+            done = start + unit * copies
+        if done <= len(block):
+            self._block(block[done:])
+
+    def _skip(self, lines: int, copies: int, refusals: int) -> None:
+        """Count ``copies`` more copies of the ``lines`` lines just read, without reading them.
+
+        Every line number the state keeps from the copy just read moves to the same line
+        of the last copy, and what the copy added to the count of refused requests is
+        added again for each, as if each copy had been read (``triage.repeats``).
+        """
+        old = self._number
+        shift = lines * copies
+        first = old - lines + 1
+
+        def moved(number: int) -> int:
+            return number + shift if first <= number <= old else number
+
+        self._number = old + shift
+        self._adjacent, self._message_end = moved(self._adjacent), moved(self._message_end)
+        self._dump_end = moved(self._dump_end)
+        if self._prev is not None and first <= self._prev.number <= old:
+            self._prev = replace(self._prev, number=moved(self._prev.number))
+        self._refusals += refusals * copies
+
+    def _block(self, block: bytes) -> None:
+        """Read a block of whole lines (joined by ``\\n``, without the last terminator)."""
         self._read_facts(block)
         lines = block.split(b"\n")
         if self._block_needs_lines(block):
@@ -323,6 +369,12 @@ class Triager:
         if self._prefixes and line.level is None and line.stream is None:
             rest = self._prefixes.remove(line.text)
             line = reparse(line, rest) if rest is not None else line
+        glued = after_progress_bar(line.text)
+        if glued is not None:
+            if not glued.strip():
+                self._quiet(number, raw)
+                return
+            line = reparse(line, glued)  # the line printed after the bar, without a break
         if line.level in QUIET_LEVELS:
             self._quiet(number, raw)
             return
@@ -354,6 +406,10 @@ class Triager:
             # V0 and plain logging print the message first, then its traceback: the two are
             # one failure, stated by the exception once the traceback ends.
             stream.introducing, stream.introduced = stream.pending_error, line.record
+        elif step.opened and self._wraps(line):
+            # An exception whose message goes on with a traceback of its own (another
+            # runtime's, serialized): a wrapper, stated by the exception ending that body.
+            stream.introducing, stream.introduced = self._message, line.record
         elif stream.pending_error is not None:
             self._cause_seen = True  # the ERROR line stood alone
         stream.pending_error = None
@@ -365,6 +421,22 @@ class Triager:
             self._plain(line, stream, bool(hits))
         stream.recent.append(line.raw)
         self._prev, self._adjacent = line, number
+
+    def _wraps(self, line: Line) -> bool:
+        """Whether the traceback ``line`` opens is the body of the exception just read.
+
+        Python prints a chained exception after a marker line and its own header; a
+        frame that follows an exception's message (or its continuation lines, such as
+        ``Traceback of TorchScript, serialized code (...):``) directly, in the same
+        record, is that exception's body: a wrapper that carried another runtime's
+        traceback up, whose last exception states the failure.
+        """
+        head = self._message
+        if head is None or head.seq < 0 or head.kind is not Kind.EXCEPTION:
+            return False
+        if head.line.record != line.record or self._message_end != self._prev_number():
+            return False
+        return not line.text.rstrip().endswith(TRACEBACK_HEADER)
 
     def _dump_piece(self, line: Line, before: bytes | None) -> bool:
         """Read ``line`` as a piece of a dump, if it is one (``_dump_cut``)."""
@@ -554,9 +626,11 @@ class Triager:
             self._message, self._message_end = finding, finding.line.number
             self._await_answer(finding)
             return finding
-        self._last_errors.append(finding.line.raw)
-        if finding.kind is not Kind.ERROR:
-            self._cause_seen = True
+        if tier is not Tier.WAITING:  # a statement of what it waits for is no error
+            self._last_errors.append(finding.line.raw)
+            if finding.kind is not Kind.ERROR:
+                self._cause_seen = True
+        self._drop_replaced_lookup(finding)
         if self._kept[tier] < MAX_PER_TIER:
             self._kept[tier] += 1
             self._tier_of[finding.seq] = tier
@@ -566,6 +640,22 @@ class Triager:
             stream.awaiting = [*stream.awaiting[-3:], finding]
             self._await_answer(finding)
         return finding
+
+    def _drop_replaced_lookup(self, finding: Finding) -> None:
+        """A lookup error replaced "during handling" by ``finding`` stops being kept when it
+        was itself a replacement in its chain: rule 4 walks from the chain's first exception
+        past every lookup error to the first that is not one (or the last), and only that
+        walk's ends matter. So a chain of any length keeps two findings, not one per link,
+        and is never cut at the number of findings a rank keeps."""
+        if finding.relation is not Relation.CONTEXT or finding.chain is None:
+            return
+        last = next((f for f in reversed(self._findings) if f.chain == finding.chain), None)
+        if last is None or last.relation is not Relation.CONTEXT:
+            return  # the chain's first exception, where the walk starts, stays
+        if not reasoning.is_lookup_error(last):
+            return
+        self._findings = [f for f in self._findings if f is not last]
+        self._kept[self._tier_of.pop(last.seq)] -= 1
 
     def _await_answer(self, finding: Finding) -> None:
         """A failure after start-up waits for the server's answer to the request it was in."""
@@ -578,6 +668,8 @@ class Triager:
         A 4xx answer means the API server refused that request and went on serving: its
         own failures are request errors, no longer candidates for the root cause.
         """
+        if status >= 500 and self._serving_line is not None and self._died_line is None:
+            self._died_line = self._number  # the server failed a request: a failure of it
         for finding in self._unanswered:
             finding.status = status
             candidate = any(f is finding for f in self._findings)
@@ -607,6 +699,8 @@ class Triager:
         self._absorb(line)
         if fatal:
             self._final_error, self._fatal_seen = line.raw, True
+            if self._serving_line is not None and self._died_line is None:
+                self._died_line = line.number
         repeated = bool(self._last_errors) and self._last_errors[-1] == line.raw
         if not line.text[:1].isspace() and not repeated:
             self._last_errors.append(line.raw)
@@ -634,7 +728,11 @@ class Triager:
         return found
 
     def _reading(self) -> reasoning.LogReading:
-        notes = ("the input is not text: it holds binary data",) if self._source.binary else ()
+        notes: tuple[str, ...] = ()
+        if self._source.binary:
+            notes = ("the input is not text: it holds binary data",)
+        if self._reader.open_tracebacks():
+            notes += ("the log ends inside a traceback: it was cut off before its exception",)
         # A refused request's message that turned out to introduce its traceback (V0 prints
         # the message first) is not listed apart: the exception ending it is.
         shown = [f for f in self._refused if not f.header]
@@ -652,6 +750,11 @@ class Triager:
             notes=notes,
             facts=stated,
             reached_seen=tuple(dict.fromkeys([*self._reached_seen, *by_fact])),
+            serving_line=self._serving_line,
+            died_line=self._died_line,
+            binary=self._source.binary,
+            nul_bytes=self._source.nul_bytes,
+            ends_in_traceback=self._reader.open_tracebacks(),
         )
 
 
@@ -699,6 +802,28 @@ def triage_path(path: Path | str, scenarios: Sequence[Scenario] = ()) -> Diagnos
         return triage_stream(handle, scenarios)
 
 
+def log_lines(stream: BinaryIO) -> Iterator[str]:
+    """The lines of a whole log as triage reads them, in bounded memory: gzip-compressed or
+    not, UTF-16 or UTF-8 with or without a byte order mark, NUL runs skipped, each line
+    cut at ``MAX_LINE_BYTES`` and decoded (its ``\\r`` terminator gone). Binary input has
+    none."""
+    source, splitter = ByteSource(), LineSplitter()
+
+    def lines(text: bytes) -> Iterator[str]:
+        head, block = splitter.split(text)
+        if head is not None:
+            yield decode(head)
+        if block is not None:
+            yield from map(decode, block.split(b"\n"))
+
+    for chunk in _chunks(stream):
+        yield from lines(source.push(chunk))
+    yield from lines(source.finish())
+    tail = splitter.flush()
+    if tail is not None:
+        yield decode(tail)
+
+
 def _chunks(stream: BinaryIO) -> Iterator[bytes]:
     first = stream.read(READ_CHUNK)
     if first[:2] != b"\x1f\x8b":
@@ -726,10 +851,18 @@ def _gunzip(first: bytes, stream: BinaryIO) -> Iterator[bytes]:
 
 
 class WarningFilter:
-    """Tells the WARNING lines that no rule of the catalogue or the reader can use."""
+    """Tells the WARNING lines that no rule of the catalogue or the reader can use, and the
+    progress bars (which state no cause whatever their label says)."""
 
     def __init__(self, catalogue: Catalogue) -> None:
         self._patterns = _warning_literals(catalogue)
+        runs = sorted({run for runs in self._patterns or () for run in runs})
+        self._literals = LiteralSet(tuple(_STRUCTURAL) + tuple(runs))
+        self._structural = frozenset(range(len(_STRUCTURAL)))
+        self._runs = tuple(
+            tuple(len(_STRUCTURAL) + runs.index(run) for run in group)
+            for group in self._patterns or ()
+        )
         self._seen: dict[bytes, bool] = {}
 
     def skippable(self, raw: bytes) -> bool:
@@ -744,10 +877,12 @@ class WarningFilter:
         Lines already decided cost a translation and a dictionary look-up, both
         run by C code over the whole list; only the others reach ``_decide``.
         """
-        if self._patterns is None:
-            return list(indices)
         chosen = list(indices)
-        keys = list(map(bytes.translate, map(lines.__getitem__, chosen), repeat(_DIGITS)))
+        if len(chosen) * 4 > len(lines):  # most lines: translate the block in one call
+            translated = b"\n".join(lines).translate(_DIGITS).split(b"\n")
+            keys = list(map(translated.__getitem__, chosen))
+        else:
+            keys = list(map(bytes.translate, map(lines.__getitem__, chosen), repeat(_DIGITS)))
         unsure = compress(
             zip(chosen, keys, strict=True), map(is_not, map(self._seen.get, keys), repeat(True))
         )
@@ -758,17 +893,18 @@ class WarningFilter:
         # patterns take any digit), so it is cached under that key.
         skippable = self._patterns is not None and _PLAIN_WARNING.match(key) is not None
         skippable = skippable and not self._may_matter(key)
+        skippable = skippable or is_bare_progress_bar(key)
         if len(self._seen) >= MAX_CACHED:
             self._seen.clear()
         self._seen[key] = skippable
         return skippable
 
     def _may_matter(self, key: bytes) -> bool:
-        assert self._patterns is not None
-        if any(map(key.__contains__, _STRUCTURAL)):
+        # One pass over the whole line (the header's tag may hold a literal too).
+        present = set(self._literals.present(key))
+        if not self._structural.isdisjoint(present):
             return True
-        # The whole line: the header's tag may hold a literal too.
-        return any(all(map(key.__contains__, runs)) for runs in self._patterns)
+        return any(present.issuperset(group) for group in self._runs)
 
 
 def _warning_literals(catalogue: Catalogue) -> tuple[tuple[bytes, ...], ...] | None:

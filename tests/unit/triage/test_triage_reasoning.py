@@ -164,8 +164,17 @@ def test_the_oom_killer_fact_is_the_cause_unless_the_log_names_one() -> None:
 def test_a_failure_after_the_server_was_ready_happened_on_a_request() -> None:
     before = "RuntimeError: Unsupported CPU attention configuration: head_dim=16\n"
     ready = "INFO:     Application startup complete.\n"
-    assert diagnose(before + ready).layer == "engine_startup"
-    assert diagnose(ready + before).layer == "first_request"
+    died = (
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+        "See stack trace (above) for the root cause.\n"
+    )
+    assert diagnose(before).layer == "engine_startup"
+    # The start succeeded (issue 32 class 3): an error before it stopped nothing.
+    assert diagnose(before + ready).root_cause is None
+    assert diagnose(before + ready + died).root_cause is None
+    # After it, an error is a cause when the engine died of it.
+    assert diagnose(ready + before).root_cause is None
+    assert diagnose(ready + before + died).layer == "first_request"
 
 
 def test_the_excerpt_is_bounded() -> None:
