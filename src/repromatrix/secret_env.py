@@ -44,6 +44,16 @@ REDACTED_ENV = (*SECRET_ENV, *SERVICE_SECRET_ENV)
 REDACTED = "<redacted>"
 
 
+# A variable's name that says it holds a secret (AWS_SECRET_ACCESS_KEY, NPM_TOKEN, DB_PASSWORD).
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(?:^|_)KEY(?:_|$)", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether the variable ``name`` holds a secret: one of ``REDACTED_ENV``, or a name that
+    says token, secret, password, credential or key."""
+    return name in REDACTED_ENV or _SECRET_NAME.search(name) is not None
+
+
 def secrets_from(environ: Mapping[str, str], names: Iterable[str] = SECRET_ENV) -> dict[str, str]:
     """The secret variables among ``names`` that ``environ`` sets to a non-empty value."""
     return {name: environ[name] for name in names if environ.get(name)}
@@ -345,9 +355,10 @@ class RedactingWatcher:
 
 
 def redacting_watcher(watch: Watcher, secrets: Mapping[str, str]) -> RedactingWatcher:
-    """``watch``, given the stream with every secret value replaced, across chunk boundaries.
+    """``watch``, given the stream with every secret replaced, across chunk boundaries:
+    line by line (``StreamRedactor``), so a token's shape is seen whole.
 
-    Call ``flush()`` on the result once the stream has ended (without secrets it
-    passes every chunk on at once and ``flush`` has nothing to give).
+    Call ``flush()`` on the result once the stream has ended: it passes on the last
+    line, where the stream did not end with a line break.
     """
     return RedactingWatcher(watch, secrets)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from repromatrix import __version__
 from repromatrix.errors import UsageError
-from repromatrix.secret_env import REDACTED_ENV, SECRET_ENV
+from repromatrix.secret_env import is_secret_name
 from repromatrix.slurm.arrays import WARNING_S, TaskArray
 from repromatrix.slurm.submission import LOGS_DIR, SHARDS_DIR, TaskEntry
 
@@ -44,7 +44,6 @@ TASK_ENV = (
 )  # fmt: skip
 TASK_ENV_PREFIXES = ("REPROMATRIX_", "APPTAINER_", "SINGULARITY_", "ENROOT_")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(?:^|_)KEY(?:_|$)", re.IGNORECASE)
 # What an #SBATCH line cannot hold as a value: Slurm splits it at white space, reads quotes
 # and backslashes as quoting, and a line break would start a line of its own.
 _NOT_SBATCH = re.compile(r"[\s\"'\\\x00-\x1f\x7f]")
@@ -64,17 +63,15 @@ class ScriptContext:
 
 def task_environment(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The names of the variables of ``environ`` a task is given (``--export``): those of
-    ``TASK_ENV`` and ``TASK_ENV_PREFIXES`` it sets, never a secret's (``REDACTED_ENV``, or a
-    name that says token, secret, password or key)."""
-    secret = set(REDACTED_ENV) | set(SECRET_ENV)
+    ``TASK_ENV`` and ``TASK_ENV_PREFIXES`` it sets, never a secret's
+    (``secret_env.is_secret_name``)."""
     return tuple(
         sorted(
             name
             for name in environ
             if (name in TASK_ENV or name.startswith(TASK_ENV_PREFIXES))
             and _ENV_NAME.fullmatch(name)
-            and name not in secret
-            and not _SECRET_NAME.search(name)
+            and not is_secret_name(name)
         )
     )
 

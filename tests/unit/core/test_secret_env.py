@@ -123,3 +123,11 @@ def test_a_short_value_is_not_redacted_and_said_so_once(
     err = capsys.readouterr().err
     assert err.count("warning: HF_TOKEN is shorter than") == 1
     assert secret_env.MIN_SECRET_LEN >= 8
+
+
+def test_a_secrets_name_is_known_by_what_it_says() -> None:
+    secret = ["HF_TOKEN", "GITHUB_TOKEN", "REPROMATRIX_WEBHOOK_SECRET", "AWS_SECRET_ACCESS_KEY",
+              "AWS_ACCESS_KEY_ID", "DB_PASSWORD", "API_KEY", "GCP_CREDENTIALS"]  # fmt: skip
+    plain = ["PATH", "HOME", "REPROMATRIX_CACHE", "HF_HOME", "KEYBOARD", "MONKEYS"]
+    assert all(secret_env.is_secret_name(name) for name in secret)
+    assert not any(secret_env.is_secret_name(name) for name in plain)
