@@ -308,7 +308,9 @@ class StreamRedactor:
         spans = self._rules.spans(data)
         for start, end in reversed(spans):
             if start < cut and (end > cut or not data[end:lines].strip()):
-                cut = start  # this secret crosses the cut, or may still grow: keep it whole
+                # This secret crosses the cut, or may still grow: keep back its line whole,
+                # with the context that made it one (a header's name before a credential).
+                cut = max(data.rfind(b"\n", 0, start), data.rfind(b"\r", 0, start)) + 1
         self._held = data[cut:]
         return _replaced(data[:cut], [span for span in spans if span[1] <= cut])
 
