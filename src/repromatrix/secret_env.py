@@ -68,6 +68,9 @@ _WORD_AFTER = rb"(?![A-Za-z0-9])"
 _B64 = rb"[A-Za-z0-9/+]"
 _CREDENTIAL = rb"(?=[A-Za-z._~+/=-]*[0-9])[A-Za-z0-9._~+/=-]{8,2048}"  # holds a digit
 _warned: set[str] = set()
+_KEY_HEADER = re.compile(rb"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY-----")
+_KEY_FOOTER = re.compile(rb"-----END[A-Z0-9 ]{0,40}PRIVATE KEY-----")
+KEY_WINDOW = 16384 + 256  # past this a header's block is decided (its pattern's bound)
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,20 @@ def redact_text(text: str, secrets: Mapping[str, str] | None = None) -> str:
     return redact(data, values).decode("utf-8", "surrogatepass")
 
 
+def _before_open_key(data: bytes) -> int:
+    """Where the line of a private key's header begins whose end may still come (its block
+    is redacted whole once it has: ``SHAPES``), else the end of ``data``."""
+    start = max(0, len(data) - KEY_WINDOW)
+    if data.find(b"-----BEGIN", start) < 0:
+        return len(data)
+    for footer in _KEY_FOOTER.finditer(data, start):
+        start = footer.end()
+    header = _KEY_HEADER.search(data, start)  # the first with no end after it
+    if header is None:
+        return len(data)
+    return max(data.rfind(b"\n", 0, header.start()), data.rfind(b"\r", 0, header.start())) + 1
+
+
 class StreamRedactor:
     """Redacts a stream given in chunks, whatever the chunk boundaries, as ``redact`` would
     the joined stream.
@@ -278,9 +295,10 @@ class StreamRedactor:
     ``feed`` returns the redacted bytes that are safe to pass on: every whole line
     (a match of a shape stays on its line, but a private key's block), and of a line
     longer than ``LINE_LIMIT`` with no break yet all but its last ``TOKEN_TAIL`` bytes.
-    It keeps back the line not yet ended, a secret with nothing but space after it (it
-    may still grow: a private key's next line), and the start of a secret value holding a
-    line break; ``flush`` returns that, redacted, at the end.
+    It keeps back the line not yet ended, the line of a secret with nothing but space after
+    it (it may still grow), a private key's block from its header's line until its end has
+    come, and the start of a secret value holding a line break; ``flush`` returns that,
+    redacted, at the end.
     """
 
     def __init__(self, secrets: Mapping[str, str]) -> None:
@@ -301,7 +319,7 @@ class StreamRedactor:
         if len(data) - cut > LINE_LIMIT:
             cut = len(data) - self._tail
         lines = cut
-        cut = self._before_split_value(data, cut)
+        cut = min(self._before_split_value(data, cut), _before_open_key(data))
         if cut <= 0:
             self._held = data
             return b""

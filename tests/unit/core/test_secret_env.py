@@ -4,10 +4,13 @@ environment holds; a value matched whole, and one too short to match safely refu
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from repromatrix import secret_env
 from repromatrix.results.store import atomic_write
@@ -138,3 +141,27 @@ def test_a_secrets_name_is_known_by_what_it_says() -> None:
     plain = ["PATH", "HOME", "REPROMATRIX_CACHE", "HF_HOME", "KEYBOARD", "MONKEYS"]
     assert all(secret_env.is_secret_name(name) for name in secret)
     assert not any(secret_env.is_secret_name(name) for name in plain)
+
+
+PIECES = [
+    "Authorization: Bearer ", "eyJhbGciOiJIUzI1NiJ9.c2ln", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+    "4567", "AKIAIOSFODNN7EXAMPLE", " ", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "https://bot:", "hunter2pass@example.com", "-----BEGIN PRIVATE KEY-----",
+    "MIIEvQIBADANBgkqhkiG9w0B", "-----END PRIVATE KEY-----", "\n", "\r", "x", "s3cretvalue",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(PIECES), max_size=24),
+    st.lists(st.integers(min_value=0, max_value=2000), max_size=8),
+)
+def test_the_stream_redactor_gives_what_redact_gives_the_whole_on_any_chunking(
+    pieces: list[str], cuts: list[int]
+) -> None:
+    secrets = {"HF_TOKEN": "s3cretvalue"}
+    text = "".join(pieces).encode()
+    bounds = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts)})
+    redactor = StreamRedactor(secrets)
+    out = b"".join(redactor.feed(text[a:b]) for a, b in itertools.pairwise(bounds))
+    assert out + redactor.flush() == secret_env.redact(text, secrets)
