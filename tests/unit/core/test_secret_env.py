@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from repromatrix import secret_env
@@ -152,6 +152,15 @@ PIECES = [
 
 
 @settings(max_examples=300, deadline=None)
+@example(  # a key's header, then a line, then its end in the next chunk
+    ["-----BEGIN PRIVATE KEY-----", "Authorization: Bearer ", "\n", "-----END PRIVATE KEY-----"],
+    [50],
+)
+@example(  # a second header not yet whole where the first one's end has not come
+    ["-----BEGIN PRIVATE KEY-----", "x", "\n", "-----BEGIN PRIVATE KEY-----",
+     "-----END PRIVATE KEY-----"],
+    [40],
+)  # fmt: skip
 @given(
     st.lists(st.sampled_from(PIECES), max_size=24),
     st.lists(st.integers(min_value=0, max_value=2000), max_size=8),
