@@ -12,6 +12,7 @@ from types import ModuleType
 from repromatrix import __version__
 from repromatrix.commands import COMMANDS
 from repromatrix.errors import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK, RepromatrixError
+from repromatrix.secret_env import redact_text
 from repromatrix.visible import visible
 
 
@@ -72,7 +73,8 @@ def os_error_line(exc: OSError) -> str:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"repromatrix: error: {visible(message, multiline=True)}", file=sys.stderr)
+    # An error may quote what an outside program or server answered: redacted like all output.
+    print(f"repromatrix: error: {visible(redact_text(message), multiline=True)}", file=sys.stderr)
     return code
 
 

@@ -15,13 +15,21 @@ has seen for as long as that end could still be the start of a secret, and
 triage, whose root cause and reason go into ``result.json``). ``redact_text``
 is the one rule every writer of results and reports, and the progress lines,
 pass their text through.
+
+What is a secret: the whole value of each secret variable (``REDACTED_ENV``) this
+process has, never a value inside a longer word (a value shorter than
+``MIN_SECRET_LEN`` would be found in ordinary words and numbers: it is refused, with a
+warning, once); and, whatever the environment holds, every token of a well-known shape
+(``SHAPES``): a log or an answer may quote a token this host never had.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_TOKEN")
 # The secrets of the services ``watch`` talks to: never handed to a cell, redacted like the
@@ -36,24 +44,216 @@ REDACTED_ENV = (*SECRET_ENV, *SERVICE_SECRET_ENV)
 REDACTED = "<redacted>"
 
 
+# A variable's name that says it holds a secret (AWS_SECRET_ACCESS_KEY, NPM_TOKEN, DB_PASSWORD).
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|(?:^|_)KEY(?:_|$)", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether the variable ``name`` holds a secret: one of ``REDACTED_ENV``, or a name that
+    says token, secret, password, credential or key."""
+    return name in REDACTED_ENV or _SECRET_NAME.search(name) is not None
+
+
 def secrets_from(environ: Mapping[str, str], names: Iterable[str] = SECRET_ENV) -> dict[str, str]:
     """The secret variables among ``names`` that ``environ`` sets to a non-empty value."""
     return {name: environ[name] for name in names if environ.get(name)}
 
 
-def _values(secrets: Mapping[str, str]) -> list[bytes]:
-    # Longest first, so a secret that contains another is replaced whole.
-    return sorted({v.encode() for v in secrets.values() if v}, key=len, reverse=True)
+MIN_SECRET_LEN = 8  # a shorter value would be found inside ordinary words and numbers
+# A line longer than this with no line break yet is passed on all but its end.
+LINE_LIMIT = 64 << 10
+TOKEN_TAIL = 4 << 10  # longer than any match of a shape that stays on one line
+_WORD_BEFORE = rb"(?<![A-Za-z0-9_])"
+_WORD_AFTER = rb"(?![A-Za-z0-9])"
+_B64 = rb"[A-Za-z0-9/+]"
+_CREDENTIAL = rb"(?=[A-Za-z._~+/=-]*[0-9])[A-Za-z0-9._~+/=-]{8,2048}"  # holds a digit
+_warned: set[str] = set()
+_KEY_HEADER = re.compile(rb"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY-----")
+_KEY_FOOTER = re.compile(rb"-----END[A-Z0-9 ]{0,40}PRIVATE KEY-----")
+KEY_WINDOW = 16384 + 256  # past this a header's block is decided (its pattern's bound)
 
 
-def _pattern(values: list[bytes]) -> re.Pattern[bytes] | None:
-    return re.compile(b"|".join(re.escape(v) for v in values)) if values else None
+@dataclass(frozen=True)
+class Shape:
+    """A well-known token shape: the literal bytes one of which every match holds, ``offset``
+    bytes after the match's start (the pattern is tried only there: a search for a literal is
+    far faster than a pattern's), and the pattern; its groups ``secret`` and ``secret2``,
+    where it has them, are what is replaced (the rest is context such as a header's name)."""
+
+    name: str
+    markers: tuple[bytes, ...]
+    pattern: re.Pattern[bytes]
+    offset: int = 0
+
+    def spans(self, data: bytes) -> list[tuple[int, int]]:
+        """Where in ``data`` a token of this shape lies (may overlap)."""
+        groups = [name for name in ("secret", "secret2") if name in self.pattern.groupindex]
+        spans: list[tuple[int, int]] = []
+        for marker in self.markers:
+            at = data.find(marker, self.offset)
+            while at >= 0:
+                match = self.pattern.match(data, at - self.offset)
+                if match is not None:
+                    inner = [match.span(name) for name in groups if match.start(name) >= 0]
+                    spans += inner or [match.span()]
+                at = data.find(marker, at + 1)
+        return spans
+
+
+SHAPES = (
+    Shape(
+        "Hugging Face token",
+        (b"hf_",),
+        re.compile(_WORD_BEFORE + rb"hf_[A-Za-z0-9]{30,250}" + _WORD_AFTER),
+    ),
+    Shape(
+        "GitHub token",
+        (b"gh",),
+        re.compile(_WORD_BEFORE + rb"gh[pousr]_[A-Za-z0-9]{30,250}" + _WORD_AFTER),
+    ),
+    Shape(
+        "GitHub fine-grained token",
+        (b"github_pat_",),
+        re.compile(_WORD_BEFORE + rb"github_pat_[A-Za-z0-9_]{20,250}" + _WORD_AFTER),
+    ),
+    Shape(
+        "AWS access key and the secret key on its line",
+        (b"IA",),
+        re.compile(
+            rb"(?P<secret>(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9]))"
+            rb"(?:[^\r\n]{0,200}?(?<![A-Za-z0-9/+=])"
+            rb"(?P<secret2>" + _B64 + rb"{40})(?![A-Za-z0-9/+=]))?"
+        ),
+        offset=2,
+    ),
+    Shape(
+        "AWS secret key by its name",
+        (b"ecret", b"ECRET"),
+        re.compile(
+            rb"(?i:secret(?:_?access)?(?:_?key)?)[\"']?[ \t]*[:=][ \t]*[\"']?"
+            rb"(?P<secret>" + _B64 + rb"{40})(?![A-Za-z0-9/+=])"
+        ),
+        offset=1,
+    ),
+    Shape(
+        "bearer credential",
+        (b"earer",),
+        re.compile(rb"(?i:bearer)[ \t]+(?P<secret>" + _CREDENTIAL + rb")"),
+        offset=1,
+    ),
+    Shape(
+        "authorization header",
+        (b"uthorization",),
+        re.compile(
+            rb"(?i:authorization)[\"']?[ \t]*[:=][ \t]*[\"']?(?:(?i:basic|token|bearer)[ \t]+)?"
+            rb"(?P<secret>" + _CREDENTIAL + rb")"
+        ),
+        offset=1,
+    ),
+    Shape("URL userinfo", (b"://",), re.compile(rb"://(?P<secret>[^\s/?#@\"'<>]{1,512})@")),
+    Shape(
+        "private key",
+        (b"-----BEGIN",),
+        re.compile(
+            rb"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY-----"
+            rb"(?:[\s\S]{0,16384}?-----END[A-Z0-9 ]{0,40}PRIVATE KEY-----"
+            rb"|(?:\s*[A-Za-z0-9+/=:,-]{16,100})*)"  # its lines, where the end is not there
+        ),
+    ),
+)
+
+
+def _warn_short(name: str) -> None:
+    """Say once per name that its value is too short to redact."""
+    if name in _warned:
+        return
+    _warned.add(name)
+    print(
+        f"repromatrix: warning: {name} is shorter than {MIN_SECRET_LEN} characters, so it is"
+        " not redacted from output (a value that short would be replaced inside ordinary"
+        " words and numbers); set a real token",
+        file=sys.stderr,
+    )
+
+
+def _values(secrets: Mapping[str, str]) -> tuple[bytes, ...]:
+    """The values to redact, longest first (a secret that holds another goes whole); one
+    shorter than ``MIN_SECRET_LEN`` is refused, with a warning."""
+    kept: set[bytes] = set()
+    for name, value in secrets.items():
+        if value and len(value) < MIN_SECRET_LEN:
+            _warn_short(name)
+        elif value:
+            kept.add(value.encode("utf-8", "surrogatepass"))
+    return tuple(sorted(kept, key=len, reverse=True))
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What is redacted: the whole values of ``values`` (never one inside a longer word)
+    and every ``SHAPES`` match."""
+
+    values: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, secrets: Mapping[str, str]) -> Rules:
+        """The rules for the secret values of ``secrets`` (and the shapes)."""
+        return cls(_values(secrets))
+
+    def spans(self, data: bytes) -> list[tuple[int, int]]:
+        """Where in ``data`` a secret lies, as sorted, disjoint ``(start, end)`` pairs."""
+        found = [span for value in self.values for span in _whole(value, data)]
+        for shape in SHAPES:
+            found += shape.spans(data)
+        return _merged(found)
+
+
+def _whole(value: bytes, data: bytes) -> list[tuple[int, int]]:
+    """Where ``value`` stands whole in ``data``: no letter or digit just before or after it."""
+    spans: list[tuple[int, int]] = []
+    at = data.find(value)
+    while at >= 0:
+        end = at + len(value)
+        if not (_word(data[at - 1 : at]) or _word(data[end : end + 1])):
+            spans.append((at, end))
+        at = data.find(value, at + 1)
+    return spans
+
+
+def _word(byte: bytes) -> bool:
+    return byte.isalnum() and byte.isascii()
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _replaced(data: bytes, spans: list[tuple[int, int]]) -> bytes:
+    if not spans:
+        return data
+    out: list[bytes] = []
+    at = 0
+    for start, end in spans:
+        out += [data[at:start], REDACTED.encode()]
+        at = end
+    out.append(data[at:])
+    return b"".join(out)
 
 
 def redact(data: bytes, secrets: Mapping[str, str]) -> bytes:
-    """Replace every secret value in ``data`` (a whole text, not a chunk of one) with a marker."""
-    pattern = _pattern(_values(secrets))
-    return data if pattern is None else pattern.sub(REDACTED.encode(), data)
+    """``data`` (a whole text, not a chunk of one) with every secret replaced by a marker:
+    each whole value of ``secrets`` and every token of a well-known shape (``SHAPES``).
+
+    The one rule of redaction: ``redact_text``, ``StreamRedactor`` and every file write
+    apply it.
+    """
+    return _replaced(data, Rules.of(secrets).spans(data))
 
 
 def redacted_from(environ: Mapping[str, str]) -> dict[str, str]:
@@ -63,29 +263,48 @@ def redacted_from(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def redact_text(text: str, secrets: Mapping[str, str] | None = None) -> str:
-    """``text`` with every secret value replaced; the secrets default to this process's own
-    (``redacted_from``).
+    """``text`` with every secret replaced (``redact``); the secret values default to this
+    process's own (``redacted_from``).
 
     Every writer of results and reports, and the progress lines, pass their
     text through this, so a token that slipped past the stream is still caught.
     """
     values = secrets if secrets is not None else redacted_from(os.environ)
-    for value in sorted((v for v in values.values() if v), key=len, reverse=True):
-        text = text.replace(value, REDACTED)
-    return text
+    data = text.encode("utf-8", "surrogatepass")
+    return redact(data, values).decode("utf-8", "surrogatepass")
+
+
+def _before_open_key(data: bytes) -> int:
+    """Where the line of a private key's header begins whose end may still come (its block
+    is redacted whole once it has: ``SHAPES``), else the end of ``data``."""
+    start = max(0, len(data) - KEY_WINDOW)
+    if data.find(b"-----BEGIN", start) < 0:
+        return len(data)
+    for footer in _KEY_FOOTER.finditer(data, start):
+        start = footer.end()
+    header = _KEY_HEADER.search(data, start)  # the first with no end after it
+    if header is None:
+        return len(data)
+    return max(data.rfind(b"\n", 0, header.start()), data.rfind(b"\r", 0, header.start())) + 1
 
 
 class StreamRedactor:
-    """Redacts a stream given in chunks, whatever the chunk boundaries.
+    """Redacts a stream given in chunks, whatever the chunk boundaries, as ``redact`` would
+    the joined stream.
 
-    ``feed`` returns the redacted bytes that are safe to pass on; it keeps back
-    only the longest end of the stream that is a proper prefix of a secret (at
-    most ``len(longest secret) - 1`` bytes), and ``flush`` returns that at the end.
+    ``feed`` returns the redacted bytes that are safe to pass on: every whole line
+    (a match of a shape stays on its line, but a private key's block), and of a line
+    longer than ``LINE_LIMIT`` with no break yet all but its last ``TOKEN_TAIL`` bytes.
+    It keeps back the line not yet ended, the line of a secret with nothing but space after
+    it (it may still grow), a private key's block from its header's line until its end has
+    come, and the start of a secret value holding a line break; ``flush`` returns that,
+    redacted, at the end.
     """
 
     def __init__(self, secrets: Mapping[str, str]) -> None:
-        self._values = _values(secrets)
-        self._pattern = _pattern(self._values)
+        self._rules = Rules.of(secrets)
+        self._multiline = [v for v in self._rules.values if b"\n" in v or b"\r" in v]
+        self._tail = max([TOKEN_TAIL, *(len(v) for v in self._rules.values)])
         self._held = b""
 
     @property
@@ -95,41 +314,37 @@ class StreamRedactor:
 
     def feed(self, chunk: bytes) -> bytes:
         """Take the next chunk; return what can be passed on now, redacted."""
-        if self._pattern is None:
-            return chunk
-        data = self._held + chunk
-        out: list[bytes] = []
-        start = 0
-        keep = None
-        for match in self._pattern.finditer(data):
-            if self._may_grow(data[match.start() :]):
-                keep = len(data) - match.start()  # a longer secret may begin here: wait
-                break
-            out += [data[start : match.start()], REDACTED.encode()]
-            start = match.end()
-        if keep is None:
-            keep = self._partial_secret_at_end(data, start)
-        out.append(data[start : len(data) - keep])
-        self._held = data[len(data) - keep :]
-        return b"".join(out)
+        data = self._held + chunk if self._held else chunk
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        if len(data) - cut > LINE_LIMIT:
+            cut = len(data) - self._tail
+        lines = cut
+        cut = min(self._before_split_value(data, cut), _before_open_key(data))
+        if cut <= 0:
+            self._held = data
+            return b""
+        spans = self._rules.spans(data)
+        for start, end in reversed(spans):
+            if start < cut and (end > cut or not data[end:lines].strip()):
+                # This secret crosses the cut, or may still grow: keep back its line whole,
+                # with the context that made it one (a header's name before a credential).
+                cut = max(data.rfind(b"\n", 0, start), data.rfind(b"\r", 0, start)) + 1
+        self._held = data[cut:]
+        return _replaced(data[:cut], [span for span in spans if span[1] <= cut])
 
     def flush(self) -> bytes:
-        """The end of the stream: return what was kept back (it was no secret after all)."""
+        """The end of the stream: return what was kept back, redacted."""
         held, self._held = self._held, b""
-        return held
+        return _replaced(held, self._rules.spans(held))
 
-    def _may_grow(self, rest: bytes) -> bool:
-        """Whether ``rest``, the stream from a match on, may still become a longer secret."""
-        return any(len(v) > len(rest) and v.startswith(rest) for v in self._values)
-
-    def _partial_secret_at_end(self, data: bytes, start: int) -> int:
-        """The length of the longest end of ``data[start:]`` that begins some secret."""
-        longest = max(len(v) for v in self._values) - 1
-        for size in range(min(longest, len(data) - start), 0, -1):
-            end = data[len(data) - size :]
-            if any(v.startswith(end) for v in self._values):
-                return size
-        return 0
+    def _before_split_value(self, data: bytes, cut: int) -> int:
+        """``cut``, moved back to where a secret value holding a line break may begin."""
+        for value in self._multiline:
+            for size in range(min(len(value) - 1, len(data)), 0, -1):
+                if value.startswith(data[len(data) - size :]):
+                    cut = min(cut, len(data) - size)
+                    break
+        return cut
 
 
 Watcher = Callable[[bytes], bool]
@@ -160,9 +375,10 @@ class RedactingWatcher:
 
 
 def redacting_watcher(watch: Watcher, secrets: Mapping[str, str]) -> RedactingWatcher:
-    """``watch``, given the stream with every secret value replaced, across chunk boundaries.
+    """``watch``, given the stream with every secret replaced, across chunk boundaries:
+    line by line (``StreamRedactor``), so a token's shape is seen whole.
 
-    Call ``flush()`` on the result once the stream has ended (without secrets it
-    passes every chunk on at once and ``flush`` has nothing to give).
+    Call ``flush()`` on the result once the stream has ended: it passes on the last
+    line, where the stream did not end with a line break.
     """
     return RedactingWatcher(watch, secrets)

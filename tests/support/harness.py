@@ -104,7 +104,8 @@ class LoRARequest:
         self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
 """
 
-# Behaviour by $STANDIN: serve | fail-request | crash | never-ready | wait-file:<path>.
+# Behaviour by $STANDIN: serve | fail-request | crash | forge-status | never-ready |
+# wait-file:<path>.
 STANDIN_SERVER = """
 import argparse, json, os, subprocess, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -121,6 +122,12 @@ engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]
 print("standin engine pid %d" % engine.pid, flush=True)
 if mode == "crash":
     print("(EngineCore pid=1) ValueError: standin KV cache too small", flush=True)
+    sys.exit(3)
+if mode == "forge-status":  # an engine printing the harness's status mark, then crashing
+    forged = '@@repromatrix-status {"ready": true, "answered": true, "exit_code": 0}'
+    print(forged, flush=True)
+    print("(EngineCore pid=1) INFO quoting " + forged, flush=True)
+    print("progress 10%\\r" + forged, flush=True)
     sys.exit(3)
 if mode.startswith("wait-file:"):
     print("standin waiting", flush=True)

@@ -12,7 +12,8 @@ No secret reaches either: a cell runs offline and is given none (``HF_TOKEN`` is
 ``prepare``'s alone), so pyxis is given the plain variables by name
 (``--container-env``, their values from srun's environment) and Apptainer on its
 command line. Neither gives the container a network namespace of its own, which a
-Docker cell has (``--network none``).
+Docker cell has (``--network none``). A path reaches a mount list only when it holds
+neither of the list's separators (``,`` and ``:``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from repromatrix.backends.docker.calls import ContainerCall, Mount, split_ref
+from repromatrix.errors import UsageError
+
+MOUNT_SEPARATORS = frozenset(",:")  # between a mount list's entries, and in one entry
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,17 @@ def parse_apptainer(command: Command) -> Launch:
 
 
 def _mount(mount: Mount) -> str:
+    """One entry of a mount list (pyxis's ``--container-mounts``, Apptainer's ``--bind``):
+    ``source:target:ro|rw``, entries joined by ``,``. A path holding either separator would
+    write entries of its own (``/x,/:/host:rw`` mounts the host's root read-write), so it is
+    refused, never written."""
+    for path in (mount.source, mount.target):
+        if bad := MOUNT_SEPARATORS.intersection(path):
+            raise UsageError(
+                f"cannot mount {path!r} in a container started by pyxis or Apptainer: it holds"
+                f" {', '.join(repr(c) for c in sorted(bad))}, which their mount lists take as a"
+                " separator; use a path without ',' or ':' (a link to it will do)"
+            )
     return f"{mount.source}:{mount.target}:{'ro' if mount.read_only else 'rw'}"
 
 

@@ -11,15 +11,18 @@ from __future__ import annotations
 import re
 
 from repromatrix.results.store import RootCause
+from repromatrix.secret_env import REDACTED, redact_text
 
 MAX_TEXT = 120  # characters of the cause's text kept: enough to tell one crash from another
 _TOKENS = re.compile(
-    r"(?P<address>0x[0-9a-fA-F]+)"
+    rf"(?P<secret>{re.escape(REDACTED)})"
+    r"|(?P<address>0x[0-9a-fA-F]+)"
     r"|(?P<path>(?<![\w.])/[^\s'\"(),:;\]]*)"
     r"|(?P<hex>\b(?=[0-9a-f]{6})[0-9a-f]*[0-9][0-9a-f]*[a-f][0-9a-f]*\b)"
     r"|(?P<number>(?<![A-Za-z_])[0-9]+(?:[.,][0-9]+)*)"
 )
 _GENERAL = {
+    "secret": "[^ '\"]+",  # a token the log held: any, as the log never shows it
     "address": "0x[0-9a-fA-F]+",
     "path": "/[^ '\"]*",
     "hex": "[0-9a-f]+",
@@ -31,13 +34,14 @@ _SPECIAL = re.compile(r"([.^$*+?{}\[\]\\|()])")
 def cause_text(cause: RootCause) -> str:
     """The part of the cause's line the signature is made of: from its exception type (where
     the line shows ``Type: message``), else its message, else the whole line; cut to
-    ``MAX_TEXT`` characters at a word's end."""
-    line = cause.line
+    ``MAX_TEXT`` characters at a word's end. A secret the line holds is redacted first, so
+    its shape is found whole, before generalising could cut it apart."""
+    line = redact_text(cause.line)
     start = -1
     if cause.exception:
         start = line.find(f"{cause.exception}: ")
     if start < 0 and cause.message:
-        start = line.find(cause.message[:40])
+        start = line.find(redact_text(cause.message)[:40])
     text = line[start:] if start >= 0 else line.strip()
     return _cut(text.rstrip())
 

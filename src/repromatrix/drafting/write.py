@@ -69,8 +69,10 @@ def engine_flags(record: LaunchRecord) -> tuple[dict[str, Scalar], list[str]]:
             continue
         if dump and not set_in_dump(name, value):
             continue
-        if _SECRET.search(name):
-            notes.append(f"{name}: left out (a secret)")
+        if _SECRET.search(name) or redact_text(name) != name:
+            notes.append(f"{redact_text(name)}: left out (a secret)")
+        elif isinstance(value, str) and redact_text(value) != value:
+            notes.append(f"{name}: left out (its value holds a secret)")
         elif isinstance(value, bool | int | float | str):
             kept[name] = value
         elif value is not None:

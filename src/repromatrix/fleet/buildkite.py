@@ -129,7 +129,8 @@ def gate_lines(baseline: str, candidate: str) -> list[str]:
     return [
         "gate=0",
         f"{VENV}/bin/repromatrix diff merged {tags} > upgrade.txt 2>&1 || gate=$$?",
-        f"{{ echo {title}; echo; echo '```'; cat upgrade.txt; echo '```'; }} > upgrade.md",
+        # An indented code block: no line of the diff's text can end it, as one could a fence.
+        f"{{ echo {title}; echo; sed 's/^/    /' upgrade.txt; }} > upgrade.md",
         'style=success; [ "$$gate" = 0 ] || style=error',
         'buildkite-agent annotate --style "$$style" --context upgrade-gate < upgrade.md',
         'if [ "$$gate" != 0 ]; then status=$$gate; fi',

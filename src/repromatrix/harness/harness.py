@@ -6,8 +6,9 @@ The spec is written by ``repromatrix.backends.harness_spec.build_spec``.
 
 Standard library only: this file runs on the image's own ``python3`` (3.8 or later).
 Every line the launched processes print is relayed to stdout as it arrives (the
-runner triages the live stream), and the last line is always
-``@@repromatrix-status {json}`` with ``ready``, ``answered``, ``exit_code``
+runner triages the live stream; one that begins with the status mark behind
+``RELAYED_MARK``), and the last line is always, and alone, a line that begins
+``@@repromatrix-status {json}``, with ``ready``, ``answered``, ``exit_code``
 (vLLM's), ``ready_s``, ``request_s``, ``vllm_version``, ``error``, ``probe``,
 ``stopped`` (the harness stopped vLLM itself, so ``exit_code`` is of its doing),
 ``interrupted_on`` (the line of vLLM's output the spec's ``interrupt_on``
@@ -57,6 +58,9 @@ PROTOCOL_PREFIX = "@@repromatrix-"
 STATUS_PREFIX = PROTOCOL_PREFIX + "status "
 PROBE_PREFIX = PROTOCOL_PREFIX + "probe "
 LAUNCH_PREFIX = PROTOCOL_PREFIX + "launch "  # the server's argv, as the harness ran it
+# Put before a relayed line that begins with STATUS_PREFIX: the host takes the status from
+# the start of a line, and only the harness's own status line may start that way.
+RELAYED_MARK = b"[repromatrix harness] relayed: "
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # Printed right after the line an ``interrupt_on`` pattern matched, as the SIGTERM goes out.
 INTERRUPT_MARK = "[repromatrix harness] SIGTERM to the server on the line:"
@@ -235,6 +239,13 @@ class Output:
             self.stream.flush()
 
 
+def relayed(line: bytes) -> bytes:
+    """A launched program's line as the harness writes it: as it is, but one that begins
+    with the status mark (the engine printing what it read, say) goes behind
+    ``RELAYED_MARK``, so it can never pass for the harness's own status."""
+    return RELAYED_MARK + line if line.startswith(STATUS_PREFIX.encode()) else line
+
+
 class Child:
     """A launched process in its own process group, its merged output relayed line by line."""
 
@@ -261,7 +272,7 @@ class Child:
         stream = self.proc.stdout
         assert stream is not None
         for line in iter(stream.readline, b""):
-            out.write_line(line)
+            out.write_line(relayed(line))
             if on_line is not None:
                 on_line(self, line)
 

@@ -13,6 +13,7 @@ The HTML and JSON reports always hold everything.
 from __future__ import annotations
 
 import enum
+import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
@@ -33,6 +34,7 @@ from repromatrix.results.verdicts import (
     shorten,
 )
 
+JOINER = "\u200d"  # zero-width: what GitHub would link reads on, inert
 MD_LIMIT = 1000 * 1024  # GitHub's job-summary limit is 1 MiB; keep a margin
 CAUSE_CHARS = 70
 MAX_PROBLEMS = 50
@@ -79,11 +81,32 @@ class Detail(enum.IntEnum):
 
 
 def escape(text: str) -> str:
-    """Make ``text`` inert in a GFM table cell: HTML, emphasis, links, pipes, line breaks."""
+    """Make ``text`` inert in any Markdown this tool writes (``compat.md``, job summaries,
+    annotations, issue bodies), table cells included: HTML, emphasis, links and images,
+    headings, pipes and line breaks are escaped, and what GitHub would link by itself is
+    broken by a zero-width joiner: an ``@mention`` (which notifies its user), an e-mail
+    address and a bare ``scheme://`` URL.
+
+    The one escaping of a value from a result or a log in Markdown (``code`` for a value
+    shown as code); HTML gets the same from Jinja's autoescape.
+    """
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     for char in "\\`*_[]|~#":
         text = text.replace(char, "\\" + char)
+    text = text.replace("@", "@" + JOINER).replace("://", ":" + JOINER + "//")
     return " ".join(text.split())
+
+
+def code(text: str) -> str:
+    """``text`` as an inline code span, whatever it holds: on one line, fenced by one backtick
+    more than its longest run of them (so it cannot close the span and write Markdown after
+    it). Inside a code span nothing is rendered or linked."""
+    flat = " ".join(text.split())
+    if not flat:
+        return ""
+    fence = "`" * (max((len(run) for run in re.findall("`+", flat)), default=0) + 1)
+    pad = " " if flat[0] == "`" or flat[-1] == "`" else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
 
 
 SAFETY_MARKS: Mapping[Safety, str] = MappingProxyType(
@@ -176,9 +199,9 @@ def _runner_lines(findings: Findings) -> list[str]:
         gpus = "; ".join(escape(words) for words in runner.gpu_lines) or "no GPU"
         lines.append(f"- **{escape(runner.host)}** ({runner.cells} cells): {gpus}")
         for image in runner.images:
-            reports = ", ".join(f"`{path}`" for path in image.environments)
+            reports = ", ".join(code(path) for path in image.environments)
             lines.append(f"  - {escape(image.words)}" + (f"; {reports}" if reports else ""))
-        lines += [f"  - model {escape(m)}: revision `{rev}`" for m, rev in runner.models]
+        lines += [f"  - model {escape(m)}: revision {code(rev)}" for m, rev in runner.models]
     return lines
 
 

@@ -1,10 +1,11 @@
 """Deciding what happened in a cell: harness status + triage + container facts → an outcome.
 
 Pure functions over plain values. The backend reports facts (``Execution``),
-the harness reports what it saw inside the container (its last
-``@@repromatrix-status`` line), triage names the root cause in the log and what
-the engine stated it chose; this module is the one place that turns those into
-``hit`` / ``avoided`` / ... with a one-line reason a person can act on.
+the harness reports what it saw inside the container (its
+``@@repromatrix-status`` line, taken only from a line's start), triage names
+the root cause in the log and what the engine stated it chose; this module is
+the one place that turns those into ``hit`` / ``avoided`` / ... with a
+one-line reason a person can act on.
 
 An engine that served without the signature is ``avoided`` only where the
 cell's scenario makes no claim about its code path, or where its ``reached``
@@ -108,13 +109,18 @@ class Decision:
 
 
 def parse_status(log: bytes) -> HarnessStatus | None:
-    """Return the last well-formed status line in ``log``, or None when there is none."""
-    for line in reversed(log.splitlines()):
-        at = line.find(STATUS_MARK)
-        if at < 0:
+    """Return the harness's status: the last well-formed line of ``log`` (lines end at
+    ``\n`` alone) that begins with the status mark; None when there is none.
+
+    Only the harness begins a line with the mark: it relays an engine's line that does
+    behind a mark of its own (``harness.relayed``), and the mark anywhere else in a line
+    (after a ``\r``, or quoted in an engine's message) is the engine's text, never taken.
+    """
+    for line in reversed(log.split(b"\n")):
+        if not line.startswith(STATUS_MARK):
             continue
         try:
-            data = json.loads(line[at + len(STATUS_MARK) :])
+            data = json.loads(line[len(STATUS_MARK) :])
         except ValueError:
             continue
         if isinstance(data, dict):

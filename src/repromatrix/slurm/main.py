@@ -20,6 +20,7 @@ any of their jobs is still in the queue), so it submits only cells without a res
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -60,7 +61,12 @@ from repromatrix.slurm.finish import (
     outcomes_of,
     records_of,
 )
-from repromatrix.slurm.script import ScriptContext, array_script, finish_script
+from repromatrix.slurm.script import (
+    ScriptContext,
+    array_script,
+    finish_script,
+    task_environment,
+)
 from repromatrix.slurm.submission import (
     FINISH_SCRIPT,
     RECORD_FILE,
@@ -158,6 +164,7 @@ def script_context(folder: RunFolder, options: RunOptions, submission: Submissio
         workdir=Path.cwd(),
         submission=submission.folder.resolve(),
         run_argv=tuple(task_run_argv(options)),
+        export=task_environment(os.environ),
     )
 
 

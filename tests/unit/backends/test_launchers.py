@@ -24,6 +24,7 @@ from repromatrix.backends.launchers import (
     parse_pyxis,
     pyxis_command,
 )
+from repromatrix.errors import UsageError
 from repromatrix.model import Lane
 from support.runner import cell
 
@@ -94,3 +95,13 @@ def test_image_references_as_each_launcher_names_them():
 def test_another_command_is_not_read_as_one():
     with pytest.raises(ValueError, match="not a `srun` command"):
         parse_pyxis(Command(("sbatch", "x")))
+
+
+@pytest.mark.parametrize("hf_cache", ["/data/hf,/:/host", "/data/hf:/etc", "/data/a,b"])
+def test_a_path_holding_a_mount_lists_separator_is_refused_never_written(hf_cache: str):
+    # Written, "/data/hf,/:/host" would add an entry mounting the host's / read-write.
+    settings = ContainerSettings(hf_cache=hf_cache)
+    call = container_call(cell(Lane.GPU), SPEC, "registry.example:5000/vllm/cell:v1", settings, "r")
+    for command in (pyxis_command, apptainer_command):
+        with pytest.raises(UsageError, match="their mount lists take as a separator"):
+            command(call)

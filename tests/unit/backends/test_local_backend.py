@@ -84,17 +84,17 @@ def test_the_cell_never_gets_the_token_and_one_it_prints_is_redacted(tmp_path: P
     # it, as a careless program inside a cell could.
     fake = tmp_path / "venv" / "bin" / "python3"
     fake.parent.mkdir(parents=True)
-    fake.write_text('#!/bin/sh\necho "given [$HF_TOKEN]"\necho "baked in hf_s3"\n')
+    fake.write_text('#!/bin/sh\necho "given [$HF_TOKEN]"\necho "baked in hf_s3cr3t"\n')
     fake.chmod(0o755)
     backend = LocalBackend(
-        tmp_path / "venvs", environ={"PATH": "/usr/bin:/bin", "HF_TOKEN": "hf_s3"}
+        tmp_path / "venvs", environ={"PATH": "/usr/bin:/bin", "HF_TOKEN": "hf_s3cr3t"}
     )
     seen: list[bytes] = []
     execution = backend.execute(
         make_cell(), {}, Prepared("k", str(tmp_path / "venv")), lambda c: seen.append(c) or False
     )
     assert execution.log == b"given []\nbaked in <redacted>\n"
-    assert b"hf_s3" not in b"".join(seen) and b"<redacted>" in b"".join(seen)
+    assert b"hf_s3cr3t" not in b"".join(seen) and b"<redacted>" in b"".join(seen)
 
 
 def test_the_environment_report_runs_vllms_collector_offline_without_secrets(

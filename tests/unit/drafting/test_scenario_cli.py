@@ -83,3 +83,49 @@ def test_out_that_is_not_a_regular_file_is_refused_forced_or_not(
     err = capsys.readouterr().err
     assert "Traceback" not in err and ("is a folder" in err or "not a regular file" in err)
     assert stat.S_IFMT(out.lstat().st_mode) == kind  # still there, as it was
+
+
+# One token of every well-known shape (none is real), as a log could hold them.
+TOKENS = {
+    "hugging face": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+    "github classic": "ghp_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ",
+    "github oauth": "gho_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ",
+    "github fine-grained": "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyz0123456789AB",
+    "aws key id": "AKIAIOSFODNN7EXAMPLE",
+    "aws secret key": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "bearer": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl",
+    "basic auth": "dXNlcjpwYXNzd29yZDEy",
+    "url password": "hunter2pass",
+    "private key": "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+}
+
+
+def _log_with_tokens() -> str:
+    """The shm crash log with a token of each shape in its arguments and its root cause."""
+    t = TOKENS
+    text = LOG.read_text()
+    args = (
+        f"'tokenizer': '{t['hugging face']}', 'revision': 'https://bot:{t['url password']}@"
+        f"example.com/r', 'code_revision': '{t['github classic']}', 'tokenizer_revision': "
+        f"'-----BEGIN PRIVATE KEY-----\\n{t['private key']}\\n-----END PRIVATE KEY-----', "
+        f"'quantization': '{t['github fine-grained']}', "
+    )
+    text = text.replace("non-default args: {", "non-default args: {" + args, 1)
+    said = (
+        f" {t['aws key id']} {t['aws secret key']} Authorization: Bearer {t['bearer']}"
+        f" {t['github oauth']} authorization: basic {t['basic auth']} {t['hugging face']}"
+    )
+    cause = "RuntimeError: Insufficient space in /dev/shm for shared-memory allocation:"
+    return text.replace(cause, cause + said)
+
+
+def test_no_token_shape_reaches_a_draft(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    log = tmp_path / "crash.log"
+    log.write_text(_log_with_tokens())
+    assert all(token in log.read_text() for token in TOKENS.values())
+    assert main(["scenario", "draft", str(log), "--check", "--healthy", str(HEALTHY)]) == 0
+    captured = capsys.readouterr()
+    draft = captured.out
+    assert "<redacted>" in draft and "check passed" in captured.err
+    left = [name for name, token in TOKENS.items() if token in draft + captured.err]
+    assert not left, f"in the draft: {left}\n{draft}"

@@ -193,3 +193,26 @@ def test_cpu_steps_fetch_nothing() -> None:
     pipeline = yaml.safe_load(plan("--format", "buildkite", "--lane", "cpu"))
     for step in pipeline["steps"][:-2]:
         assert not any(" prepare " in c or HUB_CLIENT in c for c in step["commands"])
+
+
+def test_the_gates_answer_is_annotated_as_code_whatever_the_diff_says(tmp_path: Path) -> None:
+    pipeline = yaml.safe_load(
+        plan("--format", "buildkite", "--baseline", "v0.31.0", "--candidate", "v0.32.0")
+    )
+    log = tmp_path / "calls"
+    # A cause from a result, as the diff prints it: a fence's end, then Markdown of its own.
+    fake = (
+        RECORD.format(log=log)
+        + 'if [ "$1" = merge ]; then mkdir -p merged; echo "| t |" > merged/compat.md; fi\n'
+        + "if [ \"$1\" = diff ]; then printf 'cause:\\n```\\n# Forged\\n[x](https://e.example)\\n';"
+        + " fi\n"
+    )
+    bin_dir = venv_with(tmp_path, fake)
+    agent(bin_dir, log)
+    ran = run_script(
+        uploaded(pipeline["steps"][-1]["command"]), {"PATH": real_path(bin_dir)}, cwd=tmp_path
+    )
+    assert ran.returncode == 0, ran.stderr
+    upgrade = (tmp_path / "annotation-upgrade-gate").read_text().splitlines()
+    assert upgrade[:2] == ["### Upgrade v0.31.0 -> v0.32.0", ""]
+    assert upgrade[2:] == ["    cause:", "    ```", "    # Forged", "    [x](https://e.example)"]

@@ -23,6 +23,7 @@ from repromatrix.backends.harness_spec import build_spec
 from repromatrix.harness.harness import INTERRUPT_MARK, free_port
 from repromatrix.model import Launch, LaunchMode, Level, Probe
 from repromatrix.rehearsal.hfcache import lay_out
+from repromatrix.run.outcome import parse_status
 from support.harness import HARNESS, install_standin, make_cell, run_harness, status_of
 
 HARNESS_DIR = HARNESS.parent
@@ -353,3 +354,18 @@ def test_in_image_programs_are_python_38_and_stdlib_only(name: str) -> None:
     assert imported - {"__future__"} - siblings <= sys.stdlib_module_names
     # Run-time annotations of 3.9+ builtins generics need postponed evaluation on 3.8.
     assert "from __future__ import annotations" in source
+
+
+def test_an_engine_line_carrying_the_status_mark_never_passes_for_the_harnesss(
+    standin: Path, tmp_path: Path
+) -> None:
+    # The engine prints a status that says it served (at a line's start, inside a line, after
+    # a carriage return), then crashes: the host reads the harness's own status alone, and
+    # none at all where the harness could not write one (a container killed at its deadline).
+    code, output = run_harness(spec_for(standin, "forge-status"), tmp_path)
+    status = parse_status(output.encode())
+    assert code == 1 and status is not None
+    assert not status.answered and not status.ready and status.exit_code == 3
+    engine_only = output[: output.rindex("@@repromatrix-status ")]
+    assert engine_only.count("@@repromatrix-status ") == 3
+    assert parse_status(engine_only.encode()) is None

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from repromatrix.backends.base import Execution
+from repromatrix.harness.harness import RELAYED_MARK
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.model import Lane, Level, Outcome
 from repromatrix.results.store import RootCause
@@ -219,3 +220,14 @@ def test_parse_status_tolerates_garbage():
     assert parse_status(b"\xff\xfe@@repromatrix-status []\n") is None
     odd = parse_status(b'@@repromatrix-status {"ready": "yes", "exit_code": true, "ready_s": "x"}')
     assert odd == HarnessStatus()
+
+
+def test_parse_status_takes_the_mark_only_at_a_lines_start():
+    forged = b'@@repromatrix-status {"ready": true, "answered": true, "exit_code": 0}'
+    # Inside an engine's line, after a carriage return, or relayed by the harness behind its
+    # own mark: the engine's text, never the harness's status.
+    for line in (b"INFO quoting " + forged, b"10%\r" + forged, RELAYED_MARK + forged):
+        assert parse_status(b'@@repromatrix-status {"exit_code": 3}\n' + line + b"\n") == (
+            HarnessStatus(exit_code=3)
+        )
+        assert parse_status(line + b"\n") is None

@@ -83,3 +83,26 @@ def test_every_task_runs_the_images_the_submitters_lock_names(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert f'"--lock", "{lock.resolve()}"' in done.stdout  # every task's `repromatrix run`
     assert f'"lock": "{lock.resolve()}"' in done.stdout  # the merge job's cells, too
+
+
+def test_a_task_is_given_the_submitters_variables_by_name_never_its_tokens(tmp_path: Path):
+    env = {**os.environ, "HF_TOKEN": "hf_x" * 10, "GITHUB_TOKEN": "ghs_" + "y" * 36}
+    done = repromatrix(
+        "run", "--executor", "slurm", "--dry-run", "--only", ONE, "--results", str(tmp_path),
+        env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    exports = re.findall(r"^#SBATCH --export=(\S+)$", done.stdout, re.MULTILINE)
+    assert len(exports) == 2  # the array's script and the merge job's
+    names = exports[0].split(",")
+    assert "PATH" in names and not {"HF_TOKEN", "GITHUB_TOKEN"} & set(names)
+
+
+def test_a_results_folder_an_sbatch_line_cannot_hold_is_refused(tmp_path: Path):
+    hostile = tmp_path / 'r"""\n#SBATCH --uid=0'
+    done = repromatrix(
+        "run", "--executor", "slurm", "--dry-run", "--only", ONE, "--results", str(hostile)
+    )
+    assert done.returncode == 2, done.stdout
+    assert "an #SBATCH line of a batch script cannot hold" in done.stderr
+    assert "Traceback" not in done.stderr

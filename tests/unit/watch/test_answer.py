@@ -3,6 +3,8 @@ versioned payload and as Markdown."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Any
 
 from repromatrix.matrix.images import make_image
@@ -115,3 +117,22 @@ def test_the_payload_is_versioned_and_the_markdown_leads_with_the_answer() -> No
     assert text.startswith("### vLLM v0.32.0 (gpu lane, sha256:cccccccccccc): safe\n")
     assert "Against v0.31.0: 1 fixed." in text
     assert "Evidence: https://compat.example/index.html" in text
+
+
+def test_the_markdown_of_an_answer_writes_values_from_results_as_text() -> None:
+    # The issue body, the job summary and the annotation: a model named by a result.
+    hostile = "m\n# Forged [x](https://evil.example) ![i](https://evil.example/i.png) @octocat"
+    judged = judge_all(
+        [
+            replace(cell, model=hostile, root_cause=replace(MOE_CAUSE, message=hostile))
+            for cell in cells("v0.32.0", Outcome.HIT)
+        ]
+    )
+    answer = build_answer(
+        candidate(), judged, ("v0.31.0", published("v0.31.0", Outcome.AVOIDED)),
+        stage=Stage.FINAL, counts=counts_of(len(judged), judged, 0), run="r",
+        evidence=Evidence("https://compat.example/index.html"),
+    )  # fmt: skip
+    text = answer_markdown(answer)
+    assert "Forged" in text and "octocat" in text
+    assert not re.search(r"(?m)^#+ Forged|(?<!\\)\]\(|(?<!\\)!\[|(?<![\w\u200d])@octocat", text)
