@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from repromatrix.secret_env import SECRET_ENV
+from repromatrix.secret_env import SECRET_ENV, shape_of
 
 # PEP 508 distribution name.
 PACKAGE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
@@ -195,15 +195,6 @@ RUN_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HF_HOME", "HF_HUB_
 # parser (tags `!`, anchors `&` `*`, comments `#`) or template (`{{`, `{%`, `${`) reads.
 ENV_VALUE = re.compile(r"[A-Za-z0-9_.,:=/+%^-]{0,1024}")
 ENV_VALUE_CHARACTERS = "letters, digits and `_ . , : = / + % ^ -`"
-# Well-known token shapes (a value with one is refused, and never shown).
-SECRET_SHAPES = (
-    ("a Hugging Face token", re.compile(r"hf_[A-Za-z0-9]{30,}")),
-    ("a GitHub token", re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,}")),
-    ("an AWS access key", re.compile(r"(?:AKIA|ASIA)[A-Z0-9]{16}")),
-    ("a GitLab token", re.compile(r"glpat-[A-Za-z0-9_-]{20,}")),
-    ("a Buildkite token", re.compile(r"bk(?:ua|ct)_[A-Za-z0-9]{30,}")),
-    ("an API key", re.compile(r"sk-[A-Za-z0-9_-]{20,}")),
-)
 RANDOM_RUN = 32  # letters and digits of this many, in both cases and with digits: a key
 
 
@@ -229,9 +220,8 @@ def check_env_value(value: str) -> str | None:
             f"use {ENV_VALUE_CHARACTERS} (1024 at most): no space, quote, `$`, backquote, "
             "`;`, `!`, `&`, `*`, `#` or brace, which a shell, YAML or a template would read"
         )
-    for what, shape in SECRET_SHAPES:
-        if shape.search(value):
-            return f"it looks like {what}, and a cell is given no secret"
+    if (what := shape_of(value)) is not None:
+        return f"it looks like a {what}, and a cell is given no secret"
     for run in re.findall(rf"[A-Za-z0-9]{{{RANDOM_RUN},}}", value):
         if re.search("[a-z]", run) and re.search("[A-Z]", run) and re.search("[0-9]", run):
             return "it looks like a key (a long run of mixed letters and digits)"

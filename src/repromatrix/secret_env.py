@@ -150,6 +150,21 @@ SHAPES = (
         ),
         offset=1,
     ),
+    Shape(
+        "GitLab token",
+        (b"glpat-",),
+        re.compile(_WORD_BEFORE + rb"glpat-[A-Za-z0-9_-]{20,250}" + _WORD_AFTER),
+    ),
+    Shape(
+        "Buildkite token",
+        (b"bkua_", b"bkct_"),
+        re.compile(_WORD_BEFORE + rb"bk(?:ua|ct)_[A-Za-z0-9]{30,250}" + _WORD_AFTER),
+    ),
+    Shape(
+        "API key",
+        (b"sk-",),
+        re.compile(_WORD_BEFORE + rb"sk-[A-Za-z0-9_-]{20,250}" + _WORD_AFTER),
+    ),
     Shape("URL userinfo", (b"://",), re.compile(rb"://(?P<secret>[^\s/?#@\"'<>]{1,512})@")),
     Shape(
         "private key",
@@ -161,6 +176,12 @@ SHAPES = (
         ),
     ),
 )
+
+
+def shape_of(text: str) -> str | None:
+    """The name of the first well-known token shape ``text`` holds, or None."""
+    data = text.encode()
+    return next((shape.name for shape in SHAPES if shape.spans(data)), None)
 
 
 def _warn_short(name: str) -> None:
