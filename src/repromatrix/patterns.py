@@ -17,11 +17,11 @@ are ASCII (``\\s`` is ``[\\t\\n\\f\\r ]``); without ``multiline``, ``$`` matches
 at the very end of the text (lines are searched without their line break, so
 this is the same there).
 
-The programs that run inside images have the standard library only, no RE2:
-the harness searches ``interrupt_on`` and a probe its ``signature`` with
-``harness/linear_regex.py`` (``probes/`` holds the same file), a Thompson NFA
-over Python's own parser, linear in the text too. It reads a pattern as ``re``
-does (``\\d``, ``\\w``, ``\\s``, ``\\b`` are Unicode there) and takes RE2's ``\\z``.
+The programs that run inside images have the standard library only, no RE2, and
+match no pattern from data: the runner matches ``interrupt_on`` on each line as
+the output streams and signals the harness (``run/cell.py``), and a probe reports
+what vLLM raised for the runner to match against the scenario's signatures
+(``run/outcome.py``).
 """
 
 from __future__ import annotations

@@ -91,6 +91,8 @@ class LLM:
         sys.stdout.flush()
         if os.environ.get("STANDIN") == "crash":
             raise ValueError("standin: no KV cache memory left")
+        if os.environ.get("STANDIN") == "hang":
+            time.sleep(600)
 
     def generate(self, prompts, params, lora_request=None):
         name = lora_request.lora_name if lora_request else None

@@ -49,6 +49,7 @@ class Recorder:
     most: int = 0
     clashes: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    interrupted: list[str] = field(default_factory=list)
     placements: dict[str, Placement | None] = field(default_factory=dict)
     events: dict[str, threading.Event] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -75,6 +76,9 @@ class Recorder:
         finally:
             with self.lock:
                 del self.running[cell.id]
+
+    def interrupt(self, cell_id: str) -> None:
+        self.interrupted.append(cell_id)
 
     def stop(self, cell_id: str) -> None:
         self.stopped.append(cell_id)

@@ -125,7 +125,6 @@ def build_spec(
         "model": model_path,
         "env": spec_env(cell),
         "startup_timeout_s": startup_timeout_s(cell),
-        "interrupt_on": cell.interrupt_on,
         "port": port,
         "port_taken": bool(cell.container.port_taken),
     }

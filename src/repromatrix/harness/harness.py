@@ -11,8 +11,8 @@ runner triages the live stream; one that begins with the status mark behind
 ``@@repromatrix-status {json}``, with ``ready``, ``answered``, ``exit_code``
 (vLLM's), ``ready_s``, ``request_s``, ``vllm_version``, ``error``, ``probe``,
 ``stopped`` (the harness stopped vLLM itself, so ``exit_code`` is of its doing),
-``interrupted_on`` (the line of vLLM's output the spec's ``interrupt_on``
-pattern matched, when the harness sent the server its SIGTERM there),
+``interrupted`` (the runner asked for the scenario's interrupt, SIGUSR1, and the
+harness sent the server its SIGTERM),
 ``model_revision`` and ``adapter_revision`` (the HF cache snapshots of the
 spec's ``hub`` repos it resolved) and ``infra_error`` (the container cannot run
 the cell: a pinned revision is not in its HF cache).
@@ -20,6 +20,12 @@ the cell: a pinned revision is not in its HF cache).
 The server starts as the image's own entrypoint starts it (the spec's
 ``launcher``: ``vllm serve MODEL ...``), else as the module
 ``python3 -m vllm.entrypoints.openai.api_server --model MODEL ...``.
+
+The runner reads every relayed line as it streams and matches a scenario's
+``interrupt_on`` there (with RE2, as triage does); when a line matches, it sends
+the harness SIGUSR1 (``docker kill --signal``, or ``kill`` for a local process),
+and the harness SIGTERMs the server it launched (``Interrupt``). No pattern is
+matched in the image.
 
 Exit status: 0 when the request was answered or the probe reported, 1 when not,
 2 for a spec it cannot read.
@@ -31,7 +37,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -47,10 +52,9 @@ from typing import IO, Any
 
 try:  # run as a script inside the image: its siblings are on sys.path
     import hubcache  # type: ignore[import-not-found,unused-ignore]
-    import linear_regex  # type: ignore[import-not-found,unused-ignore]
     from oomwatch import LINE_PREFIX, OomWatch  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # imported as part of the repromatrix package
-    from repromatrix.harness import hubcache, linear_regex
+    from repromatrix.harness import hubcache
     from repromatrix.harness.oomwatch import LINE_PREFIX, OomWatch
 
 # Lines the harness and probes print for the host to read (never evidence for triage).
@@ -62,8 +66,10 @@ LAUNCH_PREFIX = PROTOCOL_PREFIX + "launch "  # the server's argv, as the harness
 # the start of a line, and only the harness's own status line may start that way.
 RELAYED_MARK = b"[repromatrix harness] relayed: "
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-# Printed right after the line an ``interrupt_on`` pattern matched, as the SIGTERM goes out.
-INTERRUPT_MARK = "[repromatrix harness] SIGTERM to the server on the line:"
+# The signal the runner sends the harness when a line matched the scenario's ``interrupt_on``.
+INTERRUPT_SIGNAL = signal.SIGUSR1
+# Printed as the SIGTERM goes out to the server on the runner's interrupt.
+INTERRUPT_MARK = "[repromatrix harness] SIGTERM to the server: the runner saw its interrupt_on line"
 # Cells never talk to the outside world, whatever an image's defaults are: no hub
 # downloads, no usage statistics.
 OFFLINE_ENV = {
@@ -115,8 +121,8 @@ class Status:
     stopped: bool = False
     # Processes the kernel's OOM killer ended, as ``oomwatch`` saw them: {"pid", "name"}.
     oom_killed: list[dict[str, Any]] = field(default_factory=list)
-    # The output line the spec's ``interrupt_on`` matched, when the interrupt was sent.
-    interrupted_on: str | None = None
+    # The runner's interrupt (``interrupt_on`` matched) reached the server as SIGTERM.
+    interrupted: bool = False
     # The commits of the HF cache snapshots the spec's ``hub`` repos resolved to.
     model_revision: str | None = None
     adapter_revision: str | None = None
@@ -370,43 +376,56 @@ def send_completion(spec: dict[str, Any], port: int, status: Status) -> None:
 
 
 class Interrupt:
-    """SIGTERM the launched process the first time a line of its output matches ``pattern``.
+    """SIGTERM the launched server when the runner asks for the scenario's interrupt (SIGUSR1).
 
-    The point of interruption is a line the engine itself prints (seed 004: the multimodal
-    processor warm-up), so it lands where the scenario says on any machine, however fast.
-    The signal goes to the server's own process, as a supervisor's (``docker stop``, a
-    Kubernetes probe) does; vLLM's handlers then stop its engine processes. The line the
-    pattern matched is announced right after it and kept for the status.
+    The runner sends SIGUSR1 as soon as a relayed line matches the scenario's
+    ``interrupt_on``, a line the engine itself prints (seed 004: the multimodal processor
+    warm-up), so the interrupt lands where the scenario says on any machine, however fast.
+    The SIGTERM goes to the server's own process, as a supervisor's (``docker stop``, a
+    Kubernetes probe) does; vLLM's handlers then stop its engine processes. A request that
+    comes before the server is launched is kept and sent once it is (``arm``).
     """
 
-    def __init__(self, pattern: str, out: Output) -> None:
-        # Not ``re``: it backtracks, and one line could stall the relay for minutes.
-        self.regex = linear_regex.Regex(pattern)
-        self.out = out
-        self.line: str | None = None
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.child: Child | None = None
+        self.out: Output | None = None
+        self.asked = False
+        self.sent = False
 
-    def __call__(self, child: Child, raw: bytes) -> None:
-        """The relay's callback for each line of ``child``'s output (one relay thread)."""
-        if self.line is not None:
-            return
-        text = raw.decode(errors="replace").rstrip("\r\n")
-        if not self.regex.search(text):
-            return
-        self.line = text
-        self.out.write_line(f"{INTERRUPT_MARK} {text}".encode())
+    def on_signal(self, _signum: int, _frame: Any) -> None:
+        """The SIGUSR1 handler. It runs in the main thread, which may hold the output's lock
+        right then, so the work is done on a thread of its own."""
+        threading.Thread(target=self.ask, name="repromatrix-interrupt", daemon=True).start()
+
+    def ask(self) -> None:
+        """Record the runner's request and send it if the server runs."""
+        with self.lock:
+            self.asked = True
+        self.send()
+
+    def arm(self, child: Child, out: Output) -> None:
+        """``child`` is the server to interrupt; a request already made is sent now."""
+        with self.lock:
+            self.child, self.out = child, out
+        self.send()
+
+    def send(self) -> None:
+        """Announce and send the SIGTERM once, when both asked and armed."""
+        with self.lock:
+            child, out = self.child, self.out
+            if not self.asked or self.sent or child is None or out is None:
+                return
+            if child.proc.poll() is not None:
+                return  # it ended by itself: nothing to interrupt
+            self.sent = True
+        out.write_line(INTERRUPT_MARK.encode())
         with contextlib.suppress(ProcessLookupError):
             child.proc.send_signal(signal.SIGTERM)
 
 
-def interrupt_for(spec: dict[str, Any], out: Output) -> Interrupt | None:
-    """The spec's interrupt (``interrupt_on``: a regular expression), or None."""
-    pattern = spec.get("interrupt_on")
-    if pattern is None:
-        return None
-    try:
-        return Interrupt(str(pattern), out)
-    except re.error as exc:
-        raise SpecError(f"interrupt_on {pattern!r} is not a regular expression: {exc}") from exc
+# The one interrupt of this harness run (its handler is installed by ``main``).
+INTERRUPT = Interrupt()
 
 
 def hold_port(port: int) -> socket.socket:
@@ -433,16 +452,16 @@ def run_server(spec: dict[str, Any], out: Output, status: Status) -> None:
 
 def serve(spec: dict[str, Any], port: int, out: Output, status: Status) -> None:
     """Launch the server on ``port``, wait for readiness, send the request, stop it."""
-    interrupt = interrupt_for(spec, out)
     command = server_command(spec, port, sys.executable)
     out.write_line((LAUNCH_PREFIX + json.dumps(command)).encode())
-    child = Child(command, child_env(spec), out, interrupt)
+    child = Child(command, child_env(spec), out)
     CHILDREN.append(child)
+    INTERRUPT.arm(child, out)
     if wait_ready(child, port, float(spec["startup_timeout_s"]), status):
         send_completion(spec, port, status)
     status.stopped = child.proc.poll() is None
     status.exit_code = child.stop()
-    status.interrupted_on = interrupt.line if interrupt is not None else None
+    status.interrupted = INTERRUPT.sent
 
 
 def wait_child(child: Child, timeout_s: float, what: str, status: Status) -> None:
@@ -460,12 +479,12 @@ def run_offline(spec: dict[str, Any], spec_path: str, out: Output, status: Statu
     fd, progress = tempfile.mkstemp(prefix="repromatrix-offline-", suffix=".json")
     os.close(fd)
     os.unlink(progress)
-    interrupt = interrupt_for(spec, out)
     argv = offline_command(spec_path, progress, sys.executable)
-    child = Child(argv, child_env(spec), out, interrupt)
+    child = Child(argv, child_env(spec), out)
     CHILDREN.append(child)
+    INTERRUPT.arm(child, out)
     wait_child(child, float(spec["startup_timeout_s"]), "LLM() and generate()", status)
-    status.interrupted_on = interrupt.line if interrupt is not None else None
+    status.interrupted = INTERRUPT.sent
     report = read_json(progress) or {}
     status.ready = "ready_s" in report
     status.ready_s = float(report.get("ready_s") or 0.0)
@@ -612,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give a spec file or --spec-json, not both")
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(INTERRUPT_SIGNAL, INTERRUPT.on_signal)
     return run(args, Output(sys.stdout.buffer))
 
 

@@ -5,9 +5,10 @@ python, with only the standard library, the installed vLLM, torch and Triton;
 it prints one ``@@repromatrix-probe {json}`` line (see ``probekit``). Nothing
 here imports vLLM at import time, so the host can import these modules to test
 their pure parts. The harness runs them from the ``probes/`` folder copied
-beside its own; the whole folder is needed, as programs share ``probekit``,
-``tritonir`` and ``linear_regex`` (the harness's file, copied: a probe's
-``signature`` is data, searched in linear time).
+beside its own; the whole folder is needed, as programs share ``probekit`` and
+``tritonir``. A probe matches no pattern from data: where vLLM raises, it reports
+the exception (``raised``) and the runner matches it against the scenario's
+signatures.
 """
 
 from __future__ import annotations

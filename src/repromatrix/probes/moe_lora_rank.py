@@ -13,18 +13,18 @@ vLLM's dispatch and assertions run as they are; only the Triton launch at the
 end of the chosen path is replaced (``probekit.intercept_launches``), which is
 the decisive point: the path is chosen and its assertions have passed.
 
-Outcomes: ``hit`` when the documented assertion is raised
-(``fused_moe_lora_one_shot supports max_lora_rank<=128``), ``avoided`` when a
-kernel launch is reached (the evidence names the kernel, hence the path),
-``other_failure`` for any other exception, ``unreachable`` when the module,
-the function or its parameters are not what this probe knows.
+Outcomes: ``raised`` when the dispatch raises, with the exception (the runner
+matches it against the scenario's signatures, ``AssertionError:
+fused_moe_lora_one_shot supports max_lora_rank<=128``: a hit, or another
+failure), ``avoided`` when a kernel launch is reached (the evidence names the
+kernel, hence the path), ``unreachable`` when the module, the function or its
+parameters are not what this probe knows.
 
 Params (all optional but ``max_lora_rank``): ``max_lora_rank``,
 ``fully_sharded_loras``, ``tensor_parallel_size``, ``max_loras``,
 ``num_experts``, ``hidden_size``, ``moe_intermediate_size``, ``top_k``,
-``num_tokens``, ``dtype``, ``block_size_m``, ``signature`` (a regular
-expression for the documented message). Other keys (the cell's other engine
-flags) are ignored.
+``num_tokens``, ``dtype``, ``block_size_m``. Other keys (the cell's other
+engine flags) are ignored.
 """
 
 from __future__ import annotations
@@ -35,14 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 try:
-    from repromatrix.probes import linear_regex, probekit
+    from repromatrix.probes import probekit
 except ImportError:  # run as a program inside an image: only this folder is on sys.path
-    import linear_regex  # type: ignore[import-not-found,no-redef]
     import probekit  # type: ignore[import-not-found,no-redef]
 
 MODULE = "vllm.lora.ops.triton_ops.fused_moe_lora_op"
 FUNCTION = "_fused_moe_lora"
-SIGNATURE = r"fused_moe_lora_one_shot supports max_lora_rank<=128"
 # What each of the module's kernels is, in the words of the seed and vLLM's comments.
 PATHS = {
     "_fused_moe_lora_one_shot_kernel": "the one-shot fused shrink+expand kernel",
@@ -151,7 +149,6 @@ def _tensors(torch: Any, shape: Shape, on: Any) -> dict[str, Any]:
 def probe(params: dict[str, Any]) -> probekit.Report:
     """Call vLLM's MoE-LoRA dispatch with the cell's rank and sharding, and report the path."""
     shape = Shape.from_params(params)
-    signature = probekit.str_param(params, "signature", SIGNATURE)
     triton = probekit.use_installed_triton()
     dispatch = probekit.resolve(MODULE, FUNCTION)
     args = arguments(importlib.import_module("torch"), shape)
@@ -164,7 +161,7 @@ def probe(params: dict[str, Any]) -> probekit.Report:
         except probekit.KernelLaunch as launch:
             return _launched(call, launch, details)
         except Exception as exc:  # any exception is a verdict: hit or other failure
-            return _raised(call, exc, signature, details)
+            return _raised(call, exc, details)
     return probekit.Report(
         probekit.OTHER_FAILURE,
         f"{call} returned without launching a kernel: the probe's tensors left it no work",
@@ -180,14 +177,13 @@ def _launched(call: str, launch: probekit.KernelLaunch, details: dict[str, Any])
     return probekit.Report(probekit.AVOIDED, evidence, details=facts)
 
 
-def _raised(call: str, exc: Exception, signature: str, details: dict[str, Any]) -> probekit.Report:
-    text, where = probekit.describe(exc), probekit.raised_at(exc)
+def _raised(call: str, exc: Exception, details: dict[str, Any]) -> probekit.Report:
+    """What the dispatch raised, for the runner to match against the scenario's signatures."""
+    where = probekit.raised_at(exc)
     facts = {**details, "raised_at": where}
-    if linear_regex.search(signature, text):  # linear time: the signature is data
-        evidence = f"{call} raised the documented assertion at {where}"
-        return probekit.Report(probekit.HIT, evidence, text, facts)
-    evidence = f"{call} raised something else at {where}"
-    return probekit.Report(probekit.OTHER_FAILURE, evidence, text, facts)
+    return probekit.Report(
+        probekit.RAISED, f"{call} raised at {where}", probekit.describe(exc), facts
+    )
 
 
 if __name__ == "__main__":

@@ -7,10 +7,14 @@ Triton by name at run time, and prints exactly one line::
     @@repromatrix-probe {"outcome": ..., "evidence": ..., "exception": ..., "vllm_version": ...}
 
 ``run`` guarantees that line whatever happens, so a probe's own code may raise.
-Outcomes: ``hit`` (the documented signature was raised), ``avoided`` (vLLM's code
-passed the decisive point), ``other_failure`` (something else was raised) and
-``unreachable`` (the module, function or parameter the probe needs is not in this
-vLLM: the probe says which instead of guessing).
+Outcomes: ``hit`` (the probe's own evidence, not a message, shows the crash),
+``raised`` (vLLM raised at the decisive point: the runner matches the exception
+against the scenario's signatures with RE2, so a hit or another failure is
+decided on the host, never by a pattern matched in the image), ``avoided``
+(vLLM's code passed the decisive point), ``other_failure`` (the probe failed
+before the decisive point) and ``unreachable`` (the module, function or
+parameter the probe needs is not in this vLLM: the probe says which instead of
+guessing).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import IO, Any
 
 PREFIX = "@@repromatrix-probe "
 HIT = "hit"
+RAISED = "raised"  # the exception is the runner's to match
 AVOIDED = "avoided"
 OTHER_FAILURE = "other_failure"
 UNREACHABLE = "unreachable"

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field, replace
 from repromatrix.backends.base import Backend, Execution, Placement, Prepared
 from repromatrix.backends.harness_spec import build_spec
 from repromatrix.errors import RepromatrixError
+from repromatrix.harness.harness import PROTOCOL_PREFIX
 from repromatrix.harness.oomwatch import LINE_PREFIX
 from repromatrix.model import Cell
+from repromatrix.patterns import compile_pattern
 from repromatrix.results.schema import GpuFact
 from repromatrix.results.store import CellResult, Timings
 from repromatrix.run import outcome
@@ -44,15 +46,54 @@ class CellContext:
 NOT_RUN = Execution(exit_code=None, log=b"")
 
 
-def make_watcher(cell: Cell) -> tuple[Callable[[bytes], bool], Triager]:
-    """A watcher that feeds a live ``Triager`` and asks to stop once it is terminal.
+# Lines the harness prints itself (its protocol, its own notes): never the engine's, so
+# never the line a scenario interrupts on.
+HARNESS_LINES = (PROTOCOL_PREFIX.encode(), LINE_PREFIX.encode())
+LONGEST_LINE = 1 << 20  # bytes of an unfinished line kept for the interrupt's match
+
+
+class InterruptOn:
+    """Sends the scenario's interrupt (``send``) the first time a line of the cell's output
+    matches ``interrupt_on``: RE2 (``patterns.py``) on each whole line, on the host, as the
+    output streams; the harness then SIGTERMs the server (``harness.Interrupt``)."""
+
+    def __init__(self, pattern: str, send: Callable[[], None]) -> None:
+        self.pattern = compile_pattern(pattern)
+        self.send = send
+        self.line: str | None = None  # the line that matched, once one has
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        """Read the next chunk of output; send the interrupt at the first matching line."""
+        if self.line is not None:
+            return
+        *lines, rest = (self._partial + chunk).split(b"\n")
+        self._partial = rest[-LONGEST_LINE:]
+        for raw in lines:
+            if raw.startswith(HARNESS_LINES):
+                continue
+            text = raw.decode("utf-8", errors="replace").rstrip("\r")
+            if self.pattern.search(text):
+                self.line, self._partial = text, b""
+                self.send()
+                return
+
+
+def make_watcher(
+    cell: Cell, interrupt: Callable[[], None] = lambda: None
+) -> tuple[Callable[[bytes], bool], Triager]:
+    """A watcher that feeds a live ``Triager`` and asks to stop once it is terminal; with a
+    scenario's ``interrupt_on``, it calls ``interrupt`` when a line first matches it.
 
     Triage is given the cell's own scenario only, so ``signature_seen`` means
     *this* cell's documented crash, never another scenario's.
     """
     triager = Triager(cell.watched)
+    interrupt_on = InterruptOn(cell.interrupt_on, interrupt) if cell.interrupt_on else None
 
     def watch(chunk: bytes) -> bool:
+        if interrupt_on is not None:
+            interrupt_on.feed(chunk)
         triager.feed(chunk)
         return triager.terminal
 
@@ -81,7 +122,7 @@ def execute_cell(
         adapter_path=context.adapter_path,
         launcher=context.prepared.launcher,
     )
-    watch, triager = make_watcher(cell)
+    watch, triager = make_watcher(cell, lambda: backend.interrupt(cell.id))
     execution = backend.execute(cell, spec, context.prepared, watch, placement)
     # What the backend kept after the watcher last read still counts: the output drained
     # once an early stop killed the container (the harness's OOM report can come last), or

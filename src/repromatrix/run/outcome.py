@@ -13,6 +13,10 @@ evidence was seen; otherwise the cell did not test the crash: ``not_reached``,
 the engine cell's counterpart of a probe's ``unreachable``. A workaround is
 exempt (it may avoid the crash by leaving that path), and a failure of another
 kind stays ``other_failure``; both record ``reached`` all the same.
+
+A probe that saw vLLM raise reports the exception (``raised``); whether it is
+the documented crash is decided here, by the scenario's signatures (RE2,
+``patterns.py``), not by a pattern matched inside the image.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, Protocol
 from repromatrix.backends.base import Execution
 from repromatrix.harness.harness import STATUS_PREFIX
 from repromatrix.model import Cell, FactTest, Level, Outcome, Scenario, Signature
+from repromatrix.patterns import compile_pattern
 from repromatrix.results.store import RootCause
 from repromatrix.triage.facts import describe
 
@@ -35,6 +40,7 @@ PROBE_OUTCOMES = {
     "other_failure": Outcome.OTHER_FAILURE,
     "unreachable": Outcome.UNREACHABLE,
 }
+RAISED = "raised"  # a probe's exception, matched here against the scenario's signatures
 # What the runner records when the kernel's OOM killer ended the container: triage cannot
 # see it in the log (the process just vanishes), so the fact becomes the root cause.
 OOM_CAUSE = RootCause(
@@ -200,7 +206,7 @@ def decide(
     if status is not None and status.infra_error is not None:
         return infra_error(status.infra_error)
     if cell.level is Level.PROBE:
-        return _decide_probe(execution, status, diagnosis)
+        return _decide_probe(cell, execution, status, diagnosis)
     decision = _decide_engine(cell, execution, status, diagnosis)
     return replace(decision, reached=reached(cell, diagnosis))
 
@@ -306,13 +312,15 @@ def _failure_reason(
 
 
 def _decide_probe(
-    execution: Execution, status: HarnessStatus | None, diagnosis: DiagnosisLike
+    cell: Cell, execution: Execution, status: HarnessStatus | None, diagnosis: DiagnosisLike
 ) -> Decision:
     if execution.timed_out:
         return Decision(Outcome.TIMEOUT, "the probe did not finish within the cell's deadline")
     if execution.oom_killed:
         return Decision(Outcome.OTHER_FAILURE, OOM_CAUSE.line, OOM_CAUSE)
     probe = status.probe if status is not None else None
+    if probe is not None and probe.outcome == RAISED:
+        return probe_raised(cell.scenario, probe)
     if probe is None or probe.outcome not in PROBE_OUTCOMES:
         cause = diagnosis.root_cause
         reason = cause.line.strip() if cause else "the probe printed no @@repromatrix-probe line"
@@ -324,3 +332,22 @@ def _decide_probe(
         cause = RootCause(line=probe.exception, process="probe", category="probe")
         reason = f"{reason}: {probe.exception}" if probe.evidence else probe.exception
     return Decision(outcome, reason, cause)
+
+
+def probe_raised(scenario: Scenario, probe: ProbeReport) -> Decision:
+    """What a probe's exception means: a hit where one of the scenario's signatures is found
+    in it (its ``beside`` too, in the exception or the probe's evidence), else another
+    failure. The process a signature names does not apply: the probe called the code."""
+    exception = probe.exception or ""
+    texts = (exception, probe.evidence)
+    shown = any(
+        compile_pattern(s.pattern).search(exception)
+        and (s.beside is None or any(compile_pattern(s.beside).search(t) for t in texts))
+        for s in scenario.signatures
+    )
+    outcome = Outcome.HIT if shown else Outcome.OTHER_FAILURE
+    what = "the documented crash" if shown else "not the documented crash"
+    cause = RootCause(line=exception, process="probe", category="probe") if exception else None
+    said = f": {exception}" if exception else ""
+    seen = probe.evidence or "the probe saw vLLM raise"
+    return Decision(outcome, f"{seen}, {what} of {scenario.id}{said}", cause)

@@ -26,7 +26,7 @@ MOE = "cpu/{version}/cpu/tiny-moe/default/moe-lora-rank-over-128/{variant}@probe
 INT32 = "cpu/{version}/cpu/gemma-4-e2b-shape/default/lora-int32-offset-overflow/{variant}@probe"
 # What the probes report for each cell: the outcome, and the words of the evidence.
 EXPECTED = {
-    MOE.format(version="0.31.0", variant="trigger"): (Outcome.HIT, "documented assertion"),
+    MOE.format(version="0.31.0", variant="trigger"): (Outcome.HIT, "the documented crash"),
     MOE.format(version="0.31.0", variant="rank-128"): (Outcome.AVOIDED, "one_shot_kernel"),
     MOE.format(version="0.31.0", variant="fully-sharded-loras"): (
         Outcome.AVOIDED,

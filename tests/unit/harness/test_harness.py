@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from repromatrix.backends.harness_spec import build_spec
-from repromatrix.harness.harness import INTERRUPT_MARK, free_port
+from repromatrix.harness.harness import INTERRUPT_MARK, INTERRUPT_SIGNAL, free_port
 from repromatrix.model import Launch, LaunchMode, Level, Probe
 from repromatrix.rehearsal.hfcache import lay_out
 from repromatrix.run.outcome import parse_status
@@ -190,38 +190,60 @@ def test_startup_timeout_stops_the_server(standin: Path, tmp_path: Path) -> None
     assert_dead(engine_pids(output))
 
 
-def test_a_line_matching_interrupt_on_sigterms_the_starting_server(
-    standin: Path, tmp_path: Path
-) -> None:
-    spec = spec_for(standin, "never-ready", interrupt_on=r"standin engine pid \d+")
-    _, output = run_harness(spec, tmp_path)
+def interrupt_on_line(spec: dict[str, Any], line: bytes, tmp_path: Path) -> str:
+    """Run the harness and send it the runner's interrupt (SIGUSR1) once ``line`` is relayed,
+    as the runner does when ``interrupt_on`` matches; its whole output."""
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    proc = subprocess.Popen(
+        [sys.executable, str(HARNESS), str(spec_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    seen = b""
+    while line not in seen:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "the line never came"
+        seen += os.read(proc.stdout.fileno(), 4096)
+    proc.send_signal(INTERRUPT_SIGNAL)
+    rest, _ = proc.communicate(timeout=60)
+    return (seen + rest).decode()
+
+
+def test_the_runners_interrupt_sigterms_the_starting_server(standin: Path, tmp_path: Path) -> None:
+    spec = spec_for(standin, "never-ready")
+    assert "interrupt_on" not in spec  # the pattern is matched by the runner, not here
+    output = interrupt_on_line(spec, b"standin engine pid", tmp_path)
     status = status_of(output)
-    assert status["ready"] is False
+    assert status["ready"] is False and status["interrupted"] is True
     assert status["exit_code"] == -signal.SIGTERM  # the server's own process got it
     assert "before it was ready" in status["error"]
-    [matched] = [line for line in output.splitlines() if line.startswith("standin engine pid")]
-    assert status["interrupted_on"] == matched
-    # Announced right after the line that triggered it, in the relayed output.
+    # Announced after the line that triggered it, in the relayed output.
     lines = output.splitlines()
-    assert lines[lines.index(matched) + 1] == f"{INTERRUPT_MARK} {matched}"
+    [asked] = [i for i, line in enumerate(lines) if line.startswith("standin engine pid")]
+    assert INTERRUPT_MARK in lines[asked + 1 :]
     assert_dead(engine_pids(output))
 
 
-def test_no_interrupt_when_the_line_never_comes(standin: Path, tmp_path: Path) -> None:
-    spec = spec_for(standin, "serve", interrupt_on="a line the server never prints")
-    code, output = run_harness(spec, tmp_path)
+def test_an_interrupt_in_offline_mode_sigterms_the_engine(standin: Path, tmp_path: Path) -> None:
+    cell = make_cell(
+        launch=Launch(mode=LaunchMode.OFFLINE),
+        env={"PYTHONPATH": str(standin), "STANDIN": "hang"},
+    )
+    spec = build_spec(cell, "/models/tiny")
+    output = interrupt_on_line(spec, b"standin LLM", tmp_path)
+    status = status_of(output)
+    assert status["interrupted"] is True and status["exit_code"] == -signal.SIGTERM
+    assert status["answered"] is False and INTERRUPT_MARK in output
+
+
+def test_no_interrupt_unless_the_runner_asks(standin: Path, tmp_path: Path) -> None:
+    code, output = run_harness(spec_for(standin, "serve"), tmp_path)
     status = status_of(output)
     assert code == 0 and status["answered"] is True
-    assert status["interrupted_on"] is None
+    assert status["interrupted"] is False
     assert INTERRUPT_MARK not in output
-
-
-def test_an_interrupt_pattern_that_is_no_regex_is_a_bad_spec(standin: Path, tmp_path: Path) -> None:
-    spec = spec_for(standin, "serve")
-    spec["interrupt_on"] = "(unclosed"
-    code, output = run_harness(spec, tmp_path)
-    assert code == 2
-    assert "interrupt_on" in status_of(output)["error"]
 
 
 def test_output_is_relayed_while_the_server_runs_and_sigterm_still_reports(

@@ -180,6 +180,28 @@ def test_a_probe_hit_records_the_exception_as_root_cause():
     assert d.root_cause is not None and d.root_cause.line == exc
 
 
+@pytest.mark.parametrize(
+    ("exception", "outcome"),
+    [
+        ("AssertionError: fused_moe_lora_one_shot supports max_lora_rank<=128", Outcome.HIT),
+        ("RuntimeError: CUDA error: invalid configuration argument", Outcome.OTHER_FAILURE),
+    ],
+)
+def test_what_a_probe_saw_raised_is_matched_on_the_host(exception: str, outcome: Outcome):
+    # The probe reports the exception; the scenario's own signatures (RE2) decide a hit.
+    [moe] = [
+        s
+        for s in load_scenarios(paths.ROOT / "scenarios")
+        if s.probe is not None and s.id == "moe-lora-rank-over-128"
+    ]
+    evidence = "_fused_moe_lora(max_lora_rank=320, fully_sharded=False) raised at vllm/x.py:352"
+    status = HarnessStatus(probe=ProbeReport("raised", evidence, exception=exception))
+    d = decide(cell(real=moe, level=Level.PROBE), ran(), status, Diag())
+    assert d.outcome is outcome
+    assert d.root_cause is not None and d.root_cause.line == exception
+    assert exception in d.reason and evidence in d.reason
+
+
 def test_a_probe_in_a_failed_container_is_not_believed():
     status = HarnessStatus(probe=ProbeReport("avoided"))
     oom = decide(cell(level=Level.PROBE), ran(oom_killed=True, exit_code=137), status, Diag())

@@ -51,6 +51,7 @@ from repromatrix.backends.harness_spec import ENVIRONMENT_ARGV, VERSION_ARGV, se
 from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.files import replace_file
+from repromatrix.harness.harness import INTERRUPT_SIGNAL
 from repromatrix.heartbeat import heartbeat
 from repromatrix.images import wheelhouse
 from repromatrix.images.render import CONTAINER_ROOT
@@ -252,6 +253,7 @@ class DockerBackend:
         self.failed: dict[str, Prepared] = {}  # images that failed before their build (staging)
         self._closed = False
         self._stopped: set[str] = set()  # cells asked to stop: a container made later goes too
+        self._running: dict[str, Container] = {}  # each cell's container while it exists
         self._bases: dict[str, str | None] = {}  # each base image's error (None: it is there)
         self._bases_lock = threading.Lock()  # image jobs run prepare() from several threads
 
@@ -454,6 +456,14 @@ class DockerBackend:
         settings = self.settings[cell.lane]
         return container_call(cell, spec, prepared.ref, settings, self.run_id, device_ids=ids)
 
+    def interrupt(self, cell_id: str) -> None:
+        """Send the harness of ``cell_id``'s container (its first process) the interrupt signal
+        (``docker kill --signal SIGUSR1``); a container that has just exited is fine."""
+        container = self._running.get(cell_id)
+        if container is not None:
+            with suppress(*ENGINE_ERRORS):
+                container.kill(signal=INTERRUPT_SIGNAL.name)
+
     def stop(self, cell_id: str) -> None:
         """Kill and remove this run's containers of ``cell_id`` (found by their labels)."""
         self._stopped.add(cell_id)  # before the listing: see ``_container``
@@ -608,8 +618,11 @@ class DockerBackend:
     @contextmanager
     def _container(self, plan: ContainerCall) -> Iterator[Container]:
         container: Container | None = None
+        cell = plan.labels.get(CELL_LABEL)
         try:
             container = self.client.containers.create(**docker_kwargs(plan))
+            if cell is not None:
+                self._running[cell] = container
             if self._closed:
                 # An image job left running by an interrupt: close() has swept the run.
                 raise InfraError("the run was closed before this container started")
@@ -619,6 +632,8 @@ class DockerBackend:
                 raise InfraError("the cell was stopped before its container started")
             yield container
         finally:
+            if cell is not None:
+                self._running.pop(cell, None)
             if container is not None:
                 self._remove(container)
 
