@@ -107,7 +107,7 @@ def _general(match: re.Match[str]) -> str:
     if kind == "path":
         folder, _, name = match.group().rpartition("/")
         if folder and _CODE_FILE.fullmatch(name):
-            return f"/[^ '\"]*/{_literal(name)}"
+            return f"/[^ '\"]*/{generalise(name)}"
     return _GENERAL[kind]
 
 
