@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from repromatrix.drafting.defaults import set_in_dump
@@ -19,7 +19,7 @@ from repromatrix.drafting.signature import signature_pattern
 from repromatrix.results.store import RootCause
 from repromatrix.secret_env import redact_text
 from repromatrix.triage import Diagnosis, FlagFix
-from repromatrix.triage.catalogue import builtin_catalogue
+from repromatrix.triage.catalogue import Cause, builtin_catalogue
 from repromatrix.triage.facts import LaunchRecord
 from repromatrix.triage.fixes import Bounds, Change, Direction, step
 from repromatrix.vllm_processes import KNOWN_PROCESSES, same_process
@@ -111,7 +111,8 @@ def render_draft(
     out.add(f"id: {_text(scenario_id)}")
     out.add(f"title: {_text(_title(diagnosis))}")
     _lanes(out, record)
-    _trigger(out, flags, record)
+    entry = builtin_catalogue().category(cause.category) if cause.category else None
+    _trigger(out, flags, record, named_flags(cause, entry, flags))
     _launch(out, flags, notes)
     _signature(out, diagnosis)
     _versions(out, diagnosis)
@@ -174,14 +175,46 @@ def _lanes(out: _Lines, record: LaunchRecord) -> None:
         out.add("lanes: [cpu, gpu]")
 
 
-def _trigger(out: _Lines, flags: Mapping[str, Scalar], record: LaunchRecord) -> None:
+def _trigger(
+    out: _Lines, flags: Mapping[str, Scalar], record: LaunchRecord, named: Sequence[str]
+) -> None:
     if not flags:
         out.comment(_silent(record, "trigger"))
         out.add("trigger: {}")
         return
+    kept = {name: value for name, value in flags.items() if name in named}
+    rest = [
+        f"{name}={_comment_text(str(value))}" for name, value in flags.items() if name not in kept
+    ]
+    if rest:
+        out.comment(
+            "the reporter's launch also set (in launch.flags, not conditions: neither the root"
+            f" cause nor the catalogue names them): {', '.join(rest)}"
+        )
+    if not kept:
+        out.comment("trigger: neither the root cause nor the catalogue names a flag of the launch")
+        out.add("trigger: {}")
+        return
     out.add("trigger:")
-    for name, value in flags.items():
+    for name, value in kept.items():
         out.add(f"  flags.{name}: {{eq: {_value(value)}}}")
+
+
+def named_flags(cause: RootCause, entry: Cause | None, names: Iterable[str]) -> tuple[str, ...]:
+    """The flags of ``names`` that plausibly cause the crash: those the root cause line or the
+    catalogue's entry for it (its explanation, its fix, its ``fix_flags``) names, as
+    ``max_model_len`` or ``--max-model-len``."""
+    texts = [cause.line]
+    if entry is not None:
+        texts += [entry.explanation, entry.fix]
+        texts += [c.name for fix in entry.fix_flags for c in (*fix.flags, *fix.env)]
+    text = "\n".join(texts)
+    return tuple(name for name in names if _names(text, name))
+
+
+def _names(text: str, flag: str) -> bool:
+    forms = (flag, "--" + flag.replace("_", "-"))
+    return any(re.search(rf"(?<![\w-]){re.escape(form)}(?![\w-])", text) for form in forms)
 
 
 def _silent(record: LaunchRecord, what: str) -> str:
