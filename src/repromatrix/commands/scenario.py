@@ -73,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     status = EXIT_OK
     if args.check:
         healthy = healthy_logs(args.healthy or HEALTHY_LOGS)
+        if args.crashes is not None and not args.crashes.is_dir():
+            raise UsageError(f"--crashes {args.crashes}: no such folder of labelled crash logs")
         others = _other_causes(args.log, args.crashes or CRASH_LOGS)
         report = check_draft(load_draft(scenario_id, text), args.log, healthy, others)
         _say(report.lines())

@@ -80,3 +80,22 @@ def test_a_log_without_a_root_cause_is_refused(tmp_path: Path):
     log = tmp_path / "fine.log"
     log.write_text("INFO all good\n")
     assert main(["scenario", "draft", str(log)]) == 2
+
+
+def test_a_crashes_folder_that_is_not_there_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    checked = ["--check", "--healthy", str(HEALTHY), "--crashes", str(tmp_path / "none")]
+    assert main(["scenario", "draft", str(LOG), *checked]) == 2
+    assert "no such folder of labelled crash logs" in capsys.readouterr().err
+
+
+def test_labels_that_are_not_yaml_are_refused_at_their_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    (tmp_path / "labels.yaml").write_text("- file: a.log\n  category: [x\n", encoding="utf-8")
+    checked = ["--check", "--healthy", str(HEALTHY), "--crashes", str(tmp_path)]
+    assert main(["scenario", "draft", str(LOG), *checked]) == 2
+    err = capsys.readouterr().err
+    assert "labels.yaml:" in err and "cannot read the labels" in err
+    assert "Traceback" not in err
