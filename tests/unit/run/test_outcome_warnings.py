@@ -7,15 +7,17 @@ whole or cut before the harness's status line (as a stop during vLLM's shutdown 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
-from repromatrix.backends.base import Execution
+from repromatrix.backends.base import Execution, Prepared
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.scenarios import load_scenario
 from repromatrix.model import Outcome, Scenario, Signature
+from repromatrix.run.cell import CellContext, cell_result, execute_cell
 from repromatrix.run.outcome import HarnessStatus, decide, parse_status, served
 from repromatrix.triage import triage_path
 from repromatrix.triage.signatures import signature_levels
@@ -96,3 +98,41 @@ def test_warning_is_crash_is_a_scenario_key(tmp_path: Path):
     path.write_text(text + "warning_is_crsh: true\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="warning_is_crash"):
         load_scenario(path)
+
+
+@dataclass(frozen=True)
+class StopsWhenAsked:
+    """A backend whose container printed ``log`` until the watcher asked to stop, and no more:
+    the stop came while the harness was stopping vLLM, before it printed its status."""
+
+    log: bytes
+
+    def execute(
+        self,
+        cell: object,
+        spec: object,
+        prepared: object,
+        watch: Callable[[bytes], bool],
+        placement: object = None,
+    ) -> Execution:
+        lines = self.log.splitlines(keepends=True)
+        streamed = next((i + 1 for i, line in enumerate(lines) if watch(line)), len(lines))
+        kept = b"".join(lines[:streamed])
+        return Execution(exit_code=137, log=kept, stopped_early=streamed < len(lines))
+
+
+def test_a_cell_stopped_after_it_served_is_avoided_and_its_result_says_it_served():
+    # Why `scenario draft --try` said `ready: false, answered: false` of a cell whose log
+    # shows GET /health 200 and POST /v1/completions 200: the live watcher, having seen the
+    # signature (a WARNING) and then vLLM's EngineDeadError of the harness's own stop, asked
+    # to stop the container before the harness printed its status line.
+    served_cell = cell(real=scenario(WARNED))
+    context = CellContext(Prepared(served_cell.image.key, "img"), "/m")
+    backend = StopsWhenAsked(HEALTHY_LOG.read_bytes())
+    run = execute_cell(backend, served_cell, context)  # type: ignore[arg-type]
+    assert run.execution.stopped_early
+    assert run.status is None  # the status line never came
+    assert run.decision.outcome is Outcome.AVOIDED
+    started = "2026-12-01T00:00:00Z"
+    saved = cell_result(served_cell, run, context=context, run_id="r", started_at=started)
+    assert saved.ready and saved.answered
