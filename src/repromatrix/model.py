@@ -466,6 +466,9 @@ class Scenario:
     source: Source = field(default_factory=Source)
     probe: Probe | None = None
     baseline: bool = False  # a healthy baseline: no crash expected anywhere
+    # A signature seen only in a WARNING or INFO line is the crash even in a cell that became
+    # ready and answered; by default such a cell is no hit (run.outcome).
+    warning_is_crash: bool = False
     kind: ScenarioKind = ScenarioKind.DEFECT
     file: str = ""
     # What shows the crash's code path was entered (any one seen is enough); none: no claim.

@@ -1,4 +1,5 @@
-"""``repromatrix scenario draft LOG [--out FILE] [--force] [--check] [--healthy DIR] [--try]``:
+"""``repromatrix scenario draft LOG [--out FILE] [--force] [--check] [--healthy DIR]
+[--crashes DIR] [--try]``:
 a scenario file drafted from a crash log, checked on logs and tried on this host."""
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.commands.plan import MATRIX_HELP
-from repromatrix.drafting.check import HEALTHY_LOGS, check_draft, healthy_logs, load_draft
+from repromatrix.drafting.check import (
+    CRASH_LOGS,
+    HEALTHY_LOGS,
+    check_draft,
+    crash_logs,
+    healthy_logs,
+    load_draft,
+    other_causes,
+)
 from repromatrix.drafting.trial import try_draft
 from repromatrix.drafting.write import draft_id, render_draft
 from repromatrix.errors import EXIT_FAILURE, EXIT_OK, UsageError
@@ -49,6 +58,12 @@ def add_parser(subparsers: Any) -> None:
     draft.add_argument("--force", action="store_true", help="replace an existing --out file")
     draft.add_argument("--check", action="store_true", help="triage the source and healthy logs")
     draft.add_argument("--healthy", type=Path, metavar="DIR", help="healthy logs for --check")
+    draft.add_argument(
+        "--crashes",
+        type=Path,
+        metavar="DIR",
+        help="labelled crash logs for --check (default tests/data/logs): none may match",
+    )
     draft.add_argument("--try", dest="trial", action="store_true", help="run its cells here")
     draft.add_argument(
         "--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE", help=MATRIX_HELP
@@ -88,7 +103,10 @@ def run(args: argparse.Namespace) -> int:
     status = EXIT_OK
     if args.check:
         healthy = healthy_logs(args.healthy or HEALTHY_LOGS)
-        report = check_draft(load_draft(scenario_id, text), args.log, healthy)
+        if args.crashes is not None and not args.crashes.is_dir():
+            raise UsageError(f"--crashes {args.crashes}: no such folder of labelled crash logs")
+        others = _other_causes(args.log, args.crashes or CRASH_LOGS)
+        report = check_draft(load_draft(scenario_id, text), args.log, healthy, others)
         _say(report.lines())
         status = status if report.passed else EXIT_FAILURE
     if args.trial:
@@ -110,6 +128,14 @@ def _draft(log: Path, out: Path | None) -> tuple[str, str]:
         raise UsageError(f"cannot read {log}: {reason}") from exc
     scenario_id = _id(out) or draft_id(diagnosis)
     return scenario_id, render_draft(diagnosis, record, scenario_id, log.name)
+
+
+def _other_causes(log: Path, folder: Path) -> tuple[Path, ...]:
+    """The labelled crash logs of ``folder`` whose cause is not the one triage names in ``log``."""
+    cause = triage_path(log).root_cause
+    if cause is None or not folder.is_dir():
+        return ()
+    return other_causes(crash_logs(folder), log, cause)
 
 
 def _id(out: Path | None) -> str | None:

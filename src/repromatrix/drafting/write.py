@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from repromatrix.drafting.defaults import set_in_dump
@@ -19,8 +19,9 @@ from repromatrix.drafting.signature import signature_pattern
 from repromatrix.results.store import RootCause
 from repromatrix.secret_env import redact_text
 from repromatrix.triage import Diagnosis, FlagFix
+from repromatrix.triage.catalogue import Cause, Role, builtin_catalogue
 from repromatrix.triage.facts import LaunchRecord
-from repromatrix.triage.fixes import Change, Direction
+from repromatrix.triage.fixes import Bounds, Change, Direction, step
 from repromatrix.vllm_processes import KNOWN_PROCESSES, same_process
 
 # Arguments about where and how the server is reached, not about the engine: left out.
@@ -92,8 +93,16 @@ def _dump_notes(record: LaunchRecord, kept: int) -> list[str]:
     return notes
 
 
-def render_draft(diagnosis: Diagnosis, record: LaunchRecord, scenario_id: str, log: str) -> str:
-    """The scenario YAML drafted from ``diagnosis`` and ``record`` of the log named ``log``."""
+def render_draft(
+    diagnosis: Diagnosis,
+    record: LaunchRecord,
+    scenario_id: str,
+    log: str,
+    bounds: Mapping[str, Bounds] | None = None,
+) -> str:
+    """The scenario YAML drafted from ``diagnosis`` and ``record`` of the log named ``log``;
+    a workaround's value stays inside ``bounds`` (default: the builtin catalogue's)."""
+    bounds = builtin_catalogue().bounds if bounds is None else bounds
     cause = diagnosis.root_cause
     if cause is None:
         raise ValueError("no root cause to draft a scenario from")
@@ -104,12 +113,13 @@ def render_draft(diagnosis: Diagnosis, record: LaunchRecord, scenario_id: str, l
     out.add(f"id: {_text(scenario_id)}")
     out.add(f"title: {_text(_title(diagnosis))}")
     _lanes(out, record)
-    _trigger(out, flags, record)
+    entry = builtin_catalogue().category(cause.category) if cause.category else None
+    _trigger(out, flags, record, named_flags(cause, entry, flags))
     _launch(out, flags, notes)
-    _signature(out, diagnosis)
+    _signature(out, diagnosis, entry)
     _versions(out, diagnosis)
     _setting(out, record)
-    _variants(out, diagnosis.fix_flags, flags)
+    out.lines.extend(_variants(diagnosis.fix_flags, flags, bounds))
     out.add(f"avoided: {_text('The engine starts and answers a completion; no ' + _short(cause))}")
     return out.text()
 
@@ -167,14 +177,46 @@ def _lanes(out: _Lines, record: LaunchRecord) -> None:
         out.add("lanes: [cpu, gpu]")
 
 
-def _trigger(out: _Lines, flags: Mapping[str, Scalar], record: LaunchRecord) -> None:
+def _trigger(
+    out: _Lines, flags: Mapping[str, Scalar], record: LaunchRecord, named: Sequence[str]
+) -> None:
     if not flags:
         out.comment(_silent(record, "trigger"))
         out.add("trigger: {}")
         return
+    kept = {name: value for name, value in flags.items() if name in named}
+    rest = [
+        f"{name}={_comment_text(str(value))}" for name, value in flags.items() if name not in kept
+    ]
+    if rest:
+        out.comment(
+            "the reporter's launch also set (in launch.flags, not conditions: neither the root"
+            f" cause nor the catalogue names them): {', '.join(rest)}"
+        )
+    if not kept:
+        out.comment("trigger: neither the root cause nor the catalogue names a flag of the launch")
+        out.add("trigger: {}")
+        return
     out.add("trigger:")
-    for name, value in flags.items():
+    for name, value in kept.items():
         out.add(f"  flags.{name}: {{eq: {_value(value)}}}")
+
+
+def named_flags(cause: RootCause, entry: Cause | None, names: Iterable[str]) -> tuple[str, ...]:
+    """The flags of ``names`` that plausibly cause the crash: those the root cause line or the
+    catalogue's entry for it (its explanation, its fix, its ``fix_flags``) names, as
+    ``max_model_len`` or ``--max-model-len``."""
+    texts = [cause.line]
+    if entry is not None:
+        texts += [entry.explanation, entry.fix]
+        texts += [c.name for fix in entry.fix_flags for c in (*fix.flags, *fix.env)]
+    text = "\n".join(texts)
+    return tuple(name for name in names if _names(text, name))
+
+
+def _names(text: str, flag: str) -> bool:
+    forms = (flag, "--" + flag.replace("_", "-"))
+    return any(re.search(rf"(?<![\w-]){re.escape(form)}(?![\w-])", text) for form in forms)
 
 
 def _silent(record: LaunchRecord, what: str) -> str:
@@ -200,9 +242,14 @@ def _launch(out: _Lines, flags: Mapping[str, Scalar], notes: Sequence[str]) -> N
     out.add("  startup_timeout_s: 600")
 
 
-def _signature(out: _Lines, diagnosis: Diagnosis) -> None:
+def _signature(out: _Lines, diagnosis: Diagnosis, entry: Cause | None) -> None:
     cause = diagnosis.root_cause
     assert cause is not None
+    if entry is not None and entry.role is Role.WEAK:
+        out.comment(
+            f"the root cause is weak evidence ({entry.category}): a symptom other crashes print"
+            " too, so this signature is not specific; find the first error above it"
+        )
     out.add("signatures:")
     out.add(f"  - pattern: {_text(signature_pattern(cause))}")
     process = cause.process
@@ -232,57 +279,74 @@ def _setting(out: _Lines, record: LaunchRecord) -> None:
     out.comment(f"{gpu}; the matrix's GPUs are what cells run on")
 
 
-def _variants(out: _Lines, fixes: Sequence[FlagFix], flags: Mapping[str, Scalar]) -> None:
+def _variants(
+    fixes: Sequence[FlagFix], flags: Mapping[str, Scalar], bounds: Mapping[str, Bounds]
+) -> list[str]:
+    """The ``variants:`` lines; a comment for each fix not drafted, saying why."""
+    out = _Lines()
     made: list[tuple[str, list[str]]] = []
-    skipped: list[str] = []
     for fix in fixes:
-        variant = _variant(fix, flags)
+        variant, why = _variant(fix, flags, bounds)
         if variant is None:
-            skipped.append(fix.describe())
+            out.comment(f"not drafted: {fix.describe()} ({why})")
         elif variant[0] not in {name for name, _ in made}:
             made.append(variant)
     if not fixes:
         out.comment("the triage catalogue has no flag change for this cause: no workaround")
-    for what in skipped:
-        out.comment(f"not drafted: {what} (the log states no value to change from)")
     if not made:
         out.add("variants: []")
-        return
+        return out.lines
     out.add("variants:")
     for name, body in made:
         out.add(f"  - name: {_text(name)}")
         out.add("    kind: workaround")
         out.lines.extend(f"    {line}" for line in body)
+    return out.lines
 
 
-def _variant(fix: FlagFix, flags: Mapping[str, Scalar]) -> tuple[str, list[str]] | None:
+def _variant(
+    fix: FlagFix, flags: Mapping[str, Scalar], bounds: Mapping[str, Bounds]
+) -> tuple[tuple[str, list[str]] | None, str]:
+    """The variant's name and body lines, or None and why not."""
     body: list[str] = []
     names: list[str] = []
     for part, changes in (("flags", fix.flags), ("env", fix.env)):
-        values = [_changed(change, flags, env=part == "env") for change in changes]
-        if any(value is None for value in values):
-            return None
+        env = part == "env"
+        values: list[Scalar] = []
+        for change in changes:
+            value, why = _changed(change, flags, bounds, env=env)
+            if value is None:
+                return None, why
+            values.append(value)
         if changes:
             pairs = ", ".join(
-                f"{c.name}: {_value(v)}"
-                for c, v in zip(changes, values, strict=True)
-                if v is not None
+                f"{c.name}: {_value(v)}" for c, v in zip(changes, values, strict=True)
             )
             body.append(f"{part}: {{{pairs}}}")
             names += [f"{c.name}-{v}" for c, v in zip(changes, values, strict=True)]
     name = re.sub(r"[^a-z0-9.]+", "-", "-".join(names).lower()).strip("-.")
     if not body or _ID.fullmatch(name) is None:
-        return None
+        return None, "no variant name can be made of it"
     body.append(f"description: {_text('from the triage catalogue: ' + fix.describe())}")
-    return name, body
+    return (name, body), ""
 
 
-def _changed(change: Change, flags: Mapping[str, Scalar], *, env: bool) -> Scalar | None:
+def _changed(
+    change: Change, flags: Mapping[str, Scalar], bounds: Mapping[str, Bounds], *, env: bool
+) -> tuple[Scalar | None, str]:
+    """The value a change sets, or None and why there is none."""
     if change.direction is None:
-        return change.value
+        return change.value, ""
     now = None if env else flags.get(change.name)
     if isinstance(now, bool) or not isinstance(now, int | float):
-        return None
-    # Halving or doubling the value that crashed is a first try, named as such.
-    changed = now / 2 if change.direction is Direction.LOWER else now * 2
-    return int(changed) if isinstance(now, int) else changed
+        return None, "the log states no value to change from"
+    limits = bounds.get(change.name)
+    # Halving or doubling the value that crashed is a first try, kept inside vLLM's range.
+    changed = step(now, change.direction, limits)
+    if changed is None:
+        where = limits.describe() if limits is not None else "its range"
+        return None, (
+            f"{change.name} is {_value(now)} and vLLM accepts {where}:"
+            f" no valid value is {'lower' if change.direction is Direction.LOWER else 'higher'}"
+        )
+    return (int(changed) if isinstance(now, int) else changed), ""

@@ -16,6 +16,8 @@ harness sent the server its SIGTERM),
 ``model_revision`` and ``adapter_revision`` (the HF cache snapshots of the
 spec's ``hub`` repos it resolved) and ``infra_error`` (the container cannot run
 the cell: a pinned revision is not in its HF cache).
+A server that answered gets one such line more, printed before the harness stops it, so
+a runner that ends the container during vLLM's shutdown still reads that it served.
 
 The server starts as the image's own entrypoint starts it (the spec's
 ``launcher``: ``vllm serve MODEL ...``), else as the module
@@ -459,6 +461,9 @@ def serve(spec: dict[str, Any], port: int, out: Output, status: Status) -> None:
     INTERRUPT.arm(child, out)
     if wait_ready(child, port, float(spec["startup_timeout_s"]), status):
         send_completion(spec, port, status)
+        # Said now, before the stop: a runner that ends the container during the server's
+        # shutdown still reads that it was ready and answered (the last status line wins).
+        report_status(out, status)
     status.stopped = child.proc.poll() is None
     status.exit_code = child.stop()
     status.interrupted = INTERRUPT.sent
@@ -617,8 +622,13 @@ def run(args: argparse.Namespace, out: Output) -> int:
         for child in CHILDREN:  # stopping twice is harmless; a straggler is not
             stopped_code = child.stop(grace_s=5.0)
             status.exit_code = stopped_code if status.exit_code is None else status.exit_code
-        out.write_line((STATUS_PREFIX + json.dumps(asdict(status), sort_keys=True)).encode())
+        report_status(out, status)
     return code
+
+
+def report_status(out: Output, status: Status) -> None:
+    """Print ``status`` as a ``@@repromatrix-status`` line (the runner reads the last one)."""
+    out.write_line((STATUS_PREFIX + json.dumps(asdict(status), sort_keys=True)).encode())
 
 
 def main(argv: list[str] | None = None) -> int:

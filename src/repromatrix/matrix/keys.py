@@ -354,6 +354,12 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("probe", "section", "a probe of vLLM's own code", ref="probe"),
             Key("baseline", "boolean", "a healthy baseline: no crash expected"),
             Key(
+                "warning_is_crash",
+                "boolean",
+                "a signature seen only in a WARNING or INFO line is the crash even where the "
+                "engine became ready and answered (default false: such a cell is not a hit)",
+            ),
+            Key(
                 "kind",
                 "choice",
                 "defect (default), or a crash the matrix stages, never held against an "
@@ -477,7 +483,9 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
 
 # Scenario keys a crash needs and a baseline must not have.
 CRASH_REQUIRED = ("trigger", "signatures", "affected")
-BASELINE_FORBIDDEN = ("trigger", "signatures", "reached", "path", "affected", "fixed")
+BASELINE_FORBIDDEN = (
+    "trigger", "signatures", "reached", "path", "affected", "fixed", "warning_is_crash"
+)  # fmt: skip
 # The two forms of a ``reached`` entry: a log line, or a test of a fact.
 REACHED_LINE = ("pattern", "process")
 REACHED_FACT = ("fact", "equals", "matches")

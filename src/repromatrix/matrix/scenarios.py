@@ -163,6 +163,7 @@ def read_scenario(root: YNode, file: str, reader: Reader) -> Scenario | None:
         source=read_source(body.get("source"), reader),
         probe=probe,
         baseline=baseline,
+        warning_is_crash=_flag(body, "warning_is_crash", reader),
         kind=_kind(body, reader),
         file=file,
     )

@@ -200,6 +200,7 @@ def cell_result(
     status, execution = run.status, run.execution
     known = context or CellContext(None, "")
     prepared = known.prepared
+    ready, answered = outcome.served(status, execution.log)  # the status, or the log's own word
     return CellResult(
         id=cell.id,
         outcome=run.decision.outcome,
@@ -218,8 +219,8 @@ def cell_result(
         image_digest=prepared.digest if prepared else None,
         root_cause=run.decision.root_cause,
         reason=run.decision.reason,
-        ready=bool(status and status.ready),
-        answered=bool(status and status.answered),
+        ready=ready,
+        answered=answered,
         exit_code=execution.exit_code,
         oom_killed=execution.oom_killed,
         timings=Timings(

@@ -17,11 +17,19 @@ kind stays ``other_failure``; both record ``reached`` all the same.
 A probe that saw vLLM raise reports the exception (``raised``); whether it is
 the documented crash is decided here, by the scenario's signatures (RE2,
 ``patterns.py``), not by a pattern matched inside the image.
+
+A signature seen only in WARNING or INFO lines is no crash of an engine that became ready
+and answered (vLLM warns in the same words where a variable allows what the crash
+refuses: ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``, vllm/config/model.py:2660 in 0.32.0), unless
+the scenario says the warning is its crash (``warning_is_crash``). Ready and answered are
+the harness's word, or the server's own access log's where the status line is missing (a
+stop can cut the harness off before it prints it): ``served``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -32,6 +40,7 @@ from repromatrix.model import Cell, FactTest, Level, Outcome, Scenario, Signatur
 from repromatrix.patterns import compile_pattern
 from repromatrix.results.store import RootCause
 from repromatrix.triage.facts import describe
+from repromatrix.triage.signatures import signature_levels
 
 STATUS_MARK = STATUS_PREFIX.encode()
 PROBE_OUTCOMES = {
@@ -153,6 +162,21 @@ def status_from_json(data: Mapping[str, Any]) -> HarnessStatus:
     )
 
 
+# The server's own access log: uvicorn's ``"GET /health HTTP/1.1" 200`` and the answer.
+_HEALTH_OK = re.compile(rb'"GET /health HTTP/[0-9.]+" 200\b')
+_ANSWER_OK = re.compile(rb'"POST /v1/(?:chat/)?completions HTTP/[0-9.]+" 200\b')
+
+
+def served(status: HarnessStatus | None, log: bytes) -> tuple[bool, bool]:
+    """Whether the server became ready and answered: as the harness's status says, or, where
+    the log has no status line (a stop cut the harness off before it printed it), as the
+    server's own access log says: ``GET /health`` and a completion answered 200."""
+    if status is not None:
+        return status.ready, status.answered
+    ready = _HEALTH_OK.search(log) is not None
+    return ready, ready and _ANSWER_OK.search(log) is not None
+
+
 def _victims(value: object) -> tuple[str, ...]:
     """The names in the harness's ``oom_killed`` list (``[{"pid", "name"}]``)."""
     if not isinstance(value, list):
@@ -216,16 +240,23 @@ def _decide_engine(
 ) -> Decision:
     cause = diagnosis.root_cause
     shown = hit_scenario(cell, diagnosis)
-    if shown is not None:
+    ready, answered = served(status, execution.log)
+    warned = shown is not None and ready and answered and only_warned(cell, shown, execution.log)
+    if shown is not None and not warned:
         return Decision(Outcome.HIT, _hit_reason(shown, cause), cause)
     if execution.timed_out:
         return _timeout(cell, cause)
     if execution.oom_killed:
         return Decision(Outcome.OTHER_FAILURE, OOM_CAUSE.line, cause or OOM_CAUSE)
     unreached = not_reached(cell, diagnosis)
-    if status is not None and status.ready and status.answered and not execution.stopped_early:
+    if ready and answered and (warned or not execution.stopped_early):
         if unreached and cell.variant.needs_reach:
             return Decision(Outcome.NOT_REACHED, _not_reached_reason(unreached, diagnosis))
+        if warned:
+            why = (
+                f"ready and answered; the {shown} signature appeared only in a WARNING or INFO line"
+            )
+            return Decision(Outcome.AVOIDED, why)
         return Decision(Outcome.AVOIDED, "ready and answered; the signature never appeared")
     reason = _failure_reason(execution, status, cause)
     if unreached:
@@ -276,6 +307,16 @@ def _evidence(scenario: Scenario) -> str:
         else:
             words.append(describe(entry))
     return " or ".join(words)
+
+
+def only_warned(cell: Cell, scenario_id: str, log: bytes) -> bool:
+    """Whether the log shows ``scenario_id``'s signature in a WARNING or INFO line and in no
+    other, and the scenario does not say such a warning is its crash (``warning_is_crash``)."""
+    scenario = next((s for s in (*cell.watched, cell.scenario) if s.id == scenario_id), None)
+    if scenario is None or scenario.warning_is_crash:
+        return False
+    quiet, loud = signature_levels(log.decode("utf-8", "replace"), scenario)
+    return quiet and not loud
 
 
 def hit_scenario(cell: Cell, diagnosis: DiagnosisLike) -> str | None:

