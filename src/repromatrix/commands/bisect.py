@@ -72,9 +72,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE", help=MATRIX_HELP
     )
-    parser.add_argument(
-        "--scenarios", type=Path, default=Path("scenarios"), metavar="DIR", help=SCENARIOS_HELP
-    )
+    parser.add_argument("--scenarios", type=Path, metavar="DIR", help=SCENARIOS_HELP)
     parser.add_argument(
         "--plan", action="store_true", help="print the versions and the first round; run nothing"
     )

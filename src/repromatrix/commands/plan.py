@@ -110,8 +110,9 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         metavar="DIR",
-        help="a folder of scenario files; repeat to combine folders, e.g. --scenarios "
-        "scenarios --scenarios my-scenarios (default: scenarios)",
+        help="a folder of scenario files, read instead of the default; repeat to combine "
+        "folders, e.g. --scenarios scenarios --scenarios my-scenarios (default: the scenarios "
+        "shipped with repromatrix, and a scenarios/ folder beside the matrix file)",
     )
     parser.add_argument("--lane", choices=[lane.value for lane in Lane], help="one lane only")
     parser.add_argument(
