@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         flagset=args.flagset,
     )
     request = flow.Request(target, args.versions, args.low, args.high, tuple(args.results))
-    found = flow.lane_versions(matrix, request, CACHE_ROOT)
+    found = flow.lane_versions(matrix, request, CACHE_ROOT, _say)
     ready = flow.prepare(matrix, scenarios, request, found)
     if args.plan:
         _print_plan(ready, flow.first_round(ready))
@@ -113,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(answer.format_answer(result))
         print(f"  run folder: {where.run_dir}/")
     return EXIT_OK
+
+
+def _say(line: str) -> None:
+    """A progress line, on standard error (standard output holds the answer)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _print_plan(ready: Search, first: tuple[str, ...]) -> None:
