@@ -90,7 +90,7 @@ def watch(
     locked = apply_lock(matrix, lock)
     selector = Selector(options.only, options.skip)
     plan(locked, scenarios, options.lane, selector)  # a selection of nothing is bad input
-    found = offered(locked, lock, ask, lanes)
+    found = offered(locked, lock, ask, lanes, say if options.dry_run else None)
     lock = round_lock(matrix, lock, found)
     baselines = baselines_of(options.baselines, found, history, options.site)
     new = baselines_first(ungraded(found, history), baselines)
