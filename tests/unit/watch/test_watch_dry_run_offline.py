@@ -52,3 +52,16 @@ def test_without_dry_run_an_unanswered_registry_is_still_an_error(
             "--lane", "gpu", "--baseline", "v0.31.0"]  # fmt: skip
     assert main(argv) != 0
     assert "registry" in capsys.readouterr().err
+
+
+def test_a_baseline_written_unlike_the_lanes_tags_names_the_tag_meant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    write(tmp_path / "scenarios", "healthy.yaml", BASELINE)
+    matrix = write(tmp_path, "matrix.yaml", MATRIX.format(port=free_port()))
+    argv = ["watch", "--matrix", str(matrix), "--scenarios", str(tmp_path / "scenarios"),
+            "--results", str(tmp_path / "results"), "--site", str(tmp_path / "site"),
+            "--lane", "gpu", "--baseline", "0.31.0", "--dry-run"]  # fmt: skip
+    assert main(argv) == 2
+    assert "Perhaps you meant `v0.31.0`?" in capsys.readouterr().err
