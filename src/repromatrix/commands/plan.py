@@ -145,7 +145,7 @@ def load_selected(args: argparse.Namespace, note: Callable[[str], None]) -> Lock
         args.matrix,
         args.scenarios,
         Locking(args.lock, args.relock),
-        lambda: Online(CACHE_ROOT),
+        lambda: Online(CACHE_ROOT, note),
         note,
     )
     if locked.lock is not None and locked.path is not None:

