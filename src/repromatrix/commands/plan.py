@@ -88,7 +88,10 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 
 # The help of options several commands share.
 MATRIX_HELP = "the matrix file (default: matrix.yaml)"
-SCENARIOS_HELP = "the folder of scenario files (default: scenarios)"
+SCENARIOS_HELP = (
+    "the folder of scenario files (default: the scenarios shipped with repromatrix, and a "
+    "scenarios/ folder beside the matrix file)"
+)
 RESULTS_HELP = "where run folders are made (default: results)"
 BACKEND_HELP = (
     "what runs the cells: docker, local (virtualenvs, CPU lane only), or auto (default: the "
