@@ -45,6 +45,7 @@ class Beat:
     started: float = field(default_factory=time.monotonic)
     done: int = 0  # bytes (or steps) so far
     total: int = 0  # 0 when unknown
+    unit: str | None = None  # None: bytes; else what is counted (``versions``)
 
     def progress(self, done: int, total: int = 0) -> None:
         """Record how far the step is (bytes or steps)."""
@@ -58,10 +59,11 @@ class Beat:
         share = self.done / self.total
         left = elapsed / share - elapsed if share > 0 else None
         eta = f", eta {duration(left)}" if left is not None else ""
-        return (
-            f"{self.what}: {size(self.done)} of {size(self.total)} "
-            f"({share:.0%}), {duration(elapsed)}{eta}"
-        )
+        if self.unit is None:
+            amount = f"{size(self.done)} of {size(self.total)}"
+        else:
+            amount = f"{self.done} of {self.total} {self.unit}"
+        return f"{self.what}: {amount} ({share:.0%}), {duration(elapsed)}{eta}"
 
 
 @contextmanager

@@ -31,7 +31,7 @@ class BisectRun:
     run_id: str
     backend: str = "auto"
     matrix: Path = Path("matrix.yaml")
-    scenarios: Path = Path("scenarios")
+    scenarios: Path | None = None  # None: the shipped scenarios (and any beside the matrix)
     cache: Path = Path(".cache")
     dockerfiles: Path = Path("dockerfiles")
 

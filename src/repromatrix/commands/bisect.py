@@ -72,9 +72,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE", help=MATRIX_HELP
     )
-    parser.add_argument(
-        "--scenarios", type=Path, default=Path("scenarios"), metavar="DIR", help=SCENARIOS_HELP
-    )
+    parser.add_argument("--scenarios", type=Path, metavar="DIR", help=SCENARIOS_HELP)
     parser.add_argument(
         "--plan", action="store_true", help="print the versions and the first round; run nothing"
     )
@@ -102,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     )
     request = flow.Request(target, args.versions, args.low, args.high, tuple(args.results))
     resolve(target, find_scenario(scenarios, target.scenario))  # before the index is asked
-    found = flow.lane_versions(matrix, request, CACHE_ROOT)
+    found = flow.lane_versions(matrix, request, CACHE_ROOT, _say)
     ready = flow.prepare(matrix, scenarios, request, found)
     if args.plan:
         _print_plan(ready, flow.first_round(ready))
@@ -116,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(answer.format_answer(result))
         print(f"  run folder: {where.run_dir}/")
     return EXIT_OK
+
+
+def _say(line: str) -> None:
+    """A progress line, on standard error (standard output holds the answer)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _print_plan(ready: Search, first: tuple[str, ...]) -> None:

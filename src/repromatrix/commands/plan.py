@@ -88,7 +88,10 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
 
 # The help of options several commands share.
 MATRIX_HELP = "the matrix file (default: matrix.yaml)"
-SCENARIOS_HELP = "the folder of scenario files (default: scenarios)"
+SCENARIOS_HELP = (
+    "the folder of scenario files (default: the scenarios shipped with repromatrix, and a "
+    "scenarios/ folder beside the matrix file)"
+)
 RESULTS_HELP = "where run folders are made (default: results)"
 BACKEND_HELP = (
     "what runs the cells: docker, local (virtualenvs, CPU lane only), or auto (default: the "
@@ -110,8 +113,9 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         metavar="DIR",
-        help="a folder of scenario files; repeat to combine folders, e.g. --scenarios "
-        "scenarios --scenarios my-scenarios (default: scenarios)",
+        help="a folder of scenario files, read instead of the default; repeat to combine "
+        "folders, e.g. --scenarios scenarios --scenarios my-scenarios (default: the scenarios "
+        "shipped with repromatrix, and a scenarios/ folder beside the matrix file)",
     )
     parser.add_argument("--lane", choices=[lane.value for lane in Lane], help="one lane only")
     parser.add_argument(
@@ -144,7 +148,7 @@ def load_selected(args: argparse.Namespace, note: Callable[[str], None]) -> Lock
         args.matrix,
         args.scenarios,
         Locking(args.lock, args.relock),
-        lambda: Online(CACHE_ROOT),
+        lambda: Online(CACHE_ROOT, note),
         note,
     )
     if locked.lock is not None and locked.path is not None:

@@ -33,7 +33,10 @@ def add_parser(subparsers: Any) -> None:
         "--previous", type=Path, metavar="SITE", help="a previously published site to extend"
     )
     parser.add_argument(
-        "--scenarios", type=Path, metavar="DIR", help="scenario files (default: ./scenarios)"
+        "--scenarios",
+        type=Path,
+        metavar="DIR",
+        help="scenario files (default: the scenarios shipped with repromatrix, and ./scenarios)",
     )
     parser.add_argument("--baseline", metavar="TAG", help="the image tag in use today")
     parser.add_argument("--candidate", metavar="TAG", help="the image tag to move to")

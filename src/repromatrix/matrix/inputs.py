@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Sequence
+from importlib import resources
 from pathlib import Path
 
 from repromatrix.errors import ConfigError, Problem
@@ -11,14 +12,41 @@ from repromatrix.matrix.config import Matrix, Rule, check_references, load_matri
 from repromatrix.matrix.scenarios import load_catalogue, load_scenarios
 from repromatrix.model import Scenario
 
-DEFAULT_SCENARIOS = Path("scenarios")
+# The project's folder of documented scenarios, as named in a checkout of it.
+PROJECT_SCENARIOS = Path("scenarios")
 
 
-def scenario_dirs(given: Path | Sequence[Path] | None) -> tuple[Path, ...]:
-    """The catalogue's folders: one, several (``--scenarios`` repeated), or ``scenarios/``."""
-    if given is None:
-        return (DEFAULT_SCENARIOS,)
-    return (given,) if isinstance(given, Path) else tuple(given) or (DEFAULT_SCENARIOS,)
+def shipped_scenarios() -> Path:
+    """The documented scenarios installed with the package (``repromatrix/scenarios``: in a
+    checkout a link to the project's ``scenarios/``, in a wheel a copy of it), named
+    ``scenarios`` where the current folder's ``scenarios/`` is that very folder, so the files
+    keep their short names in a checkout."""
+    shipped = Path(str(resources.files("repromatrix") / "scenarios"))
+    if PROJECT_SCENARIOS.is_dir() and PROJECT_SCENARIOS.resolve() == shipped.resolve():
+        return PROJECT_SCENARIOS
+    return shipped
+
+
+def scenario_dirs(
+    given: Path | Sequence[Path] | None, matrix_path: Path | None = None
+) -> tuple[Path, ...]:
+    """The catalogue's folders: those given (``--scenarios``, one or repeated), else the
+    shipped scenarios together with a ``scenarios/`` folder beside the matrix file (a team's
+    own, which adds to them)."""
+    folders = (given,) if isinstance(given, Path) else tuple(given or ())
+    return folders or default_scenario_dirs(matrix_path)
+
+
+def default_scenario_dirs(matrix_path: Path | None = None) -> tuple[Path, ...]:
+    """The shipped scenarios, and the ``scenarios/`` beside ``matrix_path`` when it is
+    another folder."""
+    shipped = shipped_scenarios()
+    if matrix_path is None:
+        return (shipped,)
+    beside = matrix_path.parent / "scenarios"
+    if not beside.is_dir() or beside.resolve() == shipped.resolve():
+        return (shipped,)
+    return (shipped, beside)
 
 
 def load_inputs(
@@ -33,25 +61,27 @@ def load_inputs(
     except ConfigError as exc:
         problems.extend(exc.problems)
     try:
-        scenarios = load_catalogue(scenario_dirs(scenarios_dir))
+        scenarios = load_catalogue(scenario_dirs(scenarios_dir, matrix_path))
     except ConfigError as exc:
         problems.extend(exc.problems)
     if problems or matrix is None or scenarios is None:
         raise ConfigError(problems)
-    return _for_catalogue(matrix, scenarios, scenario_dirs(scenarios_dir)), scenarios
+    folders = scenario_dirs(scenarios_dir, matrix_path)
+    return _for_catalogue(matrix, scenarios, folders), scenarios
 
 
 def _for_catalogue(
     matrix: Matrix, scenarios: tuple[Scenario, ...], folders: Sequence[Path]
 ) -> Matrix:
     """The matrix as it applies to a catalogue without the default folder (``--scenarios
-    scenarios/zoo``): its rules are checked against the default catalogue too (a misspelt
+    scenarios/zoo``): its rules are checked against the shipped catalogue too (a misspelt
     name is still an error), then rules about scenarios not loaded are left out, since they
     can match no cell of this catalogue."""
-    if DEFAULT_SCENARIOS in folders or not DEFAULT_SCENARIOS.is_dir():
+    shipped = shipped_scenarios()
+    if shipped.resolve() in {folder.resolve() for folder in folders} or not shipped.is_dir():
         return matrix
     try:
-        default = load_scenarios(DEFAULT_SCENARIOS)
+        default = load_scenarios(shipped)
     except ConfigError:
         return matrix  # not this matrix's catalogue: its rules must name the loaded scenarios
     check_references(matrix, (*scenarios, *default))

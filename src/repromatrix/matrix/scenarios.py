@@ -61,12 +61,16 @@ ORDERING = {Op.GT, Op.GE, Op.LT, Op.LE}
 # `affected: all`: every version, pre-releases included (contains() is called with prereleases).
 ALL_VERSIONS = SpecifierSet(">=0")
 NO_VERSION = SpecifierSet("<0")
+NO_FOLDER = (
+    "no such scenario folder (without --scenarios, the scenarios shipped with repromatrix are "
+    "read, and a scenarios/ folder beside the matrix file adds to them)"
+)
 
 
 def load_scenarios(directory: Path) -> tuple[Scenario, ...]:
     """Read every scenario file in ``directory``; raise ``ConfigError`` listing all problems."""
     if not directory.is_dir():
-        raise ConfigError([Problem(str(directory), 0, 0, "no such scenario folder")])
+        raise ConfigError([Problem(str(directory), 0, 0, NO_FOLDER)])
     paths = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
     if not paths:
         raise ConfigError([Problem(str(directory), 0, 0, "no scenario files (*.yaml) here")])

@@ -124,23 +124,26 @@ def spec_text(spec: SpecifierSet) -> str:
 
 
 def load_documents(directory: Path | None) -> dict[str, Documented]:
-    """Read the scenario files of ``directory`` (default ``./scenarios``); none when absent.
+    """Read the scenario files of ``directory`` (default: the scenarios shipped with the
+    package, then ``./scenarios`` where it is another folder: a scenario there wins over the
+    shipped one of its id, as an edited copy of the project's folder does).
 
-    An explicit directory with errors raises ``ConfigError``; the default one is
-    only a convenience, so errors there leave the reports without documents.
+    An explicit directory with errors raises ``ConfigError``; the default ones are
+    only a convenience, so a folder with errors there is left out.
     """
     from repromatrix.errors import ConfigError  # noqa: PLC0415
+    from repromatrix.matrix.inputs import default_scenario_dirs  # noqa: PLC0415
     from repromatrix.matrix.scenarios import load_scenarios  # noqa: PLC0415
 
     if directory is not None:
         return documented_ranges(load_scenarios(directory))
-    default = Path("scenarios")
-    if not default.is_dir():
-        return {}
-    try:
-        return documented_ranges(load_scenarios(default))
-    except ConfigError:
-        return {}
+    documents: dict[str, Documented] = {}
+    for folder in default_scenario_dirs(Path("matrix.yaml")):
+        try:
+            documents.update(documented_ranges(load_scenarios(folder)))
+        except ConfigError:
+            continue
+    return documents
 
 
 def range_evidence(

@@ -209,7 +209,7 @@ def locked_inputs(options: RunOptions, note: Callable[[str], None]) -> Locked:
         options.matrix,
         options.scenarios,
         Locking(options.lock, options.relock),
-        lambda: Online(options.cache),
+        lambda: Online(options.cache, note),
         note,
     )
     if locked.lock is not None and locked.path is not None:

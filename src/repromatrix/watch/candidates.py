@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from packaging.version import Version
 
+from repromatrix.errors import InfraError
 from repromatrix.matrix.config import LaneConfig, Matrix
 from repromatrix.matrix.follow import LeftOut
 from repromatrix.matrix.images import image_version
@@ -75,9 +76,15 @@ class Candidate:
 
 
 def offered(
-    matrix: Matrix, lock: Lock, upstream: Upstream, lanes: Iterable[Lane]
+    matrix: Matrix,
+    lock: Lock,
+    upstream: Upstream,
+    lanes: Iterable[Lane],
+    unreached: Callable[[str], None] | None = None,
 ) -> tuple[Candidate, ...]:
-    """Every image the watched ``lanes`` offer now (GPU images with their digest)."""
+    """Every image the watched ``lanes`` offer now (GPU images with their digest). With
+    ``unreached`` (a dry run), a listed GPU image whose registry does not answer is offered
+    by its tag alone, and ``unreached`` hears why its digest is unknown."""
     found: list[Candidate] = []
     for lane in lanes:
         config = matrix.lanes[lane]
@@ -85,10 +92,31 @@ def offered(
         if config.follow is not None and locked is not None:
             found += [Candidate(lane, locked_image(config, i), i.digest) for i in locked.images]
         elif lane is Lane.GPU:
-            found += [_pinned(config, image, upstream) for image in config.images]
+            found += _all_pinned(config, upstream, unreached)
         else:
             found += [Candidate(lane, image) for image in config.images]
     return tuple(found)
+
+
+def _all_pinned(
+    config: LaneConfig, upstream: Upstream, unreached: Callable[[str], None] | None
+) -> list[Candidate]:
+    """The listed GPU images pinned; with ``unreached``, once the registry fails to answer,
+    the rest are offered by their tags without asking again (one line says so)."""
+    found: list[Candidate] = []
+    for at, image in enumerate(config.images):
+        try:
+            found.append(_pinned(config, image, upstream))
+        except InfraError as exc:
+            if unreached is None:
+                raise
+            rest = config.images[at:]
+            unreached(
+                f"{len(rest)} listed images shown by their tags, digests unknown: "
+                f"the registry did not answer ({exc})"
+            )
+            return found + [Candidate(config.lane, other) for other in rest]
+    return found
 
 
 def _pinned(config: LaneConfig, image: Image, upstream: Upstream) -> Candidate:

@@ -101,7 +101,7 @@ def watch(
         say(later)
     locked = apply_lock(matrix, lock)
     plan(locked, scenarios, options.lane, selector)  # a selection of nothing is bad input
-    found = offered(locked, lock, ask, lanes)
+    found = offered(locked, lock, ask, lanes, say if options.dry_run else None)
     lock = round_lock(matrix, lock, found)
     baselines = baselines_of(options.baselines, found, history, options.site)
     new = baselines_first(ungraded(found, history), baselines)

@@ -82,7 +82,8 @@ def handoff_of(
     followed = candidate.lane in this.lock.lanes
     lock = restricted(this.lock, candidate.lane, [candidate.tag]) if followed else None
     lock_text = json.dumps((lock or Lock(this.lock.matrix, this.lock.resolved_at, {})).to_json())
-    folders = scenario_dirs(this.options.scenarios)
+    # The fleet's checkout has the project's own folder: no installed path goes to it.
+    folders = scenario_dirs(this.options.scenarios) if this.options.scenarios else ("scenarios",)
     return Handoff(
         key=candidate.key,
         lane=candidate.lane.value,

