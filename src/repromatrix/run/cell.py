@@ -79,23 +79,49 @@ class InterruptOn:
                 return
 
 
+class Served:
+    """Whether the harness has said, in a status line of its own, that its engine answered.
+
+    The harness prints that status before it stops a served engine; what follows is that
+    stop's teardown (an engine core killed on purpose, a worker told its parent exited), in
+    which a live triage can see a cause and a consequence. A served cell is never stopped
+    early for them: the harness ends it, and its status is read whole.
+    """
+
+    def __init__(self) -> None:
+        self.answered = False
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        """Read the next chunk of output."""
+        if self.answered:
+            return
+        *lines, rest = (self._partial + chunk).split(b"\n")
+        self._partial = rest[-LONGEST_LINE:]
+        status = outcome.parse_status(b"\n".join(lines))
+        self.answered = status is not None and status.ready and status.answered
+
+
 def make_watcher(
     cell: Cell, interrupt: Callable[[], None] = lambda: None
 ) -> tuple[Callable[[bytes], bool], Triager]:
-    """A watcher that feeds a live ``Triager`` and asks to stop once it is terminal; with a
-    scenario's ``interrupt_on``, it calls ``interrupt`` when a line first matches it.
+    """A watcher that feeds a live ``Triager`` and asks to stop once it is terminal (never
+    after the harness said the engine answered: ``Served``); with a scenario's
+    ``interrupt_on``, it calls ``interrupt`` when a line first matches it.
 
     Triage is given the cell's own scenario only, so ``signature_seen`` means
     *this* cell's documented crash, never another scenario's.
     """
     triager = Triager(cell.watched)
     interrupt_on = InterruptOn(cell.interrupt_on, interrupt) if cell.interrupt_on else None
+    served = Served()
 
     def watch(chunk: bytes) -> bool:
         if interrupt_on is not None:
             interrupt_on.feed(chunk)
+        served.feed(chunk)
         triager.feed(chunk)
-        return triager.terminal
+        return triager.terminal and not served.answered
 
     return watch, triager
 
