@@ -95,7 +95,10 @@ lanes:
 
 
 @pytest.mark.docker
-def test_a_base_image_that_cannot_be_pulled_fails_its_cells_and_exits_3(tmp_path: Path):
+def test_a_base_image_that_cannot_be_pulled_is_refused_before_anything_is_made(tmp_path: Path):
+    """``--backend docker`` asks the engine first (its preflight, issue 31): a base whose
+    registry does not answer ends the run at once, exit 3, naming the base and what would
+    fix it, before any wheelhouse, image or result is made."""
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(CPU_ONLY_MATRIX)
     done = repromatrix(
@@ -104,9 +107,7 @@ def test_a_base_image_that_cannot_be_pulled_fails_its_cells_and_exits_3(tmp_path
         "--dockerfiles", str(tmp_path / "df"), timeout=900,
     )  # fmt: skip
     assert done.returncode == 3, done.stderr[-2000:]
-    found, problems = results.read_results(tmp_path / "r" / "nobase")
-    assert problems == [] and len(found) == 3
-    for result in found:
-        assert result.outcome is Outcome.INFRA_ERROR
-        assert "pull of 127.0.0.1:9/python:3.11-slim failed" in result.reason
-    assert "done: 3 infra_error" in done.stderr
+    assert "127.0.0.1:9/python:3.11-slim" in done.stderr
+    assert "docker pull 127.0.0.1:9/python:3.11-slim" in done.stderr
+    assert "Traceback" not in done.stderr and "wheelhouse" not in done.stderr
+    assert not (tmp_path / "r" / "nobase").exists()
