@@ -36,7 +36,8 @@ def outlook(
 ) -> list[str]:
     """The first lines: cells to run vs cells this host cannot run (the commonest reasons),
     and the disk the images need against what is free under ``cache``."""
-    lines = [f"{run_line}: {len(runnable)} cells to run here, {len(skips)} this host cannot run"]
+    noun = "cell" if len(runnable) == 1 else "cells"
+    lines = [f"{run_line}: {len(runnable)} {noun} to run here, {len(skips)} this host cannot run"]
     reasons = Counter(skips.values()).most_common()
     lines += [f"  {count} cannot run: {reason}" for reason, count in reasons[:REASONS_SHOWN]]
     if len(reasons) > REASONS_SHOWN:

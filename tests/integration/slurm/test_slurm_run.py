@@ -203,7 +203,8 @@ def test_a_requeued_task_resumes_its_shard(slurm_run):
     assert moment(first.started_at) < moment(end.started_at)  # saved by the first attempt
     log = (slurm_run.submission.logs / f"{task.name}.log").read_text()
     assert "DUE TO JOB REQUEUE" in log
-    assert f"run {task.shard}: 1 of 2 cells to run" in log  # the second attempt
+    # The second attempt's first line: its shard resumed with one of its two cells left.
+    assert f"run {task.shard} (results in " in log and ", 1 of 2 cells left): 1 cell" in log
     assert "back in the queue, it resumes its shard" in slurm_run.output
 
 
