@@ -92,6 +92,11 @@ SCENARIOS_HELP = (
     "the folder of scenario files (default: the scenarios shipped with repromatrix, and a "
     "scenarios/ folder beside the matrix file)"
 )
+SCENARIOS_REPEAT_HELP = (
+    "a folder of scenario files, read instead of the default; repeat to combine folders, e.g. "
+    "--scenarios scenarios --scenarios my-scenarios (default: the scenarios shipped with "
+    "repromatrix, and a scenarios/ folder beside the matrix file)"
+)
 RESULTS_HELP = "where run folders are made (default: results)"
 BACKEND_HELP = (
     "what runs the cells: docker, local (virtualenvs, CPU lane only), or auto (default: the "
@@ -113,9 +118,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         action="append",
         metavar="DIR",
-        help="a folder of scenario files, read instead of the default; repeat to combine "
-        "folders, e.g. --scenarios scenarios --scenarios my-scenarios (default: the scenarios "
-        "shipped with repromatrix, and a scenarios/ folder beside the matrix file)",
+        help=SCENARIOS_REPEAT_HELP,
     )
     parser.add_argument("--lane", choices=[lane.value for lane in Lane], help="one lane only")
     parser.add_argument(

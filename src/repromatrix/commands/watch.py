@@ -24,6 +24,7 @@ from repromatrix.commands.plan import (
     BACKEND_HELP,
     MATRIX_HELP,
     RESULTS_HELP,
+    SCENARIOS_REPEAT_HELP,
     add_runner_arguments,
     check_output_folder,
 )
@@ -62,7 +63,7 @@ def add_parser(subparsers: Any) -> None:
         type=Path,
         action="append",
         metavar="DIR",
-        help="a folder of scenario files; repeat to combine (default: scenarios)",
+        help=SCENARIOS_REPEAT_HELP,
     )
     parser.add_argument("--lane", choices=[lane.value for lane in Lane], help="one lane only")
     parser.add_argument(
