@@ -36,7 +36,10 @@ from repromatrix.results.problems import ProblemKind
 # version 1 reads as one without facts that makes no claim about reaching.
 # Also in 2: where the cell ran (``runner_gpus``), the model and adapter revisions it read
 # and its image's environment report (``environment``); unknown in a result of version 1.
-SCHEMA_VERSION = 2
+# 3: ``verdict`` is written beside the outcome (for whoever reads result.json alone; read back
+# it is ignored, as the reports judge again) and ``expected`` may be ``not_reached`` (a path the
+# cell's configuration does not take). A result of version 2 reads as it was.
+SCHEMA_VERSION = 3
 MAX_RESULT_BYTES = 8 * 1024 * 1024  # far above any real result; a bigger file is not one
 
 

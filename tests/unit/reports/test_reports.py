@@ -86,7 +86,7 @@ def test_a_newer_schema_is_refused_with_the_versions(run_dir: Path) -> None:
     path.write_text(json.dumps(data))
     [problem] = read_run(run_dir).problems
     assert problem.kind is ProblemKind.SCHEMA
-    assert "schema_version 7; this one reads up to 2" in problem.message
+    assert "schema_version 7; this one reads up to 3" in problem.message
 
 
 def test_an_older_schema_missing_fields_is_named_as_such(run_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""The result schema, version 2: facts and reached, and results of version 1 still read."""
+"""The result schema, version 3: facts, reached and the verdict; results of versions 1 and 2
+still read."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_a_result_of_version_1_reads_with_no_facts_and_no_claim() -> None:
     assert result.outcome is Outcome.HIT
     assert result.facts == {}
     assert result.reached is None
-    assert result.schema_version == SCHEMA_VERSION == 2
+    assert result.schema_version == SCHEMA_VERSION == 3
 
 
 def test_version_1_runs_read_whole() -> None:
@@ -42,7 +43,7 @@ def test_facts_and_reached_are_written_and_read_back(tmp_path) -> None:
     result = decided("0.32.0", NOT_COMPILED)
     folder = write_result(tmp_path, result, b"log\n")
     data = json.loads((folder / "result.json").read_text())
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == 3
     assert data["outcome"] == "not_reached"
     assert data["reached"] is False
     assert data["facts"]["compilation_mode"] == "NONE"
@@ -53,6 +54,17 @@ def test_facts_and_reached_are_written_and_read_back(tmp_path) -> None:
         False,
         Outcome.NOT_REACHED,
     )
+
+
+def test_a_result_of_version_2_reads_as_it_was(tmp_path) -> None:
+    """Version 3 only added the written verdict and the ``not_reached`` expectation."""
+    result = decided("0.32.0", NOT_COMPILED)
+    folder = write_result(tmp_path, result, b"log\n")
+    data = json.loads((folder / "result.json").read_text())
+    data["schema_version"] = 2
+    del data["verdict"]
+    back = parse_result(json.dumps(data).encode())
+    assert (back.facts, back.reached, back.outcome) == (result.facts, False, Outcome.NOT_REACHED)
 
 
 @pytest.mark.parametrize(

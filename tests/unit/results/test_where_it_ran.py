@@ -41,7 +41,7 @@ def where(**changes: object) -> bytes:
 
 def test_where_it_ran_is_read_back_as_written() -> None:
     read = parse_result(where())
-    assert read.schema_version == SCHEMA_VERSION == 2
+    assert read.schema_version == SCHEMA_VERSION == 3
     assert read.runner_gpus == (GPU,)
     assert read.model_revision == "a" * 40 and read.adapter_revision is None
     assert read.environment == "environment/gpu-v0.32.0-0123456789ab.txt"

@@ -88,7 +88,7 @@ def test_a_gpu_result_names_the_runners_gpus_it_was_given(tmp_path: Path) -> Non
         assert list(result.runner_gpus) == [listed[uuid] for uuid in placement.gpu_ids]
         assert set(placement.gpu_ids) <= set(UUIDS.values())
     document = json.loads((store.cell_dir(tmp_path, cells[0].id) / store.RESULT_FILE).read_text())
-    assert document["schema_version"] == 2 and len(document["runner_gpus"]) == 2
+    assert document["schema_version"] == 3 and len(document["runner_gpus"]) == 2
 
 
 def test_a_cpu_result_names_the_tiny_models_content_and_no_gpu(tmp_path: Path) -> None:
