@@ -39,7 +39,7 @@ from repromatrix.matrix.effective import EffectiveFlags, effective_flags
 from repromatrix.matrix.expand import cell_id, expand, expected_outcome, image_variant, levels
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, Expected, FlagSet, Gpu, Lane, Model, Scenario, Variant
+from repromatrix.values import Cell, Expected, FlagSet, Gpu, Lane, Model, Scenario, Variant
 
 TRIGGERS = (
     "{}",  # a baseline-like scenario: applies everywhere

@@ -44,7 +44,6 @@ from pathlib import Path
 
 import quick_mode
 
-from repromatrix.model import Lane
 from repromatrix.run.cells import CRASH_ESTIMATE_S, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
 from repromatrix.run.images import image_job, job_key
 from repromatrix.run.schedule import (
@@ -56,6 +55,7 @@ from repromatrix.run.schedule import (
     one_at_a_time,
     simulate,
 )
+from repromatrix.values import Lane
 
 # (kind, share of cells, duration range in seconds, class estimate when nothing was measured)
 KINDS = (

@@ -74,7 +74,7 @@ KEY_WINDOW = 16384 + 256  # past this a header's block is decided (its pattern's
 
 
 @dataclass(frozen=True)
-class Shape:
+class TokenShape:
     """A well-known token shape: the literal bytes one of which every match holds, ``offset``
     bytes after the match's start (the pattern is tried only there: a search for a literal is
     far faster than a pattern's), and the pattern; its groups ``secret`` and ``secret2``,
@@ -101,22 +101,22 @@ class Shape:
 
 
 SHAPES = (
-    Shape(
+    TokenShape(
         "Hugging Face token",
         (b"hf_",),
         re.compile(_WORD_BEFORE + rb"hf_[A-Za-z0-9]{30,250}" + _WORD_AFTER),
     ),
-    Shape(
+    TokenShape(
         "GitHub token",
         (b"gh",),
         re.compile(_WORD_BEFORE + rb"gh[pousr]_[A-Za-z0-9]{30,250}" + _WORD_AFTER),
     ),
-    Shape(
+    TokenShape(
         "GitHub fine-grained token",
         (b"github_pat_",),
         re.compile(_WORD_BEFORE + rb"github_pat_[A-Za-z0-9_]{20,250}" + _WORD_AFTER),
     ),
-    Shape(
+    TokenShape(
         "AWS access key and the secret key on its line",
         (b"IA",),
         re.compile(
@@ -126,7 +126,7 @@ SHAPES = (
         ),
         offset=2,
     ),
-    Shape(
+    TokenShape(
         "AWS secret key by its name",
         (b"ecret", b"ECRET"),
         re.compile(
@@ -135,13 +135,13 @@ SHAPES = (
         ),
         offset=1,
     ),
-    Shape(
+    TokenShape(
         "bearer credential",
         (b"earer",),
         re.compile(rb"(?i:bearer)[ \t]+(?P<secret>" + _CREDENTIAL + rb")"),
         offset=1,
     ),
-    Shape(
+    TokenShape(
         "authorization header",
         (b"uthorization",),
         re.compile(
@@ -150,23 +150,23 @@ SHAPES = (
         ),
         offset=1,
     ),
-    Shape(
+    TokenShape(
         "GitLab token",
         (b"glpat-",),
         re.compile(_WORD_BEFORE + rb"glpat-[A-Za-z0-9_-]{20,250}" + _WORD_AFTER),
     ),
-    Shape(
+    TokenShape(
         "Buildkite token",
         (b"bkua_", b"bkct_"),
         re.compile(_WORD_BEFORE + rb"bk(?:ua|ct)_[A-Za-z0-9]{30,250}" + _WORD_AFTER),
     ),
-    Shape(
+    TokenShape(
         "API key",
         (b"sk-",),
         re.compile(_WORD_BEFORE + rb"sk-[A-Za-z0-9_-]{20,250}" + _WORD_AFTER),
     ),
-    Shape("URL userinfo", (b"://",), re.compile(rb"://(?P<secret>[^\s/?#@\"'<>]{1,512})@")),
-    Shape(
+    TokenShape("URL userinfo", (b"://",), re.compile(rb"://(?P<secret>[^\s/?#@\"'<>]{1,512})@")),
+    TokenShape(
         "private key",
         (b"-----BEGIN",),
         re.compile(

@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 from repromatrix.matrix.expand import cell_id as production_cell_id
 from repromatrix.matrix.images import make_image
 from repromatrix.matrix.lanes import DEFAULT_BASE, BaseImage
-from repromatrix.model import (
+from repromatrix.values import (
     Cell,
     Expected,
     FlagSet,

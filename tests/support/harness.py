@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from repromatrix.model import (
+from repromatrix.values import (
     Cell,
     FlagValue,
     Gpu,

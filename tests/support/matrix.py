@@ -7,7 +7,7 @@ from pathlib import Path
 
 from repromatrix.matrix.config import Matrix, load_matrix
 from repromatrix.matrix.scenarios import load_scenarios
-from repromatrix.model import Scenario
+from repromatrix.values import Scenario
 
 GPU_LANE = """
 lanes:

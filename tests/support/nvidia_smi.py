@@ -12,8 +12,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from repromatrix import nvidia_smi
-from repromatrix.nvidia_smi import Smi
+from repromatrix.host import nvidia_smi
+from repromatrix.host.nvidia_smi import Smi
 from support import paths
 
 CAPTURES = paths.DATA / "nvidia-smi"

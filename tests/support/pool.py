@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends.base import EnvironmentReport, Execution, Placement, Prepared, Watcher
-from repromatrix.model import Cell, Image, Model
+from repromatrix.host.runner import Runner, RunnerGpu
 from repromatrix.models.tinymodel import TinyModel, tiny_model_for
 from repromatrix.results import store
 from repromatrix.run.cells import Pacing, run_cells
@@ -26,7 +26,7 @@ from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import ModelNeed, model_needs
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB
-from repromatrix.runner import Runner, RunnerGpu
+from repromatrix.values import Cell, Image, Model
 
 GUARD_S = 120.0  # only a broken test waits this long; it decides nothing
 UUIDS = {str(i): f"GPU-{i}{i}{i}{i}-uuid" for i in range(4)}

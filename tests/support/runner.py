@@ -13,7 +13,7 @@ from pathlib import Path
 import docker
 
 from repromatrix.backends.docker.calls import RUN_LABEL
-from repromatrix.model import (
+from repromatrix.values import (
     Cell,
     Lane,
     Level,

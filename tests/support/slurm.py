@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from repromatrix.fleet.jobs import Budget, estimator
-from repromatrix.model import Cell
+from repromatrix.fleet.jobs import JobBudget, estimator
 from repromatrix.results.store import now_iso
 from repromatrix.run import outcome
 from repromatrix.run.cell import NOT_RUN, CellRun
@@ -21,6 +20,7 @@ from repromatrix.slurm.submission import (
     submitted,
     write,
 )
+from repromatrix.values import Cell
 from support import factories
 
 RUN_ID = "20260101-120000"
@@ -33,7 +33,7 @@ def cells(count: int) -> list[Cell]:
 
 def submission_of(run_dir: Path, of: Sequence[Cell], job_id: str = "41") -> Submission:
     """The recorded submission of ``of`` into ``run_dir``, its arrays all given ``job_id``."""
-    arrays = split(of, {c.id for c in of}, Budget(), estimator({}))
+    arrays = split(of, {c.id for c in of}, JobBudget(), estimator({}))
     made = new_submission(run_dir, RUN_ID, arrays, Path("matrix.yaml"))
     make_folders(made)
     return write(submitted(made, {array.name: job_id for array in arrays}))

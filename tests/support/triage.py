@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from repromatrix.model import Lane, Scenario, Signature, Variant
+from repromatrix.values import Lane, Scenario, Signature, Variant
 from support import factories, paths
 
 LOGS = paths.DATA / "logs"

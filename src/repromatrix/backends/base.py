@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from repromatrix.model import Cell, Image, Lane, Model
+from repromatrix.host.runner import Runner
 from repromatrix.models.tinymodel import LORA_RANK
-from repromatrix.runner import Runner
+from repromatrix.values import Cell, Image, Lane, Model
 
 if TYPE_CHECKING:
     from repromatrix.matrix.lanes import Runtime

@@ -34,9 +34,9 @@ from typing import Any
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.grammars import ENV_NAME
 from repromatrix.harness import harness
-from repromatrix.model import Cell, FlagValue, Lane, LaunchMode, Level
 from repromatrix.models.tinymodel import tiny_model_for
 from repromatrix.secret_env import SECRET_ENV
+from repromatrix.values import Cell, FlagValue, Lane, LaunchMode, Level
 
 SPEC_VERSION = 1
 PROMPT = "The capital of France is"

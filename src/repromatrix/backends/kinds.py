@@ -15,7 +15,7 @@ from repromatrix.backends import docker, local
 from repromatrix.backends.base import BackendKind, Preflight
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.matrix.lanes import Runtime
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 
 KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (docker.KIND, local.KIND)}
 AUTO = "auto"
@@ -23,7 +23,7 @@ CHOICES = (AUTO, *KINDS)
 
 
 @dataclass(frozen=True)
-class Choice:
+class BackendChoice:
     """The backend a run takes, the lanes' runtimes as it makes them here, and why: the first
     line a run prints."""
 
@@ -53,13 +53,13 @@ def named(requested: str) -> BackendKind:
 
 def choose_for_run(
     requested: str, runtimes: Mapping[Lane, Runtime], lanes: Collection[Lane]
-) -> Choice:
+) -> BackendChoice:
     """The backend for a run of ``lanes``, decided by each kind's preflight before anything is
     built; ``InfraError`` (exit 3) where the kind asked for cannot make the run's images."""
     return pick(requested, lambda kind: kind.preflight(runtimes, lanes))
 
 
-def pick(requested: str, ask: Callable[[BackendKind], Preflight]) -> Choice:
+def pick(requested: str, ask: Callable[[BackendKind], Preflight]) -> BackendChoice:
     """The choice from each kind's preflight answer (``ask``): a named kind must be ready;
     ``auto`` takes the first that is, saying why the ones before it were not."""
     if requested != AUTO:
@@ -67,12 +67,16 @@ def pick(requested: str, ask: Callable[[BackendKind], Preflight]) -> Choice:
         answer = ask(kind)
         if not answer.ready:
             raise InfraError(f"--backend {kind.name} cannot run here: {answer.refusal}")
-        return Choice(kind, answer.runtimes, f"backend {kind.name} (asked for): {answer.reason}")
+        return BackendChoice(
+            kind, answer.runtimes, f"backend {kind.name} (asked for): {answer.reason}"
+        )
     passed: list[str] = []
     for kind in KINDS.values():
         answer = ask(kind)
         if answer.ready:
             instead = "".join(f"; not {words}" for words in passed)
-            return Choice(kind, answer.runtimes, f"backend {kind.name}: {answer.reason}{instead}")
+            return BackendChoice(
+                kind, answer.runtimes, f"backend {kind.name}: {answer.reason}{instead}"
+            )
         passed.append(f"{kind.name}: {answer.refusal}")
     raise InfraError("no backend can run here: " + "; ".join(passed))

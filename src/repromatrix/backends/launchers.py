@@ -4,7 +4,7 @@ Many clusters have no Docker daemon on their nodes: a job step starts the contai
 itself, with pyxis (``srun --container-image``, enroot underneath) or Apptainer
 (``apptainer exec --nv``). Both are rendered here from the same ``ContainerCall``
 the Docker backend creates (image, argv, mounts, environment, GPUs, memory), and read
-back (``parse_pyxis``, ``parse_apptainer``) into the same ``Launch`` that call gives,
+back (``parse_pyxis``, ``parse_apptainer``) into the same ``ContainerLaunch`` that call gives,
 so the three cannot drift apart. Neither launcher can be installed where this is
 built, so nothing here runs one: ``run --dry-run`` shows both for each cell.
 
@@ -29,7 +29,7 @@ MOUNT_SEPARATORS = frozenset(",:")  # between a mount list's entries, and in one
 
 
 @dataclass(frozen=True)
-class Launch:
+class ContainerLaunch:
     """What any launcher must give a cell's container."""
 
     image: str  # the image as the launcher names it
@@ -40,9 +40,9 @@ class Launch:
     memory: str | None = None  # the memory limit, e.g. 3073m
 
 
-def launch_of(call: ContainerCall, image: str) -> Launch:
+def launch_of(call: ContainerCall, image: str) -> ContainerLaunch:
     """What ``call`` asks of any launcher, its image named ``image``."""
-    return Launch(
+    return ContainerLaunch(
         image=image,
         argv=(*call.entrypoint, *call.command),
         mounts=call.mounts,
@@ -113,7 +113,7 @@ def apptainer_command(call: ContainerCall) -> Command:
     return Command((*argv, launch.image, *launch.argv))
 
 
-def parse_pyxis(command: Command) -> Launch:
+def parse_pyxis(command: Command) -> ContainerLaunch:
     """Read an ``srun --container-image`` command back into what it gives the container."""
     parser = _parser("srun")
     for flag in ("--ntasks", "--nodes", "--container-image", "--container-mounts", "--mem"):
@@ -127,7 +127,7 @@ def parse_pyxis(command: Command) -> Launch:
     mounts = options.container_mounts.split(",") if options.container_mounts else []
     environment = {name: command.environment[name] for name in names}
     nvidia = environment.get("NVIDIA_VISIBLE_DEVICES", "")
-    return Launch(
+    return ContainerLaunch(
         image=options.container_image,
         argv=tuple(options.program),
         mounts=tuple(_read_mount(m) for m in mounts),
@@ -137,7 +137,7 @@ def parse_pyxis(command: Command) -> Launch:
     )
 
 
-def parse_apptainer(command: Command) -> Launch:
+def parse_apptainer(command: Command) -> ContainerLaunch:
     """Read an ``apptainer exec`` command back into what it gives the container."""
     parser = _parser("apptainer exec")
     for flag in ("--nv", "--containall", "--cleanenv", "--writable-tmpfs"):
@@ -150,7 +150,7 @@ def parse_apptainer(command: Command) -> Launch:
     options = parser.parse_args(_after(command.argv, "apptainer", "exec"))
     environment = dict(item.split("=", 1) for item in options.env)
     visible = environment.pop("CUDA_VISIBLE_DEVICES", "")
-    return Launch(
+    return ContainerLaunch(
         image=options.image,
         argv=tuple(options.program),
         mounts=tuple(_read_mount(m) for m in options.bind),

@@ -46,13 +46,13 @@ from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import ConfigError, InfraError
 from repromatrix.harness.harness import INTERRUPT_SIGNAL, OFFLINE_ENV
 from repromatrix.heartbeat import heartbeat
+from repromatrix.host.runner import Runner
 from repromatrix.images.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cpu_requirement
 from repromatrix.matrix.lanes import Runtime
-from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.models import tinymodel
 from repromatrix.models.tinymodel import TinyModel
-from repromatrix.runner import Runner
 from repromatrix.secret_env import redact, redacting_watcher, secrets_from
+from repromatrix.values import Cell, Image, Lane, Model
 
 VENV_ROOT = CACHE_ROOT / "venvs"
 COMPLETE = ".complete"  # inside the virtualenv, written last

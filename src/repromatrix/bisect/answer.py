@@ -18,9 +18,9 @@ from packaging.specifiers import SpecifierSet
 
 from repromatrix.bisect.search import Search
 from repromatrix.matrix.scenarios import ALL_VERSIONS
-from repromatrix.model import Expected, Outcome, Scenario
 from repromatrix.results.verdicts import DECISIVE
 from repromatrix.upstream.versions import Refusal
+from repromatrix.values import Expected, Outcome, Scenario
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Ranges:
 
 
 @dataclass(frozen=True)
-class Evidence:
+class VersionEvidence:
     """The cell behind one version's outcome, and the run folder holding it."""
 
     cell_id: str
@@ -43,13 +43,13 @@ class Evidence:
 
 
 @dataclass(frozen=True)
-class Answer:
+class Bisection:
     """Everything ``repromatrix bisect`` prints."""
 
     scenario: str
     variant: str
     search: Search
-    evidence: Mapping[str, Evidence]  # by version
+    evidence: Mapping[str, VersionEvidence]  # by version
     suggested: Ranges
     documented: Ranges
     refused: tuple[Refusal, ...] = ()
@@ -105,7 +105,7 @@ def _spec_text(spec: SpecifierSet | None) -> str | None:
     return ",".join(sorted(map(str, spec), key=lambda item: (not item.startswith(">"), item)))
 
 
-def to_json(answer: Answer) -> dict[str, Any]:
+def to_json(answer: Bisection) -> dict[str, Any]:
     """The ``--json`` form: exactly the keys the command documents."""
     search = answer.search
     return {
@@ -129,13 +129,13 @@ def to_json(answer: Answer) -> dict[str, Any]:
     }
 
 
-def _skipped_json(answer: Answer, version: str) -> dict[str, str]:
+def _skipped_json(answer: Bisection, version: str) -> dict[str, str]:
     seen = answer.evidence.get(version)
     outcome = answer.search.outcomes[version].value
     return {"version": version, "outcome": outcome, "reason": seen.reason if seen else ""}
 
 
-def format_answer(answer: Answer) -> str:
+def format_answer(answer: Bisection) -> str:
     """The answer for a person: transitions with their cells, cost, ranges, what was set aside."""
     search = answer.search
     lines = [f"{answer.scenario} / {answer.variant}: {len(search.versions)} versions searched"]
@@ -164,7 +164,7 @@ def format_answer(answer: Answer) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ranges_lines(answer: Answer) -> list[str]:
+def _ranges_lines(answer: Bisection) -> list[str]:
     suggested, documented = answer.suggested, answer.documented
     lines = [
         f"  {label:<11} affected {_or_none(ranges.affected)}  fixed {_or_none(ranges.fixed)}"

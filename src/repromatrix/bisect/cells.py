@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from repromatrix.bisect.answer import Evidence
+from repromatrix.bisect.answer import VersionEvidence
 from repromatrix.errors import UsageError, suggest
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import expand, levels
-from repromatrix.model import Cell, Lane, Level, Scenario
 from repromatrix.results import store
+from repromatrix.values import Cell, Lane, Level, Scenario
 
 
 @dataclass(frozen=True)
@@ -118,10 +118,10 @@ def run_folders(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
-def known_outcomes(paths: Iterable[Path], cells: Mapping[str, Cell]) -> dict[str, Evidence]:
+def known_outcomes(paths: Iterable[Path], cells: Mapping[str, Cell]) -> dict[str, VersionEvidence]:
     """The outcome earlier runs saved for each tag's cell (a later folder wins), by tag."""
     tags = {cell.id: tag for tag, cell in cells.items()}
-    known: dict[str, Evidence] = {}
+    known: dict[str, VersionEvidence] = {}
     for folder in run_folders(paths):
         found, _problems = store.read_results(folder)
         for result in found:
@@ -130,6 +130,6 @@ def known_outcomes(paths: Iterable[Path], cells: Mapping[str, Cell]) -> dict[str
     return known
 
 
-def evidence(result: store.CellResult, folder: Path) -> Evidence:
+def evidence(result: store.CellResult, folder: Path) -> VersionEvidence:
     """A saved result as the evidence of its version's outcome."""
-    return Evidence(result.id, result.outcome, str(folder), result.reason, result.expected)
+    return VersionEvidence(result.id, result.outcome, str(folder), result.reason, result.expected)

@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from repromatrix.bisect.answer import Evidence
+from repromatrix.bisect.answer import VersionEvidence
 from repromatrix.bisect.cells import evidence
 from repromatrix.matrix.config import Matrix
-from repromatrix.model import Cell
 from repromatrix.results import store
 from repromatrix.run.main import RunOptions, execute_run
 from repromatrix.run.progress import Progress
+from repromatrix.values import Cell
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,9 @@ class BisectRun:
         return self.results / self.run_id
 
 
-def run_cells(matrix: Matrix, cells: Sequence[Cell], where: BisectRun) -> Mapping[str, Evidence]:
+def run_cells(
+    matrix: Matrix, cells: Sequence[Cell], where: BisectRun
+) -> Mapping[str, VersionEvidence]:
     """Run ``cells`` (one lane) as one batch; return each cell's evidence by cell id."""
     options = RunOptions(
         matrix=where.matrix,
@@ -59,7 +61,7 @@ def run_cells(matrix: Matrix, cells: Sequence[Cell], where: BisectRun) -> Mappin
     return read_back(where.run_dir, {cell.id for cell in cells})
 
 
-def read_back(run_dir: Path, ids: set[str]) -> dict[str, Evidence]:
+def read_back(run_dir: Path, ids: set[str]) -> dict[str, VersionEvidence]:
     """The evidence of the cells ``ids`` from a run folder (a cell without a result is absent)."""
     found, _problems = store.read_results(run_dir)
     return {result.id: evidence(result, run_dir) for result in found if result.id in ids}

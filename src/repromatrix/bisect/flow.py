@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repromatrix.bisect import execute
-from repromatrix.bisect.answer import Answer, Evidence, documented_ranges, suggest_ranges
+from repromatrix.bisect.answer import Bisection, VersionEvidence, documented_ranges, suggest_ranges
 from repromatrix.bisect.cells import (
     Target,
     find_scenario,
@@ -24,7 +24,6 @@ from repromatrix.bisect.cells import (
 from repromatrix.bisect.search import bisect, next_probes
 from repromatrix.errors import InfraError
 from repromatrix.matrix.config import Matrix
-from repromatrix.model import Cell, Expected, Lane, Outcome, Scenario
 from repromatrix.upstream import registry
 from repromatrix.upstream.versions import (
     LaneVersions,
@@ -36,8 +35,9 @@ from repromatrix.upstream.versions import (
     gpu_versions,
     narrow,
 )
+from repromatrix.values import Cell, Expected, Lane, Outcome, Scenario
 
-RunCells = Callable[[Matrix, Sequence[Cell], execute.BisectRun], Mapping[str, Evidence]]
+RunCells = Callable[[Matrix, Sequence[Cell], execute.BisectRun], Mapping[str, VersionEvidence]]
 
 
 @dataclass(frozen=True)
@@ -76,21 +76,21 @@ def lane_versions(
 
 
 @dataclass(frozen=True)
-class Search:
+class SearchPlan:
     """A bisect ready to search: its cells by version, what is known, where to start."""
 
     scenario: Scenario
     variant: str
     versions: tuple[str, ...]
     cells: Mapping[str, Cell]
-    known: Mapping[str, Evidence]
+    known: Mapping[str, VersionEvidence]
     anchors: tuple[str, ...]
     refused: tuple[Refusal, ...]
 
 
 def prepare(
     matrix: Matrix, scenarios: Sequence[Scenario], request: Request, found: LaneVersions
-) -> Search:
+) -> SearchPlan:
     """The cells per version; versions the matrix plans no cell for are refused, with why."""
     cells = select_cells(matrix, scenarios, request.target, found.versions)
     refused = list(found.refused)
@@ -100,7 +100,7 @@ def prepare(
     versions = tuple(v for v in found.versions if v in cells)
     documented = [v for v in versions if cells[v].expected is Expected.HIT]
     variant = next(iter(cells.values())).variant.name
-    return Search(
+    return SearchPlan(
         scenario=find_scenario(scenarios, request.target.scenario),
         variant=variant,
         versions=versions,
@@ -111,15 +111,15 @@ def prepare(
     )
 
 
-def first_round(ready: Search) -> tuple[str, ...]:
+def first_round(ready: SearchPlan) -> tuple[str, ...]:
     """The versions the first round would run (``--plan``)."""
     known = {version: seen.outcome for version, seen in ready.known.items()}
     return next_probes(ready.versions, known, ready.anchors)
 
 
 def search(
-    matrix: Matrix, ready: Search, where: execute.BisectRun, run: RunCells = execute.run_cells
-) -> Answer:
+    matrix: Matrix, ready: SearchPlan, where: execute.BisectRun, run: RunCells = execute.run_cells
+) -> Bisection:
     """Run the search, one batch of cells per round; return the answer."""
     evidence = dict(ready.known)
     extended = _extended(matrix, ready)
@@ -138,7 +138,7 @@ def search(
 
     known = {version: seen.outcome for version, seen in ready.known.items()}
     found = bisect(ready.versions, oracle, known, ready.anchors)
-    return Answer(
+    return Bisection(
         scenario=ready.scenario.id,
         variant=ready.variant,
         search=found,
@@ -149,6 +149,6 @@ def search(
     )
 
 
-def _extended(matrix: Matrix, ready: Search) -> Matrix:
+def _extended(matrix: Matrix, ready: SearchPlan) -> Matrix:
     lane = next(iter(ready.cells.values())).lane
     return with_versions(matrix, lane, ready.versions)

@@ -18,8 +18,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from repromatrix.model import Outcome
 from repromatrix.results.verdicts import DECISIVE
+from repromatrix.values import Outcome
 
 # Runs the cells of some versions; returns the outcome of each (a missing one is an infra error).
 Oracle = Callable[[Sequence[str]], Mapping[str, Outcome]]

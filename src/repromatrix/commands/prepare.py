@@ -27,8 +27,8 @@ from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import Download, Downloader, check_local, downloads, fetch
-from repromatrix.model import Lane
 from repromatrix.models.hfhub import cache_problems, hub_downloader
+from repromatrix.values import Lane
 
 HUB = "hub"  # the HF cache's repo folder under HF_HOME (what the container's HF_HOME holds)
 

@@ -16,7 +16,7 @@ from repromatrix.errors import EXIT_OK
 from repromatrix.images.render import render_all
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 
 
 def add_parser(subparsers: Any) -> None:

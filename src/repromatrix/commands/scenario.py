@@ -28,12 +28,12 @@ from repromatrix.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from repromatrix.files import replace_file
 from repromatrix.grammars import check_run_id
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Lane
 from repromatrix.run.main import RunOptions
 from repromatrix.run.progress import Progress
 from repromatrix.triage import triage_path
 from repromatrix.triage.facts import read_launch
 from repromatrix.triage.triager import log_lines
+from repromatrix.values import Lane
 
 # ``--try`` runs go under a folder no run id can name (it starts with a dot), so none of
 # them becomes the "latest" run of results/ (``run.folder.latest_run``).

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import EXIT_OK, UsageError
-from repromatrix.model import Scenario
 from repromatrix.secret_env import redact_text
 from repromatrix.triage import Diagnosis, triage_path, triage_stream
 from repromatrix.triage.diagnosis import format_diagnosis
+from repromatrix.values import Scenario
 from repromatrix.visible import escape_json
 
 

@@ -31,7 +31,7 @@ from repromatrix.commands.plan import (
 from repromatrix.errors import EXIT_FAILURE, EXIT_INFRA, EXIT_OK, UsageError
 from repromatrix.fleet.dispatch import BUILDKITE_API, GITHUB_API, BuildkiteBuild, GitHubWorkflow
 from repromatrix.http_calls import DEFAULT_ATTEMPTS, DEFAULT_TIMEOUT_S, url_problem
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 from repromatrix.watch.candidates import MAX_NEW_TAGS
 from repromatrix.watch.flow import watch
 from repromatrix.watch.notify import Channels, GitHubIssues, Webhook

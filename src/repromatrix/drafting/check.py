@@ -24,9 +24,9 @@ import yaml
 
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.matrix.scenarios import load_scenario
-from repromatrix.model import Scenario
 from repromatrix.results.store import RootCause
 from repromatrix.triage import triage_path
+from repromatrix.values import Scenario
 
 HEALTHY_LOGS = Path("tests/data/logs/healthy")  # the healthy starts the project ships
 CRASH_LOGS = Path("tests/data/logs")  # the project's labelled crash logs

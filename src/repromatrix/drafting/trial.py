@@ -13,11 +13,11 @@ from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, Lane, Outcome, Scenario
 from repromatrix.results.schema import CellResult
 from repromatrix.results.store import read_results
 from repromatrix.run.main import RunOptions, execute_run
 from repromatrix.run.progress import Progress
+from repromatrix.values import Cell, Lane, Outcome, Scenario
 
 NOT_REPRODUCED = "not reproduced on this host"
 

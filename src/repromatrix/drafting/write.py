@@ -21,7 +21,7 @@ from repromatrix.secret_env import redact_text
 from repromatrix.triage import Diagnosis, FlagFix
 from repromatrix.triage.catalogue import Cause, Role, builtin_catalogue
 from repromatrix.triage.facts import LaunchRecord
-from repromatrix.triage.fixes import Bounds, Change, Direction, step
+from repromatrix.triage.fixes import Bounds, Direction, FlagChange, step
 from repromatrix.vllm_processes import KNOWN_PROCESSES, same_process
 
 # Arguments about where and how the server is reached, not about the engine: left out.
@@ -332,7 +332,7 @@ def _variant(
 
 
 def _changed(
-    change: Change, flags: Mapping[str, Scalar], bounds: Mapping[str, Bounds], *, env: bool
+    change: FlagChange, flags: Mapping[str, Scalar], bounds: Mapping[str, Bounds], *, env: bool
 ) -> tuple[Scalar | None, str]:
     """The value a change sets, or None and why there is none."""
     if change.direction is None:

@@ -30,8 +30,8 @@ import yaml
 
 from repromatrix.fleet.jobs import FleetJob, run_arguments
 from repromatrix.grammars import buildkite_literal
-from repromatrix.model import Lane
 from repromatrix.secret_env import SECRET_ENV
+from repromatrix.values import Lane
 
 VENV = ".repromatrix-venv"
 RUN_PREFIX = "bk-${BUILDKITE_BUILD_NUMBER}"

@@ -27,8 +27,8 @@ from typing import Any
 
 from repromatrix.errors import UsageError
 from repromatrix.matrix.memory import infeasible_reason
-from repromatrix.model import Cell
 from repromatrix.results.store import read_results
+from repromatrix.values import Cell
 
 DEFAULT_JOB_MINUTES = 360  # the workflow's `timeout-minutes` (GitHub's own maximum, 6 hours)
 MAX_JOBS = 256  # GitHub Actions' limit on jobs per matrix
@@ -37,7 +37,7 @@ IMAGE_SETUP_S = 600.0  # pulling a vLLM image (~10 GB) or building a CPU one, on
 
 
 @dataclass(frozen=True)
-class Budget:
+class JobBudget:
     """How long one job may take: the runner's limit less the margin, and what an image costs."""
 
     job_minutes: float = DEFAULT_JOB_MINUTES
@@ -107,7 +107,7 @@ def estimator(durations: Mapping[str, float]) -> Estimate:
 def plan_jobs(
     cells: Sequence[Cell],
     everything: Collection[str],
-    budget: Budget = Budget(),
+    budget: JobBudget = JobBudget(),
     estimate: Estimate | None = None,
     max_jobs: int = MAX_JOBS,
 ) -> list[FleetJob]:
@@ -145,7 +145,7 @@ def _group_jobs(
     key: tuple[str, str, str],
     members: Sequence[Cell],
     whole: int,
-    budget: Budget,
+    budget: JobBudget,
     estimate: Estimate,
 ) -> list[FleetJob]:
     """One job for a group that fits, else consecutive chunks that each fit."""
@@ -165,7 +165,7 @@ def _group_jobs(
 
 
 def _chunks(
-    cells: Sequence[Cell], room: float, estimate: Estimate, budget: Budget
+    cells: Sequence[Cell], room: float, estimate: Estimate, budget: JobBudget
 ) -> list[list[Cell]]:
     chunks: list[list[Cell]] = [[]]
     used = 0.0
@@ -197,7 +197,7 @@ def brace_glob(ids: Sequence[str]) -> str:
     return first[:cut] + "{" + ",".join(i[cut:] for i in ids) + "}"
 
 
-def _fit(jobs: Sequence[FleetJob], max_jobs: int, budget: Budget) -> list[FleetJob]:
+def _fit(jobs: Sequence[FleetJob], max_jobs: int, budget: JobBudget) -> list[FleetJob]:
     """Pack jobs of the same runner together until at most ``max_jobs`` remain."""
     if len(jobs) <= max_jobs:
         return list(jobs)
@@ -214,7 +214,7 @@ def _fit(jobs: Sequence[FleetJob], max_jobs: int, budget: Budget) -> list[FleetJ
     return packed
 
 
-def _pack(group: Sequence[FleetJob], budget: Budget) -> list[FleetJob]:
+def _pack(group: Sequence[FleetJob], budget: JobBudget) -> list[FleetJob]:
     """First fit, longest first: each bin one job of one runner within the budget."""
     bins: list[list[FleetJob]] = []
     for job in sorted(group, key=lambda job: -job.estimate_s):
@@ -227,14 +227,14 @@ def _pack(group: Sequence[FleetJob], budget: Budget) -> list[FleetJob]:
     return [_join(chosen, budget) for chosen in bins]
 
 
-def _seconds(jobs: Sequence[FleetJob], budget: Budget) -> float:
+def _seconds(jobs: Sequence[FleetJob], budget: JobBudget) -> float:
     """Cells' time plus one set-up per distinct image (two chunks of one image share it)."""
     setups = sum(len(job.images) for job in jobs) * budget.image_setup_s
     images = len(frozenset().union(*(job.images for job in jobs)))
     return sum(job.estimate_s for job in jobs) - setups + images * budget.image_setup_s
 
 
-def _join(chunk: Sequence[FleetJob], budget: Budget) -> FleetJob:
+def _join(chunk: Sequence[FleetJob], budget: JobBudget) -> FleetJob:
     if len(chunk) == 1:
         return chunk[0]
     first = chunk[0]
@@ -248,7 +248,7 @@ def _join(chunk: Sequence[FleetJob], budget: Budget) -> FleetJob:
 def github_matrix(
     cells: Sequence[Cell],
     everything: Collection[str],
-    budget: Budget = Budget(),
+    budget: JobBudget = JobBudget(),
     estimate: Estimate | None = None,
     max_jobs: int = MAX_JOBS,
 ) -> dict[str, list[dict[str, Any]]]:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from repromatrix.matrix import config_facts, memory
-from repromatrix.model import Cell, Lane
+from repromatrix.values import Cell, Lane
 
 TABLE_COLUMNS = ("lane", "image", "gpu", "model", "flagset", "scenario", "variant", "level")
 # How the table marks where an effective flag came from (``matrix.effective``).

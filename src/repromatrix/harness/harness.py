@@ -54,10 +54,10 @@ from typing import IO, Any
 
 try:  # run as a script inside the image: its siblings are on sys.path
     import hubcache  # type: ignore[import-not-found,unused-ignore]
-    from oomwatch import LINE_PREFIX, OomWatch  # type: ignore[import-not-found,unused-ignore]
+    from oomwatch import LINE_PREFIX, OomMonitor  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # imported as part of the repromatrix package
     from repromatrix.harness import hubcache
-    from repromatrix.harness.oomwatch import LINE_PREFIX, OomWatch
+    from repromatrix.harness.oomwatch import LINE_PREFIX, OomMonitor
 
 # Lines the harness and probes print for the host to read (never evidence for triage).
 PROTOCOL_PREFIX = "@@repromatrix-"
@@ -588,7 +588,7 @@ def run_mode(spec: dict[str, Any], path: str, out: Output, status: Status) -> No
         return
     if resolved is not spec and spec["mode"] == "offline":
         path = spec_file(resolved)  # the offline child reads the spec from a file
-    watch = OomWatch(lambda line: out.write_line(line.encode())).start()
+    watch = OomMonitor(lambda line: out.write_line(line.encode())).start()
     try:
         if spec["mode"] == "server":
             run_server(resolved, out, status)

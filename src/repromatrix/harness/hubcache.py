@@ -19,7 +19,7 @@ MAIN = "main"
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class CacheSnapshot:
     """What a repo id and revision name in a cache: the commit and the folder of its files."""
 
     commit: str
@@ -40,7 +40,7 @@ def repo_folder(hub: str, repo_id: str) -> str:
     return os.path.join(hub, "models--" + repo_id.replace("/", "--"))
 
 
-def resolve(hub: str, repo_id: str, revision: str | None = None) -> Snapshot | None:
+def resolve(hub: str, repo_id: str, revision: str | None = None) -> CacheSnapshot | None:
     """The snapshot ``revision`` (None: ``main``) of ``repo_id`` names in ``hub``, or None
     when the cache does not hold it."""
     repo = repo_folder(hub, repo_id)
@@ -55,4 +55,4 @@ def resolve(hub: str, repo_id: str, revision: str | None = None) -> Snapshot | N
     folder = os.path.join(repo, "snapshots", commit)
     if not commit or "/" in commit or not os.path.isdir(folder):
         return None
-    return Snapshot(commit, folder)
+    return CacheSnapshot(commit, folder)

@@ -116,7 +116,7 @@ def kill_line(victim: Proc, counted: int, limit: str | None) -> str:
     )
 
 
-class OomWatch:
+class OomMonitor:
     """A thread that reports each OOM-killed process through ``report`` (one line each)."""
 
     def __init__(self, report: Callable[[str], None]) -> None:
@@ -126,7 +126,7 @@ class OomWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> OomWatch:
+    def start(self) -> OomMonitor:
         """Start watching (nothing to watch when the cgroup has no readable counter)."""
         if oom_kills() is not None:
             self._thread.start()

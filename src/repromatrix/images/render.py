@@ -39,7 +39,7 @@ from repromatrix.images.wheelhouse import (
     WheelhouseRef,
     cpu_requirement,
 )
-from repromatrix.model import Cell, Image, Lane
+from repromatrix.values import Cell, Image, Lane
 
 CONTAINER_ROOT = "/opt/repromatrix"
 ENTRYPOINT = ("python3", f"{CONTAINER_ROOT}/harness/harness.py")

@@ -35,7 +35,7 @@ from repromatrix.grammars import (
     check_requirement,
     check_suite,
 )
-from repromatrix.model import Image
+from repromatrix.values import Image
 
 CACHE_ROOT = Path(os.environ.get("REPROMATRIX_CACHE", ".cache"))
 WHEELHOUSE_ROOT = CACHE_ROOT / "wheelhouse"

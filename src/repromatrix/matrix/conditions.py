@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from repromatrix.errors import suggest
-from repromatrix.model import (
+from repromatrix.values import (
     DTYPE_BYTES,
     MODEL_SHAPE,
     MODEL_SIZES,

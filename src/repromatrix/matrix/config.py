@@ -19,7 +19,7 @@ from repromatrix.matrix.images import image_version
 from repromatrix.matrix.keys import AXES, ID_PARTS, section
 from repromatrix.matrix.lanes import DEFAULT_BASE, BaseImage, LaneConfig, Runtime, read_lane
 from repromatrix.matrix.yamlsrc import Location, Reader, YMap, YNode, YScalar, load_yaml
-from repromatrix.model import Flags, Lane, Scenario, frozen_flags
+from repromatrix.values import Flags, Lane, Scenario, frozen_flags
 
 __all__ = [
     "AXES",

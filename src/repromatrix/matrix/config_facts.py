@@ -34,7 +34,7 @@ from typing import TypeGuard
 
 from repromatrix.errors import Problem
 from repromatrix.harness import hubcache
-from repromatrix.model import DTYPE_BYTES, Cell, FactsSource, Lane, Model
+from repromatrix.values import DTYPE_BYTES, Cell, FactsSource, Lane, Model
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"

@@ -29,7 +29,7 @@ from packaging.specifiers import Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from repromatrix.matrix.conditions import Facts, holds
-from repromatrix.model import Cell, Expected, Flags, FlagValue, Lane, Scenario, frozen_flags
+from repromatrix.values import Cell, Expected, Flags, FlagValue, Lane, Scenario, frozen_flags
 
 # Lowest to highest: a later layer wins.
 FLAG_LAYERS = ("scenario", "flagset", "include", "variant")

@@ -40,7 +40,7 @@ from repromatrix.matrix.effective import (
 from repromatrix.matrix.parallelism import parallel_problems
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_adapters
-from repromatrix.model import (
+from repromatrix.values import (
     Cell,
     Expected,
     Flags,

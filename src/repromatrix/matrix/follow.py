@@ -28,7 +28,7 @@ from repromatrix.grammars import check_tag, check_version_numbers, shown
 from repromatrix.matrix.images import image_version
 from repromatrix.matrix.keys import section
 from repromatrix.matrix.yamlsrc import Location, Reader, YMap, YNode
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 
 ANY_VERSION = "all"
 # vLLM's nightly images: the moving `nightly` tag and the fixed `nightly-<commit>` ones.
@@ -82,7 +82,7 @@ class LeftOut:
 
 
 @dataclass(frozen=True)
-class Choice:
+class TagSelection:
     """What a rule made of the tags offered: those taken (oldest first, nightlies last) and
     every other one with its reason."""
 
@@ -90,7 +90,7 @@ class Choice:
     left_out: tuple[LeftOut, ...]
 
 
-def choose(rule: Follow, offered: Iterable[str]) -> Choice:
+def choose(rule: Follow, offered: Iterable[str]) -> TagSelection:
     """Apply ``rule`` to the tags ``offered``: versions in the specifier set, pre-releases
     and nightlies as switched, excludes dropped, one tag per version, the newest N."""
     left: list[LeftOut] = []
@@ -114,7 +114,7 @@ def choose(rule: Follow, offered: Iterable[str]) -> Choice:
         older, ordered = ordered[: -rule.newest], ordered[-rule.newest :]
         left += [LeftOut(by_version[v], f"older than the newest {rule.newest}") for v in older]
     taken = (*(by_version[v] for v in ordered), *nightlies)
-    return Choice(taken, tuple(sorted(left, key=lambda item: item.tag)))
+    return TagSelection(taken, tuple(sorted(left, key=lambda item: item.tag)))
 
 
 def _verdict(rule: Follow, tag: str) -> tuple[str | None, Version | None]:

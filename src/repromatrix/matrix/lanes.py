@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from repromatrix.gpu_identity import pattern_problem
 from repromatrix.grammars import (
     check_apt_package,
     check_fleet_env_name,
@@ -28,13 +27,14 @@ from repromatrix.grammars import (
     check_slurm_names,
     check_suite,
 )
+from repromatrix.host.identity import pattern_problem
 from repromatrix.matrix.env import read_env
 from repromatrix.matrix.follow import Follow, read_follow
 from repromatrix.matrix.images import image_version, make_image, read_image
 from repromatrix.matrix.keys import BASE_SOURCES, section
 from repromatrix.matrix.models import read_model
 from repromatrix.matrix.yamlsrc import Reader, YEntry, YMap, YNode, YScalar, describe
-from repromatrix.model import FlagSet, Gpu, Image, Lane, Model, SlurmOptions, frozen_flags
+from repromatrix.values import FlagSet, Gpu, Image, Lane, Model, SlurmOptions, frozen_flags
 
 T = TypeVar("T")
 

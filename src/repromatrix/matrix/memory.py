@@ -53,7 +53,7 @@ from repromatrix.matrix.conditions import (
 )
 from repromatrix.matrix.config_facts import missing_hint
 from repromatrix.matrix.keys import section
-from repromatrix.model import Cell, FlagValue, Gpu, Lane, Level, Model
+from repromatrix.values import Cell, FlagValue, Gpu, Lane, Level, Model
 
 GIB = 2**30
 MIB = 2**20

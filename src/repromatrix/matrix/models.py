@@ -27,7 +27,7 @@ from repromatrix.grammars import check_model_source, check_revision
 from repromatrix.matrix.config_facts import with_file_facts
 from repromatrix.matrix.keys import section
 from repromatrix.matrix.yamlsrc import Location, Reader, YEntry, YMap, YNode
-from repromatrix.model import DTYPE_BYTES, MODEL_SHAPE, MODEL_SIZES, Adapter, Lane, Model
+from repromatrix.values import DTYPE_BYTES, MODEL_SHAPE, MODEL_SIZES, Adapter, Lane, Model
 
 MODEL_INTS = (*MODEL_SHAPE, *MODEL_SIZES)
 # An HF repo id: ``name`` or ``org/name``.

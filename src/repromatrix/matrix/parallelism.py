@@ -28,7 +28,7 @@ from pathlib import Path
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.matrix.config import Matrix, Rule
 from repromatrix.matrix.yamlsrc import Location, YMap, YNode, YScalar, YSeq, load_yaml
-from repromatrix.model import Cell, Lane, Level
+from repromatrix.values import Cell, Lane, Level
 
 TENSOR = "tensor_parallel_size"
 PIPELINE = "pipeline_parallel_size"

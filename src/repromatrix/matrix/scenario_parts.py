@@ -15,7 +15,8 @@ from repromatrix.matrix import env
 from repromatrix.matrix.keys import IMAGE_VARIANTS, REACHED_FACT, section
 from repromatrix.matrix.lanes import SHM_PATTERN
 from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, YSeq, describe
-from repromatrix.model import (
+from repromatrix.patterns import regex_problem
+from repromatrix.values import (
     ContainerOptions,
     Evidence,
     FactTest,
@@ -24,7 +25,6 @@ from repromatrix.model import (
     Signature,
     Source,
 )
-from repromatrix.patterns import regex_problem
 from repromatrix.vllm_facts import FACTS
 from repromatrix.vllm_processes import KNOWN_PROCESSES, same_process
 

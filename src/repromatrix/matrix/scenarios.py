@@ -39,7 +39,7 @@ from repromatrix.matrix.yamlsrc import (
     describe,
     load_yaml,
 )
-from repromatrix.model import (
+from repromatrix.values import (
     MODEL_FILES,
     Condition,
     ContainerOptions,

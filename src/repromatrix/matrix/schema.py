@@ -32,12 +32,12 @@ from repromatrix.matrix.keys import (
     REACHED_LINE,
     SCENARIO_SECTIONS,
     Key,
-    Section,
+    MappingKind,
 )
 from repromatrix.matrix.lanes import CC_PATTERN, SHM_PATTERN
 from repromatrix.matrix.scenario_parts import PROGRAM_PATTERN
 from repromatrix.matrix.yamlsrc import FLAG_PATTERN, NAME_PATTERN
-from repromatrix.model import Op
+from repromatrix.values import Op
 
 DRAFT = "http://json-schema.org/draft-07/schema#"
 SCHEMA_FILES = {"matrix": "matrix.schema.json", "scenario": "scenario.schema.json"}
@@ -189,7 +189,7 @@ def _nested(key: Key) -> Schema:
     return {"anyOf": [items, {"type": "null"}]} if key.kind == "rules" else items
 
 
-def section_schema(section: Section) -> Schema:
+def section_schema(section: MappingKind) -> Schema:
     """One mapping: its keys with their values, the required ones, and no others."""
     schema: Schema = {
         "type": "object",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repromatrix.errors import Problem, suggest
-from repromatrix.model import Cell, Lane, Level, Model
+from repromatrix.values import Cell, Lane, Level, Model
 
 
 @dataclass(frozen=True)

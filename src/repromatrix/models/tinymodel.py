@@ -27,7 +27,7 @@ from typing import Any
 
 from repromatrix.errors import ConfigError, InfraError, Problem, suggest
 from repromatrix.images.wheelhouse import CACHE_ROOT, OUTPUT_TAIL
-from repromatrix.model import MODEL_FILES, MODEL_SHAPE, Model
+from repromatrix.values import MODEL_FILES, MODEL_SHAPE, Model
 
 MODELS_ROOT = CACHE_ROOT / "models"
 GENERATOR = "make_tiny_model.py"

@@ -54,7 +54,7 @@ STAGES, SPLIT_K = 3, 1
 
 
 @dataclass(frozen=True)
-class Shape:
+class LayerShape:
     """The layer and batch the probe builds tensors for (defaults: Qwen3-30B-A3B's MoE)."""
 
     max_lora_rank: int
@@ -70,7 +70,7 @@ class Shape:
     block_size_m: int = 64
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> Shape:
+    def from_params(cls, params: dict[str, Any]) -> LayerShape:
         """Read the shape from the probe's params (engine flag names where there is one)."""
         get = probekit.int_param
         return cls(
@@ -98,7 +98,7 @@ class Shape:
         return self.num_tokens * self.top_k + self.num_experts * (self.block_size_m - 1)
 
 
-def arguments(torch: Any, shape: Shape) -> dict[str, Any]:
+def arguments(torch: Any, shape: LayerShape) -> dict[str, Any]:
     """``_fused_moe_lora``'s arguments for ``shape``, by name, as the punica wrapper passes them."""
     tuning = {
         f"{stage}_{key}": value for stage in ("shrink", "expand") for key, value in BLOCKS.items()
@@ -122,7 +122,7 @@ def arguments(torch: Any, shape: Shape) -> dict[str, Any]:
     }
 
 
-def _tensors(torch: Any, shape: Shape, on: Any) -> dict[str, Any]:
+def _tensors(torch: Any, shape: LayerShape, on: Any) -> dict[str, Any]:
     """The layer's w13 LoRA weights and the batch's routing, shaped as vLLM allocates them."""
     dtype, i32 = getattr(torch, shape.dtype), torch.int32
     loras, experts, tokens = shape.max_loras, shape.num_experts, shape.num_tokens
@@ -148,7 +148,7 @@ def _tensors(torch: Any, shape: Shape, on: Any) -> dict[str, Any]:
 
 def probe(params: dict[str, Any]) -> probekit.Report:
     """Call vLLM's MoE-LoRA dispatch with the cell's rank and sharding, and report the path."""
-    shape = Shape.from_params(params)
+    shape = LayerShape.from_params(params)
     triton = probekit.use_installed_triton()
     dispatch = probekit.resolve(MODULE, FUNCTION)
     args = arguments(importlib.import_module("torch"), shape)

@@ -39,7 +39,7 @@ _ELEMENT = re.compile(r"x?(i\d+)>?\s*$")
 
 
 @dataclass(frozen=True)
-class Op:
+class TtirOp:
     """One TTIR operation: its result, name, operands, type text and source location."""
 
     result: str | None
@@ -58,9 +58,9 @@ class Multiply:
     source: str | None  # "file:line" of the multiply in the kernel's source
 
 
-def parse(ttir: str) -> tuple[tuple[Op, ...], dict[str, str]]:
+def parse(ttir: str) -> tuple[tuple[TtirOp, ...], dict[str, str]]:
     """The operations of a TTIR module, and its location table resolved to ``file:line``."""
-    ops: list[Op] = []
+    ops: list[TtirOp] = []
     locs: dict[str, str] = {}
     for raw in ttir.splitlines():
         line = raw.strip()
@@ -71,21 +71,21 @@ def parse(ttir: str) -> tuple[tuple[Op, ...], dict[str, str]]:
     return tuple(ops), {ref: _file_line(ref, locs) for ref in locs}
 
 
-def _ops_of(line: str) -> Iterator[Op]:
+def _ops_of(line: str) -> Iterator[TtirOp]:
     loc = _LOC_REF.search(line)
     ref = loc.group(1) if loc else None
     body = line[: loc.start()] if loc else line
     if assign := _ASSIGN.match(body):
         result, name, rest = assign.groups()
         operands, _, type_text = rest.rpartition(" : ") if " : " in rest else (rest, "", "")
-        yield Op(result, name, _names(operands), type_text.strip(), ref)
+        yield TtirOp(result, name, _names(operands), type_text.strip(), ref)
         # Loop-carried values (``iter_args(%a = %b)``) are new names for their initial values.
         carried = _ITER_ARGS.search(rest)
         for alias, value in _ALIAS.findall(carried.group(1) if carried else ""):
-            yield Op(alias, "alias", (_base(value),), "", ref)
+            yield TtirOp(alias, "alias", (_base(value),), "", ref)
     elif store := _STORE.match(body):
         operands, _, type_text = store.group(1).rpartition(" : ")
-        yield Op(None, "tt.store", _names(operands), type_text.strip(), ref)
+        yield TtirOp(None, "tt.store", _names(operands), type_text.strip(), ref)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -112,7 +112,7 @@ def _file_line(ref: str, locs: Mapping[str, str]) -> str:
     return "unknown"
 
 
-def _forward(ops: tuple[Op, ...], roots: set[str], stop_at: Iterable[str] = ()) -> set[str]:
+def _forward(ops: tuple[TtirOp, ...], roots: set[str], stop_at: Iterable[str] = ()) -> set[str]:
     """Every value computed from ``roots``; ops named in ``stop_at`` do not pass it on."""
     stop = set(stop_at)
     reached = set(roots)
@@ -128,9 +128,9 @@ def _forward(ops: tuple[Op, ...], roots: set[str], stop_at: Iterable[str] = ()) 
     return reached
 
 
-def _backward(ops: tuple[Op, ...], roots: set[str]) -> set[str]:
+def _backward(ops: tuple[TtirOp, ...], roots: set[str]) -> set[str]:
     """Every value ``roots`` are computed from."""
-    producers: dict[str, list[Op]] = {}
+    producers: dict[str, list[TtirOp]] = {}
     for op in ops:
         if op.result:
             producers.setdefault(op.result, []).append(op)

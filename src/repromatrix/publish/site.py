@@ -48,7 +48,8 @@ from repromatrix.reports.heatmap import heat_maps
 from repromatrix.reports.html import environment
 from repromatrix.reports.move import LISTED
 from repromatrix.reports.runners import gpu_words
-from repromatrix.reports.upgrade import SAFETY_LABELS, TRIGGER, Configuration
+from repromatrix.reports.table import Configuration
+from repromatrix.reports.upgrade import SAFETY_LABELS, TRIGGER
 from repromatrix.reports.write import EXCERPT_LIMITS, load_excerpts, write_page
 from repromatrix.results.schema import ENVIRONMENT_DIR
 from repromatrix.results.store import atomic_write, read_environment, read_run

@@ -27,13 +27,13 @@ import yaml
 from repromatrix.errors import InfraError
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import load_matrix
-from repromatrix.model import Lane
 from repromatrix.models.tinymodel import LORA_RANK, tiny_model_for
 from repromatrix.rehearsal import hfcache
 from repromatrix.rehearsal.lookalike import publish
 from repromatrix.rehearsal.registry import LocalRegistry, local_registry
 from repromatrix.run.main import Mode, RunOptions, RunSummary, execute_run
 from repromatrix.run.progress import Progress
+from repromatrix.values import Lane
 
 REPOSITORY = "vllm/vllm-openai"
 # The rehearsal's own scenarios, added to the catalogue for its GPU-lane runs.

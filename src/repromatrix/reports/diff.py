@@ -31,9 +31,9 @@ from types import MappingProxyType
 from typing import Any
 
 from repromatrix.errors import UsageError, suggest
-from repromatrix.model import Outcome
 from repromatrix.results.store import CellResult
 from repromatrix.results.verdicts import cause_line, one_line
+from repromatrix.values import Outcome
 
 DIFF_SCHEMA_VERSION = 3  # 3: ``undecided``, the unknown pairs counted by why
 # The outcomes of an image that did not serve: the upgrade gate and the upgrade view agree.

@@ -16,7 +16,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from repromatrix.model import STAGED_KINDS, Outcome
 from repromatrix.reports.move import MoveSummary, build_move, move_json
 from repromatrix.reports.ranges import Documented, RangeEvidence, load_documents, range_evidence
 from repromatrix.reports.runners import RunnerSummary, runner_summaries, runners_json
@@ -24,6 +23,7 @@ from repromatrix.reports.table import tag_key
 from repromatrix.reports.upgrade import UpgradeView, build_upgrade, upgrade_json
 from repromatrix.results.store import plan_matrix
 from repromatrix.results.verdicts import Judged, one_line
+from repromatrix.values import STAGED_KINDS, Outcome
 
 MAX_RUNS_NAMED = 3
 MIN_PREFIX = 3  # a shorter common prefix of run ids names nothing

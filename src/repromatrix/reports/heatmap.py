@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from repromatrix.model import Level, Outcome
-from repromatrix.reports.table import tag_key
-from repromatrix.reports.upgrade import BASELINE, TRIGGER, Configuration
+from repromatrix.reports.table import Configuration, tag_key
+from repromatrix.reports.upgrade import BASELINE, TRIGGER
 from repromatrix.results.verdicts import Judged, shorten
+from repromatrix.values import Level, Outcome
 
 
 @dataclass(frozen=True)

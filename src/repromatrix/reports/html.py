@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import jinja2
 
-from repromatrix.model import Outcome
 from repromatrix.reports.diff import CHANGE_TITLES
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings
 from repromatrix.reports.heatmap import heat_maps
 from repromatrix.reports.move import LISTED
-from repromatrix.reports.table import Agreement, Entry, Section, Table, log_path
+from repromatrix.reports.table import Agreement, Entry, Table, TableSection, log_path
 from repromatrix.reports.upgrade import SAFETY_LABELS
 from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict, shorten
+from repromatrix.values import Outcome
 
 TEMPLATE = "compat.html.j2"
 LABELS = {v: v.value.replace("_", " ") for v in Verdict}
@@ -70,7 +70,7 @@ class RowView:
 
 @dataclass(frozen=True)
 class SectionView:
-    """A setup's table."""
+    """A configuration's table."""
 
     title: str
     lane: str
@@ -134,8 +134,8 @@ def format_html(
     )
 
 
-def _section_view(section: Section, excerpts: Mapping[str, str]) -> SectionView:
-    setup = section.setup
+def _section_view(section: TableSection, excerpts: Mapping[str, str]) -> SectionView:
+    configuration = section.configuration
     rows = tuple(
         RowView(
             section.row_label(tag),
@@ -144,11 +144,11 @@ def _section_view(section: Section, excerpts: Mapping[str, str]) -> SectionView:
         for tag in section.tags
     )
     return SectionView(
-        setup.title,
-        setup.lane,
-        setup.gpu,
-        setup.model,
-        setup.flagset,
+        configuration.title,
+        configuration.lane,
+        configuration.gpu,
+        configuration.model,
+        configuration.flagset,
         tuple((c.scenario, c.variant) for c in section.columns),
         rows,
     )

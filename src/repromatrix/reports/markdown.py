@@ -18,7 +18,6 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 
-from repromatrix.model import Level, Outcome
 from repromatrix.reports.diff import CHANGE_TITLES
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings
 from repromatrix.reports.move import LISTED
@@ -33,6 +32,7 @@ from repromatrix.results.verdicts import (
     one_line,
     shorten,
 )
+from repromatrix.values import Level, Outcome
 
 JOINER = "\u200d"  # zero-width: what GitHub would link reads on, inert
 MD_LIMIT = 1000 * 1024  # GitHub's job-summary limit is 1 MiB; keep a margin
@@ -248,7 +248,7 @@ def _spaced(text: str) -> str:
 
 def _sections(table: Table, detail: Detail) -> Iterator[str]:
     for section in table.sections:
-        yield f"## {escape(section.setup.title)}\n\n"
+        yield f"## {escape(section.configuration.title)}\n\n"
         header = [
             "image",
             *(escape(c.scenario) + "<br>" + escape(c.variant) for c in section.columns),
@@ -306,7 +306,7 @@ def _count_table(table: Table) -> list[str]:
     counts: dict[tuple[str, str], Counter[Verdict]] = {}
     for section in table.sections:
         for (tag, _), entry in section.entries.items():
-            key = (section.setup.lane, tag)
+            key = (section.configuration.lane, tag)
             counts.setdefault(key, Counter()).update(j.verdict for j in entry.levels)
     verdicts = [v for v in SEVERITY if v in table.counts]
     lines = [

@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from repromatrix.model import Outcome
 from repromatrix.reports import diff
 from repromatrix.reports.diff import Change
-from repromatrix.reports.upgrade import BASELINE, TRIGGER, Configuration, UpgradeView
+from repromatrix.reports.table import Configuration
+from repromatrix.reports.upgrade import BASELINE, TRIGGER, UpgradeView
 from repromatrix.results.verdicts import Judged, cause_line, shorten
+from repromatrix.values import Outcome
 
 # The changes a move lists one by one; the crashes still avoided are only counted.
 LISTED: tuple[Change, ...] = tuple(c for c in Change if c is not Change.STILL_AVOIDED)

@@ -25,8 +25,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from repromatrix.grammars import check_version_numbers
-from repromatrix.model import Expected, Outcome
 from repromatrix.results.verdicts import DECISIVE, Judged, result_version
+from repromatrix.values import Expected, Outcome
 
 TRIGGER = "trigger"
 

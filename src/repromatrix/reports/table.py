@@ -1,7 +1,7 @@
 """The compatibility table: image tags in version order against scenario variants.
 
 Pure: judged cells in, a ``Table`` out, and its machine form (``compat.json``).
-A table has one section per setup (lane, GPU, model, flag set), because a cell
+A table has one section per configuration (lane, GPU, model, flag set), because a cell
 is only comparable with cells that ran on the same hardware with the same
 model and flags. Within a section, rows are image tags (version order, tags
 that are not versions, like ``nightly``, last) and columns are scenario
@@ -23,16 +23,16 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from repromatrix.model import Level, Outcome
 from repromatrix.results.store import LOG_FILE, cell_dir
 from repromatrix.results.verdicts import DECISIVE, Judged, RunProblem, Verdict, tally
+from repromatrix.values import Level, Outcome
 
 COMPAT_SCHEMA_VERSION = 4  # 4: not-reached cells, facts, where each cell ran (runners)
 
 
 @dataclass(frozen=True, order=True)
-class Setup:
-    """What a table section holds fixed: lane, GPU, model and flag set."""
+class Configuration:
+    """What a user runs, and what a table section holds fixed: lane, GPU, model and flag set."""
 
     lane: str
     gpu: str
@@ -43,6 +43,11 @@ class Setup:
     def title(self) -> str:
         """A heading for people, e.g. ``gpu lane · h100 · qwen3-30b-a3b · default``."""
         return f"{self.lane} lane · {self.gpu} · {self.model} · {self.flagset}"
+
+    @property
+    def label(self) -> str:
+        """``h100 · qwen3-30b-a3b · default``."""
+        return f"{self.gpu} · {self.model} · {self.flagset}"
 
 
 @dataclass(frozen=True)
@@ -109,10 +114,10 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class Section:
-    """The table of one setup."""
+class TableSection:
+    """The table of one configuration."""
 
-    setup: Setup
+    configuration: Configuration
     tags: tuple[str, ...]
     columns: tuple[Column, ...]
     entries: Mapping[tuple[str, Column], Entry]
@@ -135,7 +140,7 @@ class Table:
     """Every section, and the verdict counts over all cells (``not_reached``: the engine
     cells among them that did not test their crash, counted apart from their ``unknown``)."""
 
-    sections: tuple[Section, ...]
+    sections: tuple[TableSection, ...]
     counts: Mapping[Verdict, int]
     cells: int
     not_reached: int = 0
@@ -143,34 +148,41 @@ class Table:
 
 def build_table(judged: Iterable[Judged]) -> Table:
     """Arrange judged cells into sections, rows and columns."""
-    grouped: dict[Setup, dict[tuple[str, Column], Entry]] = defaultdict(dict)
-    versions: dict[Setup, dict[str, str]] = defaultdict(dict)
+    grouped: dict[Configuration, dict[tuple[str, Column], Entry]] = defaultdict(dict)
+    versions: dict[Configuration, dict[str, str]] = defaultdict(dict)
     everything = tuple(judged)
     for item in everything:
         r = item.result
         if r.outcome is Outcome.SKIPPED:
             continue
-        setup = Setup(r.lane, r.gpu, r.model, r.flagset)
+        configuration = Configuration(r.lane, r.gpu, r.model, r.flagset)
         key = (r.image_tag, Column(r.scenario, r.variant))
-        grouped[setup][key] = grouped[setup].get(key, Entry()).with_level(item)
+        grouped[configuration][key] = grouped[configuration].get(key, Entry()).with_level(item)
         if r.version:
-            versions[setup].setdefault(r.image_tag, r.version)
-    sections = tuple(_section(setup, grouped[setup], versions[setup]) for setup in sorted(grouped))
+            versions[configuration].setdefault(r.image_tag, r.version)
+    sections = tuple(
+        _section(configuration, grouped[configuration], versions[configuration])
+        for configuration in sorted(grouped)
+    )
     unreached = sum(1 for j in everything if j.result.outcome is Outcome.NOT_REACHED)
     return Table(sections, MappingProxyType(tally(everything)), len(everything), unreached)
 
 
 def _section(
-    setup: Setup, entries: dict[tuple[str, Column], Entry], versions: dict[str, str]
-) -> Section:
+    configuration: Configuration, entries: dict[tuple[str, Column], Entry], versions: dict[str, str]
+) -> TableSection:
     tags = tuple(sorted({tag for tag, _ in entries}, key=tag_key))
     columns = tuple(sorted({column for _, column in entries}, key=column_key))
-    return Section(
-        setup, tags, columns, MappingProxyType(dict(entries)), MappingProxyType(dict(versions))
+    return TableSection(
+        configuration,
+        tags,
+        columns,
+        MappingProxyType(dict(entries)),
+        MappingProxyType(dict(versions)),
     )
 
 
-def agreements(table: Table) -> list[tuple[Section, str, Column, Entry]]:
+def agreements(table: Table) -> list[tuple[TableSection, str, Column, Entry]]:
     """Every entry where both levels ran, in table order."""
     found = []
     for section in table.sections:
@@ -233,8 +245,8 @@ def compat_json(
     }
 
 
-def _position(section: Section, tag: str, column: Column) -> dict[str, str]:
-    s = section.setup
+def _position(section: TableSection, tag: str, column: Column) -> dict[str, str]:
+    s = section.configuration
     return {
         "lane": s.lane,
         "image_tag": tag,

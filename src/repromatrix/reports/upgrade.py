@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from repromatrix.model import Level, Outcome
 from repromatrix.reports.diff import BROKEN
-from repromatrix.reports.table import tag_key
+from repromatrix.reports.table import Configuration, tag_key
 from repromatrix.results.verdicts import FAILING, Judged, shorten
+from repromatrix.values import Level, Outcome
 
 TRIGGER, BASELINE = "trigger", "baseline"
 CAUSE_CHARS = 90
@@ -62,21 +62,6 @@ SAFETY_LABELS: Mapping[Safety, str] = MappingProxyType(
         Safety.UNKNOWN: "unknown",
     }
 )
-
-
-@dataclass(frozen=True, order=True)
-class Configuration:
-    """What a user runs: lane, GPU, model and flag set."""
-
-    lane: str
-    gpu: str
-    model: str
-    flagset: str
-
-    @property
-    def label(self) -> str:
-        """``h100 · qwen3-30b-a3b · default``."""
-        return f"{self.gpu} · {self.model} · {self.flagset}"
 
 
 @dataclass(frozen=True)

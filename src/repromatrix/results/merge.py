@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import UsageError
-from repromatrix.model import Outcome
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.store import (
     CELLS_DIR,
@@ -37,6 +36,7 @@ from repromatrix.results.store import (
     write_merge_record,
     write_plan,
 )
+from repromatrix.values import Outcome
 
 # How much a copy of a cell says: a cell that ran beats one the infrastructure stopped.
 _RANK = {Outcome.SKIPPED: 2, Outcome.INFRA_ERROR: 1}
@@ -85,7 +85,7 @@ class Copy:
 
 
 @dataclass(frozen=True)
-class Choice:
+class CellCopies:
     """The copies of one cell: the one kept, the ones it replaced, and whether they conflict."""
 
     cell_id: str
@@ -123,7 +123,7 @@ class MergeResult:
     out: Path
     shards: tuple[Path, ...]
     cells: int
-    choices: tuple[Choice, ...]  # cells with more than one copy
+    choices: tuple[CellCopies, ...]  # cells with more than one copy
     problems: tuple[RunProblem, ...]  # conflicts, replacements and unreadable files
 
     @property
@@ -132,7 +132,7 @@ class MergeResult:
         return sum(len(c.replaced) for c in self.choices)
 
     @property
-    def conflicts(self) -> tuple[Choice, ...]:
+    def conflicts(self) -> tuple[CellCopies, ...]:
         """The cells whose copies that ran disagree."""
         return tuple(c for c in self.choices if c.conflict)
 
@@ -145,7 +145,7 @@ class MergeResult:
         return out + [f"problem: {p}" for p in self.problems]
 
 
-def choose(copies: Sequence[Copy]) -> Choice:
+def choose(copies: Sequence[Copy]) -> CellCopies:
     """Keep a copy that ran, then the latest to finish, then the first shard's."""
 
     def order(index: int) -> tuple[int, float, int]:
@@ -158,7 +158,7 @@ def choose(copies: Sequence[Copy]) -> Choice:
     kept = copies[best]
     replaced = tuple(c for i, c in enumerate(copies) if i != best)
     ran = {c.result.outcome for c in copies if c.result.outcome not in _RANK}
-    return Choice(kept.result.id, kept, replaced, len(ran) > 1)
+    return CellCopies(kept.result.id, kept, replaced, len(ran) > 1)
 
 
 def group_copies(shards: Sequence[tuple[Path, Sequence[CellResult]]]) -> dict[str, list[Copy]]:

@@ -28,8 +28,8 @@ from repromatrix.grammars import check_run_id, check_version_numbers, whole_numb
 from repromatrix.matrix.config import ID_PARTS
 from repromatrix.matrix.expand import cell_id
 from repromatrix.matrix.yamlsrc import NAME_PATTERN
-from repromatrix.model import Expected, Lane, Level, Outcome
 from repromatrix.results.problems import ProblemKind
+from repromatrix.values import Expected, Lane, Level, Outcome
 
 # 2: ``facts`` (what the engine stated it chose and sized), ``reached`` (whether the
 # scenario's code path was shown entered) and the ``not_reached`` outcome. A result of

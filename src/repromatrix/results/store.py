@@ -63,7 +63,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "CellResult",
     "RootCause",
-    "RunFolder",
+    "StoredRun",
     "Timings",
     "Unreadable",
     "atomic_write",
@@ -260,7 +260,7 @@ def _file_kind(mode: int) -> str:
 
 
 @dataclass(frozen=True)
-class RunFolder:
+class StoredRun:
     """What could be read from a run folder, and one named problem for each thing that could not."""
 
     results: tuple[CellResult, ...]
@@ -268,7 +268,7 @@ class RunFolder:
     planned: frozenset[str] | None  # None: the run has no plan.json
 
 
-def read_run(run_dir: Path) -> RunFolder:
+def read_run(run_dir: Path) -> StoredRun:
     """Read a run folder: its results, plan and merge record, and every problem with them."""
     results, problems = read_results(run_dir)
     planned, plan_problems = read_plan(run_dir)
@@ -276,7 +276,7 @@ def read_run(run_dir: Path) -> RunFolder:
     problems += unfinished_cells(run_dir)
     problems += never_ran(run_dir, planned, results)
     problems += merge_problems(run_dir)
-    return RunFolder(tuple(results), unique_problems(problems), planned)
+    return StoredRun(tuple(results), unique_problems(problems), planned)
 
 
 def read_results(run_dir: Path) -> tuple[list[CellResult], list[RunProblem]]:

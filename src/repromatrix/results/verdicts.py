@@ -26,9 +26,9 @@ from types import MappingProxyType
 
 from packaging.version import InvalidVersion, Version
 
-from repromatrix.model import Expected, Level, Outcome
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.schema import CellResult
+from repromatrix.values import Expected, Level, Outcome
 
 # The problem values live in ``problems``; reports have always found them here.
 __all__ = [

@@ -18,13 +18,13 @@ from repromatrix.backends.harness_spec import build_spec
 from repromatrix.errors import RepromatrixError
 from repromatrix.harness.harness import PROTOCOL_PREFIX
 from repromatrix.harness.oomwatch import LINE_PREFIX
-from repromatrix.model import Cell
 from repromatrix.patterns import compile_pattern
 from repromatrix.results.schema import GpuFact
 from repromatrix.results.store import CellResult, Timings
 from repromatrix.run import outcome
 from repromatrix.run.outcome import Decision, HarnessStatus
 from repromatrix.triage import Triager
+from repromatrix.values import Cell
 
 
 @dataclass(frozen=True)
@@ -116,14 +116,14 @@ def make_watcher(
     interrupt_on = InterruptOn(cell.interrupt_on, interrupt) if cell.interrupt_on else None
     served = Served()
 
-    def watch(chunk: bytes) -> bool:
+    def on_output(chunk: bytes) -> bool:
         if interrupt_on is not None:
             interrupt_on.feed(chunk)
         served.feed(chunk)
         triager.feed(chunk)
         return triager.terminal and not served.answered
 
-    return watch, triager
+    return on_output, triager
 
 
 @dataclass(frozen=True)

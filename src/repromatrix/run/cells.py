@@ -26,10 +26,10 @@ from types import MappingProxyType
 
 from repromatrix.backends.base import Backend, Placement
 from repromatrix.errors import InfraError, UsageError
-from repromatrix.gpu_identity import driver_shortfall
-from repromatrix.gpu_idle import NO_WAIT, IdleWait, wait_idle
 from repromatrix.heartbeat import duration
-from repromatrix.model import Cell, Expected, Lane, Level, Outcome
+from repromatrix.host.identity import driver_shortfall
+from repromatrix.host.idle import NO_WAIT, IdleWait, wait_idle
+from repromatrix.host.runner import Runner
 from repromatrix.results import store
 from repromatrix.results.schema import GpuFact
 from repromatrix.results.store import CellResult, now_iso
@@ -41,7 +41,7 @@ from repromatrix.run.images import IMAGE_ESTIMATE_S, ImageJobs, ImageReady, cell
 from repromatrix.run.pool import DependencyFailed, Done, Pool, Skipped, Ticket, Work
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB, Allocation, Capacity, Job, Need
-from repromatrix.runner import Runner
+from repromatrix.values import Cell, Expected, Lane, Level, Outcome
 
 
 @dataclass(frozen=True)
@@ -335,11 +335,11 @@ def run_pooled(
             f"estimate: {duration(pool.snapshot().eta_s)} for the images and cells, "
             f"{estimate_basis(pacing.measured)}; the eta is corrected as cells finish"
         )
-    progress.watch(pool.snapshot)
+    progress.track(pool.snapshot)
     try:
         report = pool.run()
     finally:
-        progress.watch(None)
+        progress.track(None)
     return report.interrupted
 
 

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from repromatrix.backends.base import Backend, Prepared
+from repromatrix.host.runner import Runner
 from repromatrix.results import store
-from repromatrix.runner import Runner
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from repromatrix.errors import UsageError
 from repromatrix.grammars import RUN_ID
-from repromatrix.model import Cell
 from repromatrix.results import store
+from repromatrix.values import Cell
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from repromatrix.backends.base import Backend, Prepared
 from repromatrix.backends.harness_spec import model_path
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.heartbeat import duration, heartbeat
-from repromatrix.model import Cell, Image, Lane, Level, Model
 from repromatrix.models.tinymodel import (
     LORA_RANK,
     TinyModel,
@@ -39,6 +38,7 @@ from repromatrix.run.cell import CellContext
 from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.pool import Ticket, Work
 from repromatrix.run.schedule import Job, Need
+from repromatrix.values import Cell, Image, Lane, Level, Model
 
 PREFIX = "image:"
 # What an image job takes when nothing is known: a pull or build of minutes; an image already

@@ -29,7 +29,8 @@ from typing import TextIO
 from repromatrix.backends import kinds
 from repromatrix.backends.base import Backend, BackendKind, Setup
 from repromatrix.errors import ConfigError, UsageError
-from repromatrix.gpu_idle import NO_WAIT, IdleWait
+from repromatrix.host.idle import NO_WAIT, IdleWait
+from repromatrix.host.runner import Runner, detect_runner
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.config_facts import cells_models, facts_problems
@@ -38,7 +39,6 @@ from repromatrix.matrix.lanes import Runtime
 from repromatrix.matrix.memory import infeasible_reason, memory_warning
 from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_local
-from repromatrix.model import Cell, Image, Lane
 from repromatrix.reports.findings import ReportOptions, default_options
 from repromatrix.reports.ranges import documented_ranges
 from repromatrix.reports.write import write_reports
@@ -56,9 +56,9 @@ from repromatrix.run.folder import (
 from repromatrix.run.images import ImageReady, distinct_images
 from repromatrix.run.outlook import outlook
 from repromatrix.run.progress import Progress
-from repromatrix.runner import Runner, detect_runner
 from repromatrix.upstream.lock import lock_lines
 from repromatrix.upstream.resolve import Locked, Locking, Online, load_locked
+from repromatrix.values import Cell, Image, Lane
 
 REHEARSAL_RUNNER = (
     "rehearsal: GPU cells run on the CPU without a device request; they are not matched "
@@ -311,13 +311,13 @@ def matrix_runtimes(matrix: Matrix) -> dict[Lane, Runtime]:
     return {lane: config.runtime for lane, config in matrix.lanes.items()}
 
 
-def choose_backend(options: RunOptions, run: RunPlan) -> kinds.Choice:
+def choose_backend(options: RunOptions, run: RunPlan) -> kinds.BackendChoice:
     """The backend, chosen by its preflight before anything is built (a dry run of a named
     backend describes it without asking the host)."""
     runtimes = matrix_runtimes(run.matrix)
     if options.mode is Mode.DRY_RUN and options.backend != kinds.AUTO:
         kind = kinds.named(options.backend)
-        return kinds.Choice(kind, runtimes, f"backend {kind.name} (asked for; a dry run)")
+        return kinds.BackendChoice(kind, runtimes, f"backend {kind.name} (asked for; a dry run)")
     lanes = {cell.lane for cell in run.todo}
     return kinds.choose_for_run(options.backend, runtimes, lanes)
 

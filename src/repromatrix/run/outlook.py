@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from repromatrix.model import Cell, Lane
+from repromatrix.values import Cell, Lane
 
 GB = 1000**3
 # Disk an image takes with what it needs on the host (wheelhouse or virtualenv), about: the

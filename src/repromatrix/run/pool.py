@@ -114,7 +114,7 @@ class Done(Generic[R]):
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class PoolProgress:
     """Progress at one moment: cells running, cells ended of all cells, seconds left."""
 
     running: tuple[str, ...]
@@ -210,13 +210,13 @@ class Pool(Generic[R]):
         entry[0].cancel()
         return True
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self) -> PoolProgress:
         """Running cells, cells ended and the ETA by the estimates (safe from any thread)."""
         with self._lock:
             running = tuple(k for k in self._planner.running if k not in self._image_tasks)
             finished = sum(1 for d in self._delivered if not d.image_task)
             left = eta_s(self._planner, self._clock()) * pace(self._paced)
-        return Snapshot(running, finished, self._total, left)
+        return PoolProgress(running, finished, self._total, left)
 
     def _dispatch(self) -> None:
         with self._lock:

@@ -4,7 +4,7 @@ A matrix of engine cells takes minutes per cell, so a person watching needs to
 see that it moves and roughly when it will finish. Each cell keeps its own
 start time (cells run at the same time). Without a pool the ETA is the mean
 time of the cells finished so far times the cells left: crude, but honest. A
-pool (``watch``) gives its own: the planner's simulation of the rest by the
+pool (``track``) gives its own: the planner's simulation of the rest by the
 estimates, with the running cells, shown on one line after each cell ends
 while others still run. Lines come only at starts and ends: readable in CI logs.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from repromatrix.heartbeat import duration
-from repromatrix.run.pool import Snapshot
+from repromatrix.run.pool import PoolProgress
 from repromatrix.secret_env import redact_text
 from repromatrix.visible import visible
 
@@ -48,13 +48,13 @@ class Progress:
     durations: list[float] = field(default_factory=list)
     _started: float = field(init=False)
     _cell_started: dict[str, float] = field(init=False, default_factory=dict)
-    _snapshot: Callable[[], Snapshot] | None = field(init=False, default=None)
+    _snapshot: Callable[[], PoolProgress] | None = field(init=False, default=None)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self._started = self.clock()
 
-    def watch(self, snapshot: Callable[[], Snapshot] | None) -> None:
+    def track(self, snapshot: Callable[[], PoolProgress] | None) -> None:
         """Take the ETA and the running cells from a pool's ``snapshot`` (None: stop)."""
         self._snapshot = snapshot
 

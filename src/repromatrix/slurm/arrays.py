@@ -15,11 +15,11 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from repromatrix.fleet.jobs import Budget, Estimate, FleetJob, plan_jobs
+from repromatrix.fleet.jobs import Estimate, FleetJob, JobBudget, plan_jobs
+from repromatrix.host.runner import MIB
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, Gpu, Lane, SlurmOptions
 from repromatrix.run.cells import CPU_CELL_CORES, need_of
-from repromatrix.runner import MIB
+from repromatrix.values import Cell, Gpu, Lane, SlurmOptions
 
 MAX_ARRAY_SIZE = 1000  # Slurm's default MaxArraySize (1001) allows indexes 0-1000
 TIME_MARGIN = 0.25  # over a task's estimate: a slow pull, a busy node
@@ -71,7 +71,7 @@ class TaskArray:
 def split(
     cells: Sequence[Cell],
     everything: Collection[str],
-    budget: Budget,
+    budget: JobBudget,
     estimate: Estimate,
 ) -> tuple[TaskArray, ...]:
     """The arrays that run exactly ``cells``; ``everything`` is the unselected plan's ids (a
@@ -96,7 +96,9 @@ def cells_of(job: FleetJob, cells: Sequence[Cell]) -> tuple[str, ...]:
     return tuple(sorted(cell.id for cell in cells if selector.matches(cell.id)))
 
 
-def resources(gpu: Gpu, cells: Sequence[Cell], tasks: Sequence[Task], budget: Budget) -> Resources:
+def resources(
+    gpu: Gpu, cells: Sequence[Cell], tasks: Sequence[Task], budget: JobBudget
+) -> Resources:
     """The batch resources of the array of ``gpu``'s ``cells``: the mapping's, else computed."""
     options = gpu.slurm
     longest = max(task.job.estimate_s for task in tasks)

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from repromatrix.errors import EXIT_INFRA, EXIT_OK, InfraError, RepromatrixError, UsageError
 from repromatrix.matrix.expand import expand
-from repromatrix.model import Cell, Outcome
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
 from repromatrix.results.merge import MergeResult, gather
@@ -44,6 +43,7 @@ from repromatrix.slurm.submission import (
     write,
 )
 from repromatrix.upstream.resolve import Locking, Upstream, load_locked
+from repromatrix.values import Cell, Outcome
 
 Records = Mapping[str, Mapping[int, JobRecord]]  # array name -> task index -> its record
 

@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import TextIO
 
 from repromatrix.errors import InfraError, UsageError
-from repromatrix.fleet.jobs import DEFAULT_JOB_MINUTES, Budget, estimator
+from repromatrix.fleet.jobs import DEFAULT_JOB_MINUTES, JobBudget, estimator
 from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell
 from repromatrix.reports.write import write_reports
 from repromatrix.run.cells import save_skipped
 from repromatrix.run.claim import claimed
@@ -61,6 +60,7 @@ from repromatrix.slurm.finish import (
     outcomes_of,
     records_of,
 )
+from repromatrix.slurm.poll import POLL_S, wait
 from repromatrix.slurm.script import (
     ScriptContext,
     array_script,
@@ -77,7 +77,7 @@ from repromatrix.slurm.submission import (
     submitted,
     write,
 )
-from repromatrix.slurm.watch import POLL_S, wait
+from repromatrix.values import Cell
 
 CANCEL_WAIT_S = 180.0  # Slurm's kill wait (30 s by default) and the tasks' container removal
 
@@ -133,11 +133,11 @@ def execute_slurm_run(options: RunOptions, slurm: SlurmRun, progress: Progress) 
             return report(run, todo, progress)
 
 
-def budget_of(slurm: SlurmRun) -> Budget:
+def budget_of(slurm: SlurmRun) -> JobBudget:
     """How long one task may take: ``--job-minutes`` less the fleet's margin."""
     if slurm.job_minutes < 1:
         raise UsageError("--job-minutes must be at least 1")
-    return Budget(job_minutes=slurm.job_minutes)
+    return JobBudget(job_minutes=slurm.job_minutes)
 
 
 def settle_earlier(run_dir: Path, note: Callable[[str], None]) -> None:

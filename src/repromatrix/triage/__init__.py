@@ -11,15 +11,15 @@ the running server refused (``RequestError``).
 
 from repromatrix.triage.catalogue import Catalogue, Cause, Role, builtin_catalogue, load_catalogue
 from repromatrix.triage.diagnosis import Diagnosis, RequestError
-from repromatrix.triage.fixes import Change, Direction, FlagFix
+from repromatrix.triage.fixes import Direction, FlagChange, FlagFix
 from repromatrix.triage.triager import Triager, triage_path, triage_stream
 
 __all__ = [
     "Catalogue",
     "Cause",
-    "Change",
     "Diagnosis",
     "Direction",
+    "FlagChange",
     "FlagFix",
     "RequestError",
     "Role",

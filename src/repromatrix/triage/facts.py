@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from repromatrix.model import FactTest
 from repromatrix.patterns import compile_pattern
 from repromatrix.triage.dumps import join_dumps
+from repromatrix.values import FactTest
 from repromatrix.vllm_facts import FACTS
 
 # What triage read: a fact's name to its value, in the order of ``FACTS``.

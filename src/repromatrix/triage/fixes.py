@@ -51,7 +51,7 @@ class Direction(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class Change:
+class FlagChange:
     """One flag or environment variable a fix sets: to ``value``, or in ``direction``."""
 
     name: str
@@ -76,8 +76,8 @@ class Change:
 class FlagFix:
     """One workaround for a cause: engine flags and environment variables changed together."""
 
-    flags: tuple[Change, ...] = ()
-    env: tuple[Change, ...] = ()
+    flags: tuple[FlagChange, ...] = ()
+    env: tuple[FlagChange, ...] = ()
 
     def describe(self) -> str:
         """The changes in one line: ``disable_custom_all_reduce=true, env NCCL_P2P_DISABLE=1``."""
@@ -117,7 +117,7 @@ def _fix(item: Any, path: Path, issues: list[Issue]) -> FlagFix | None:
 
 def _changes(
     value: Any, path: Path, grammar: re.Pattern[str], issues: list[Issue]
-) -> tuple[Change, ...]:
+) -> tuple[FlagChange, ...]:
     if value is None:
         return ()
     part = str(path[-1])
@@ -140,15 +140,15 @@ def _changes(
     return tuple(changes)
 
 
-def _change(name: str, setting: Any, *, env: bool) -> Change | None:
+def _change(name: str, setting: Any, *, env: bool) -> FlagChange | None:
     if isinstance(setting, str) and setting in tuple(Direction):
-        return Change(name, direction=Direction(setting))
+        return FlagChange(name, direction=Direction(setting))
     if env:
         if isinstance(setting, bool) or not isinstance(setting, str | int | float):
             return None
-        return Change(name, value=str(setting))
+        return FlagChange(name, value=str(setting))
     if isinstance(setting, bool | int | float | str):
-        return Change(name, value=setting)
+        return FlagChange(name, value=setting)
     return None
 
 

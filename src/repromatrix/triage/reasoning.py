@@ -32,7 +32,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from repromatrix.model import Scenario
 from repromatrix.results.store import RootCause
 from repromatrix.triage.catalogue import Catalogue, Cause, Role
 from repromatrix.triage.diagnosis import Diagnosis, RequestError
@@ -40,6 +39,7 @@ from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.facts import NO_FACTS, EngineFacts
 from repromatrix.triage.logmodel import Line, is_compiler_error
 from repromatrix.triage.signatures import ScenarioSignatures
+from repromatrix.values import Scenario
 
 MAX_EXCERPT = 16
 MAX_EXCERPT_LINE = 2000

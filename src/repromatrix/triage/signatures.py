@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from repromatrix.errors import ConfigError, Problem
-from repromatrix.model import Scenario, Signature
 from repromatrix.patterns import Pattern, PatternError, compile_pattern
 from repromatrix.triage.logmodel import Line, parse_line
+from repromatrix.values import Scenario, Signature
 from repromatrix.vllm_processes import same_process
 
 

@@ -49,7 +49,6 @@ from typing import BinaryIO
 
 from repromatrix.harness.harness import PROTOCOL_PREFIX
 from repromatrix.harness.oomwatch import LINE_PREFIX as HARNESS_LINE
-from repromatrix.model import FactTest, Scenario
 from repromatrix.patterns import LiteralSet
 from repromatrix.triage import facts, reasoning, repeats
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue, required_literals
@@ -76,6 +75,7 @@ from repromatrix.triage.logmodel import (
 )
 from repromatrix.triage.signatures import ScenarioSignatures, reached_lines
 from repromatrix.triage.tracebacks import Raised, RecordKey, TracebackReader
+from repromatrix.values import FactTest, Scenario
 from repromatrix.vllm_processes import same_process
 
 MAX_PER_TIER = 32

@@ -32,7 +32,7 @@ from repromatrix.grammars import check_tag, load_json
 from repromatrix.matrix.config import LaneConfig, Matrix
 from repromatrix.matrix.follow import LeftOut
 from repromatrix.matrix.images import image_version, make_image
-from repromatrix.model import Image, Lane, PullPolicy
+from repromatrix.values import Image, Lane, PullPolicy
 
 LOCK_SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"

@@ -25,7 +25,6 @@ from repromatrix.errors import ConfigError, Problem
 from repromatrix.matrix.config import LaneConfig, Matrix
 from repromatrix.matrix.follow import Follow, LeftOut, choose
 from repromatrix.matrix.inputs import load_inputs
-from repromatrix.model import Lane, Scenario
 from repromatrix.upstream import registry
 from repromatrix.upstream.lock import (
     LaneLock,
@@ -39,6 +38,7 @@ from repromatrix.upstream.lock import (
     write_lock,
 )
 from repromatrix.upstream.versions import PipIndex, cpu_versions
+from repromatrix.values import Lane, Scenario
 
 MAX_LEFT_OUT_NAMED = 12  # in the message of a rule that matches no tag
 # What a caller keeps of the tags a rule took before any digest is asked (``watch``: at most

@@ -2,7 +2,7 @@
 baseline, as a versioned JSON payload and as Markdown.
 
 Pure: the candidate's judged cells, the baseline's published cells and where the
-evidence is published in, an ``Answer`` out. Its words are the reports' own:
+evidence is published in, an ``TagAnswer`` out. Its words are the reports' own:
 the upgrade view's ``Safety`` per configuration (``safe``, ``workaround`` i.e.
 safe with a flag change, ``unsafe``, ``unknown``) with the crashes it hits and
 the verified flag change that avoids each, and the move from the baseline in
@@ -25,19 +25,19 @@ from types import MappingProxyType
 from typing import Any
 
 from repromatrix.errors import UsageError
-from repromatrix.model import Outcome
 from repromatrix.reports.diff import CHANGE_TITLES, Change
 from repromatrix.reports.markdown import escape
 from repromatrix.reports.move import MoveSummary, build_move
+from repromatrix.reports.table import Configuration
 from repromatrix.reports.upgrade import (
     SAFETY_LABELS,
-    Configuration,
     Safety,
     SafetyCell,
     UpgradeView,
     build_upgrade,
 )
 from repromatrix.results.verdicts import Judged
+from repromatrix.values import Outcome
 from repromatrix.watch.candidates import Candidate
 
 ANSWER_SCHEMA = "repromatrix.watch.answer"
@@ -65,7 +65,7 @@ class Counts:
 
 
 @dataclass(frozen=True)
-class Evidence:
+class SiteLinks:
     """Where the answer can be checked: the site's front page and each cell's page."""
 
     index: str | None = None
@@ -77,7 +77,7 @@ class Evidence:
 
 
 @dataclass(frozen=True)
-class Answer:
+class TagAnswer:
     """What a team is told about one new tag."""
 
     candidate: Candidate
@@ -89,7 +89,7 @@ class Answer:
     no_move: str  # why there is no move ("" when there is one)
     counts: Counts
     run: str
-    evidence: Evidence = field(default_factory=Evidence)
+    evidence: SiteLinks = field(default_factory=SiteLinks)
     version: str | None = None  # the vLLM version the image reported
 
     @property
@@ -115,8 +115,8 @@ def build_answer(
     stage: Stage,
     counts: Counts,
     run: str,
-    evidence: Evidence | None = None,
-) -> Answer:
+    evidence: SiteLinks | None = None,
+) -> TagAnswer:
     """The answer from the candidate's judged cells and, unless it is the baseline itself,
     the baseline's tag and published cells (a moved baseline tag is its earlier digest)."""
     view = build_upgrade(judged)
@@ -127,7 +127,7 @@ def build_answer(
     if baseline is not None:
         move, no_move = _move(candidate, judged, view, *baseline)
     version = next((j.result.version for j in judged if j.result.version), None)
-    return Answer(
+    return TagAnswer(
         candidate,
         stage,
         safety,
@@ -137,7 +137,7 @@ def build_answer(
         no_move,
         counts,
         run,
-        evidence or Evidence(),
+        evidence or SiteLinks(),
         version,
     )
 
@@ -187,7 +187,7 @@ def counts_of(planned: int, judged: Sequence[Judged], pending: int) -> Counts:
     return Counts(planned, len(judged), decided, pending)
 
 
-def answer_json(answer: Answer) -> dict[str, Any]:
+def answer_json(answer: TagAnswer) -> dict[str, Any]:
     """The payload a webhook receives (``ANSWER_SCHEMA``, version ``ANSWER_SCHEMA_VERSION``)."""
     candidate = answer.candidate
     return {
@@ -215,7 +215,7 @@ def answer_json(answer: Answer) -> dict[str, Any]:
 
 
 def _configuration_json(
-    configuration: Configuration, cell: SafetyCell, answer: Answer
+    configuration: Configuration, cell: SafetyCell, answer: TagAnswer
 ) -> dict[str, Any]:
     return {
         "gpu": configuration.gpu,
@@ -243,7 +243,7 @@ def _configuration_json(
     }
 
 
-def _changes_json(answer: Answer) -> dict[str, Any] | None:
+def _changes_json(answer: TagAnswer) -> dict[str, Any] | None:
     move = answer.move
     if move is None:
         return {"baseline": answer.baseline, "compared": False, "why": answer.no_move}
@@ -266,7 +266,7 @@ def _changes_json(answer: Answer) -> dict[str, Any] | None:
     }
 
 
-def answer_markdown(answer: Answer) -> str:
+def answer_markdown(answer: TagAnswer) -> str:
     """The answer for a job summary, an annotation or an issue."""
     lines = [f"### {escape(answer.headline)}", ""]
     lines.append(_cells_line(answer))
@@ -287,11 +287,11 @@ def answer_markdown(answer: Answer) -> str:
             f"| {escape(c.label)} | {escape(cell.words)} |" for c, cell in answer.configurations
         ]
     if answer.evidence.index:
-        lines += ["", f"Evidence: {answer.evidence.index}"]
+        lines += ["", f"SiteLinks: {answer.evidence.index}"]
     return "\n".join(lines) + "\n"
 
 
-def _cells_line(answer: Answer) -> str:
+def _cells_line(answer: TagAnswer) -> str:
     c = answer.counts
     pending = f"; {c.pending} still to come" if c.pending else ""
     return f"{c.decided} of {c.planned} cells decided ({c.ran} ran{pending}); run {answer.run}."

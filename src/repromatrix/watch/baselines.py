@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from repromatrix.errors import UsageError, suggest
-from repromatrix.model import Lane
 from repromatrix.publish.history import History
 from repromatrix.results.verdicts import Judged
+from repromatrix.values import Lane
 from repromatrix.watch.candidates import Candidate
 
 

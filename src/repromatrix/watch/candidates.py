@@ -22,10 +22,10 @@ from repromatrix.errors import InfraError
 from repromatrix.matrix.config import LaneConfig, Matrix
 from repromatrix.matrix.follow import LeftOut
 from repromatrix.matrix.images import image_version
-from repromatrix.model import Image, Lane, PullPolicy
 from repromatrix.publish.history import History
 from repromatrix.upstream.lock import Lock, listed_lock, locked_image
 from repromatrix.upstream.resolve import Keep, Upstream
+from repromatrix.values import Image, Lane, PullPolicy
 
 SHORT_DIGEST = 12  # hex digits of a digest in keys and run ids
 MAX_RUN_ID = 64  # characters of a run id (``grammars.RUN_ID``)

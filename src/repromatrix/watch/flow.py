@@ -32,11 +32,11 @@ from typing import Any
 from repromatrix.backends import kinds
 from repromatrix.backends.base import BackendKind
 from repromatrix.errors import UsageError
+from repromatrix.host.runner import Runner, detect_runner
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs, scenario_dirs
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, Lane, Level, Scenario
 from repromatrix.publish.history import History, read_history
 from repromatrix.publish.site import PublishSummary, cell_page, publish_staged
 from repromatrix.reports.findings import ReportOptions
@@ -46,16 +46,16 @@ from repromatrix.results.verdicts import Judged, judge_all
 from repromatrix.run.claim import claimed
 from repromatrix.run.main import RunOptions, execute_run, infeasible_reasons, skip_reasons
 from repromatrix.run.progress import Progress
-from repromatrix.runner import Runner, detect_runner
 from repromatrix.secret_env import redact_text
 from repromatrix.upstream.lock import apply_lock, write_lock
 from repromatrix.upstream.resolve import Online, Upstream, resolve
+from repromatrix.values import Cell, Lane, Level, Scenario
 from repromatrix.visible import visible
 from repromatrix.watch import deliver as delivering
 from repromatrix.watch.answer import (
-    Answer,
-    Evidence,
+    SiteLinks,
     Stage,
+    TagAnswer,
     answer_json,
     answer_markdown,
     build_answer,
@@ -125,10 +125,10 @@ def watch(
 
 def grade_all(
     this: Round, new: Sequence[Candidate], history: History
-) -> tuple[tuple[Answer, ...], tuple[str, ...], tuple[str, ...]]:
+) -> tuple[tuple[TagAnswer, ...], tuple[str, ...], tuple[str, ...]]:
     """Grade each new image in turn; the history is read again after each publish (a
     baseline graded first is what the next ones compare with)."""
-    answers: list[Answer] = []
+    answers: list[TagAnswer] = []
     waiting: list[str] = []
     failed: list[str] = []
     runner = detect_runner(this.options.gpus, rehearse=this.options.rehearse)
@@ -172,7 +172,7 @@ def split(this: Round, candidate: Candidate, kind: BackendKind, runner: Runner) 
 
 def grade(
     this: Round, candidate: Candidate, history: History, kind: BackendKind, runner: Runner
-) -> tuple[list[Answer], str]:
+) -> tuple[list[TagAnswer], str]:
     """One new image: its cells run here or handed over, then (when complete) its final
     answer published. Returns the answers made and ``final``, ``waiting``, ``failed`` or
     ``empty`` (no cell selected)."""
@@ -185,7 +185,7 @@ def grade(
         f"{candidate.words}: {len(cells)} cells, {where.recorded} recorded, "
         f"{len(here)} to run here, {len(away)} for the fleet"
     )
-    made: list[Answer] = []
+    made: list[TagAnswer] = []
     probes = [c for c in here if c.level is Level.PROBE]
     engines = [c for c in here if c.level is not Level.PROBE]
     run_here(this, where.matrix, candidate, probes)
@@ -230,9 +230,9 @@ def finish(
     *,
     away: set[str],
     handed: Mapping[str, Any] | None,
-    made: list[Answer],
-) -> tuple[list[Answer], str]:
-    """Answer and publish once every cell has a result; else say what it waits for: cells
+    made: list[TagAnswer],
+) -> tuple[list[TagAnswer], str]:
+    """TagAnswer and publish once every cell has a result; else say what it waits for: cells
     the infrastructure stopped here run again next round, the fleet's are waited for (a
     dispatch that failed is tried again) until ``--fleet-wait-hours``; without a fleet,
     the cells this host cannot run are answered as not run."""
@@ -287,7 +287,7 @@ def run_here(this: Round, matrix: Matrix, candidate: Candidate, cells: Sequence[
 
 def preliminary(
     this: Round, candidate: Candidate, cells: Sequence[Cell], history: History, pending: int
-) -> list[Answer]:
+) -> list[TagAnswer]:
     """The answer of the probe cells, once, while engine or fleet cells are still to come."""
     path = this.folder.answer(candidate.key, Stage.PRELIMINARY.value)
     if path.is_file():
@@ -310,7 +310,7 @@ def preliminary(
 
 def publish_final(
     this: Round, candidate: Candidate, cells: Sequence[Cell], history: History, missing: int
-) -> Answer:
+) -> TagAnswer:
     """The final answer, published with the image's cells (the site swapped in whole)."""
     have = recorded(this.options.results, candidate)
     judged = judge_all(have.results.values())
@@ -320,7 +320,7 @@ def publish_final(
     counts = counts_of(len(cells), [j for j in judged if j.result.id in {c.id for c in cells}], 0)
     if missing:
         this.note(f"{candidate.words}: answered without {missing} cells the fleet never sent")
-    made: list[Answer] = []
+    made: list[TagAnswer] = []
 
     def answers_page(_history: History, summary: PublishSummary) -> dict[str, bytes]:
         evidence = _evidence(this.options, summary, judged)
@@ -343,7 +343,7 @@ def publish_final(
     return made[0]
 
 
-def keep(this: Round, answer: Answer) -> None:
+def keep(this: Round, answer: TagAnswer) -> None:
     """Keep the answer, put it in the job summary and send it now (what a channel does
     not take is kept for the next round)."""
     markdown = answer_markdown(answer)
@@ -394,7 +394,9 @@ def _merged(folder: WatchFolder, candidate: Candidate, folders: Sequence[Path]) 
     return out
 
 
-def _evidence(options: WatchOptions, summary: PublishSummary, judged: Sequence[Judged]) -> Evidence:
+def _evidence(
+    options: WatchOptions, summary: PublishSummary, judged: Sequence[Judged]
+) -> SiteLinks:
     """Where the answer can be checked once published: the site's URL, else its folder."""
     run = summary.runs[0]
 
@@ -404,10 +406,10 @@ def _evidence(options: WatchOptions, summary: PublishSummary, judged: Sequence[J
         return (options.site / page).resolve().as_uri()
 
     pages = {j.result.id: url(cell_page(run, j.result.id)) for j in judged}
-    return Evidence(url("index.html"), pages)
+    return SiteLinks(url("index.html"), pages)
 
 
-def _site_answers(site: Path, answer: Answer) -> bytes:
+def _site_answers(site: Path, answer: TagAnswer) -> bytes:
     """The site's ``answers.json``: every final answer published, the newest last."""
     earlier = read_json(site / SITE_ANSWERS) or {}
     kept = [a for a in earlier.get("answers", []) if isinstance(a, dict)]

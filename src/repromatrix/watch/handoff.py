@@ -11,12 +11,12 @@ from typing import Any
 from repromatrix.fleet.dispatch import Handoff
 from repromatrix.fleet.jobs import brace_glob
 from repromatrix.matrix.inputs import scenario_dirs
-from repromatrix.model import Cell
 from repromatrix.results import store
 from repromatrix.run import outcome
 from repromatrix.run.cell import NOT_RUN, CellRun, cell_result
 from repromatrix.run.folder import RunFolder
 from repromatrix.upstream.lock import Lock, restricted
+from repromatrix.values import Cell
 from repromatrix.watch.candidates import Candidate
 from repromatrix.watch.options import Fleet, Round
 from repromatrix.watch.state import read_json, write_json

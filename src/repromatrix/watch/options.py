@@ -12,9 +12,9 @@ from repromatrix.fleet.dispatch import Dispatcher
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Lane, Scenario
 from repromatrix.upstream.lock import Lock
-from repromatrix.watch.answer import Answer, Stage
+from repromatrix.values import Lane, Scenario
+from repromatrix.watch.answer import Stage, TagAnswer
 from repromatrix.watch.candidates import MAX_NEW_TAGS, Candidate
 from repromatrix.watch.notify import Channels
 from repromatrix.watch.state import WatchFolder
@@ -64,7 +64,7 @@ class WatchReport:
 
     offered: tuple[Candidate, ...]
     new: tuple[Candidate, ...]
-    answers: tuple[Answer, ...] = ()  # made this round, preliminary and final
+    answers: tuple[TagAnswer, ...] = ()  # made this round, preliminary and final
     waiting: tuple[str, ...] = ()  # new images whose fleet cells have no result yet
     failed: tuple[str, ...] = ()  # new images with cells the infrastructure stopped
     deliveries: tuple[str, ...] = ()  # one line per delivery attempted

@@ -15,7 +15,7 @@ import pytest
 from repromatrix.backends.base import Prepared
 from repromatrix.backends.docker.calls import RUN_LABEL, ContainerSettings, ImageBuild
 from repromatrix.backends.docker.engine import DockerBackend
-from repromatrix.model import Image, Lane
+from repromatrix.values import Image, Lane
 from support.runner import cell, fake_image
 
 pytestmark = [

@@ -12,13 +12,13 @@ from pathlib import Path
 import docker
 import pytest
 
-from repromatrix import nvidia_smi
 from repromatrix.backends.base import Placement
 from repromatrix.backends.docker.calls import CELL_LABEL, RUN_LABEL, ContainerSettings, ImageBuild
 from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.backends.docker.owners import STARTED_LABEL, Owner, this_process
-from repromatrix.model import Image, Lane
-from repromatrix.runner import Runner, RunnerGpu
+from repromatrix.host import nvidia_smi
+from repromatrix.host.runner import Runner, RunnerGpu
+from repromatrix.values import Image, Lane
 from support.nvidia_smi import captured
 from support.runner import fake_image
 

@@ -11,8 +11,8 @@ import pytest
 
 from repromatrix.backends.harness_spec import build_spec
 from repromatrix.backends.local import LocalBackend
-from repromatrix.model import Cell, Launch
 from repromatrix.models.tinymodel import LORA_RANK, TinyModel, ensure_tiny_model
+from repromatrix.values import Cell, Launch
 from support import paths
 from support.harness import TINY, make_cell, status_of
 from support.machine import venv

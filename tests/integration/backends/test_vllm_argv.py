@@ -22,7 +22,7 @@ from repromatrix.images.render import render_all
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 from support import paths
 
 pytestmark = [

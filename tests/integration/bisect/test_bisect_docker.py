@@ -25,8 +25,8 @@ from repromatrix.bisect.cells import Target, select_cells, with_versions
 from repromatrix.bisect.search import find_transitions
 from repromatrix.cli import main
 from repromatrix.matrix.inputs import load_inputs
-from repromatrix.model import Lane, Outcome
 from repromatrix.results import store
+from repromatrix.values import Lane, Outcome
 from support import paths
 
 pytestmark = [

@@ -11,8 +11,8 @@ import pytest
 from repromatrix.backends.base import Prepared
 from repromatrix.backends.docker.calls import ContainerSettings
 from repromatrix.backends.docker.engine import DockerBackend
-from repromatrix.model import Lane
 from repromatrix.run.cell import make_watcher
+from repromatrix.values import Lane
 from support.runner import cell, tool_rootfs_tar
 
 TOKEN = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"

@@ -26,7 +26,7 @@ from packaging.version import Version
 
 from repromatrix.backends.local import COMPLETE
 from repromatrix.matrix.memory import Parallel, lora_layer_bytes
-from repromatrix.model import FlagValue, Lane, Model
+from repromatrix.values import FlagValue, Lane, Model
 from support.machine import venv
 
 SCRIPT = Path(__file__).with_name("lora_buffers_meta.py")

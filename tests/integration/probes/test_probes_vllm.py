@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from repromatrix.matrix.scenarios import load_scenarios
-from repromatrix.model import Outcome, Scenario
 from repromatrix.probes import DIRECTORY, probekit
 from repromatrix.run.outcome import ProbeReport, probe_raised
+from repromatrix.values import Outcome, Scenario
 from support import paths
 from support.machine import venv
 

@@ -38,7 +38,7 @@ def test_table_filters_and_screenshot(browser: Any, page_file: Path, tmp_path: P
 
     assert requested == [page_file.as_uri()]  # no other file, no network: works offline
     assert page.title() == "vLLM compatibility: run 20260101-000000"
-    sections = page.locator("section.setup")
+    sections = page.locator("section.configuration")
     assert sections.count() == 2
     gpu = sections.nth(1)
     assert gpu.locator("h2").inner_text() == "gpu lane · h100 · qwen3-30b-a3b · default"

@@ -22,18 +22,18 @@ from repromatrix.backends.docker.calls import RUN_LABEL, ContainerSettings
 from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.backends.output import HEAD_BYTES, TAIL_BYTES
 from repromatrix.errors import InfraError
+from repromatrix.host.runner import detect_runner
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, Image, Lane, Model, Outcome
 from repromatrix.models import tinymodel
 from repromatrix.results import store as results
 from repromatrix.run.cells import Pacing, run_cells
 from repromatrix.run.folder import RunFolder, pending
 from repromatrix.run.images import ImageJobs, cell_context
 from repromatrix.run.progress import Progress
-from repromatrix.runner import detect_runner
+from repromatrix.values import Cell, Image, Lane, Model, Outcome
 from support import paths
 from support.runner import cell, fake_image
 

@@ -14,9 +14,9 @@ import pytest
 from repromatrix.backends.base import Execution, Prepared
 from repromatrix.backends.docker.calls import RUN_LABEL, ContainerSettings
 from repromatrix.backends.docker.engine import DockerBackend
-from repromatrix.model import Lane
 from repromatrix.run.pool import Pool, Ticket
 from repromatrix.run.schedule import Capacity, Job, Need
+from repromatrix.values import Lane
 from support.runner import cell, fake_image
 
 pytestmark = [

@@ -30,13 +30,13 @@ from repromatrix.backends.docker.kind import KIND, container_settings
 from repromatrix.backends.docker.owners import HOST_LABEL, PID_LABEL, Owner
 from repromatrix.backends.harness_spec import container_adapter_path, container_model_path
 from repromatrix.errors import InfraError
+from repromatrix.host.runner import Runner, detect_runner
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.lanes import Runtime
-from repromatrix.model import Adapter, Lane, Launch
 from repromatrix.run.cells import placement_of
 from repromatrix.run.schedule import Allocation
-from repromatrix.runner import Runner, detect_runner
 from repromatrix.secret_env import REDACTED, redact
+from repromatrix.values import Adapter, Lane, Launch
 from support import paths
 from support.factories import cell as factories_cell
 from support.factories import default_model, scenario

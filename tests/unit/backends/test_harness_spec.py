@@ -22,7 +22,7 @@ from repromatrix.backends.harness_spec import (
 )
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.expand import expand
-from repromatrix.model import Adapter, Lane, Launch, Level, Probe
+from repromatrix.values import Adapter, Lane, Launch, Level, Probe
 from support.harness import make_cell, offline_launch
 from support.matrix import setup
 

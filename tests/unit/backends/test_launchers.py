@@ -25,7 +25,7 @@ from repromatrix.backends.launchers import (
     pyxis_command,
 )
 from repromatrix.errors import UsageError
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 from support.runner import cell
 
 SPEC = {"mode": "server", "argv": ["--max-model-len", "2048"], "cell": "x"}

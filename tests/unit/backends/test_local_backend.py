@@ -10,7 +10,7 @@ import pytest
 
 from repromatrix.backends.base import Prepared
 from repromatrix.backends.local import COMPLETE, TOKEN_ENV, LocalBackend, create_venv
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 from support import paths
 from support.harness import make_cell
 

@@ -13,7 +13,7 @@ from repromatrix.backends.docker.preflight import DEBOOTSTRAP_FIX, HostFacts, de
 from repromatrix.backends.local import KIND as LOCAL
 from repromatrix.errors import EXIT_INFRA, InfraError
 from repromatrix.matrix.lanes import DEFAULT_BASE, BaseImage, Runtime
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 
 AUTO_BASE = BaseImage("auto", DEFAULT_BASE.ref, "bookworm", None, DEFAULT_BASE.packages)
 PULLED = BaseImage("image", "python:3.11-slim", "bookworm", None, DEFAULT_BASE.packages)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from repromatrix.bisect.answer import (
-    Answer,
-    Evidence,
+    Bisection,
     Ranges,
+    VersionEvidence,
     format_answer,
     suggest_ranges,
     to_json,
 )
 from repromatrix.bisect.search import Search, find_transitions
-from repromatrix.model import Expected, Outcome
+from repromatrix.values import Expected, Outcome
 
 HIT, AVOIDED, ASIDE = Outcome.HIT, Outcome.AVOIDED, Outcome.UNREACHABLE
 VERSIONS = ("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0")
@@ -45,14 +45,14 @@ def test_never_hit_suggests_nothing() -> None:
     assert suggest_ranges(VERSIONS, outcomes(AVOIDED, AVOIDED)) == Ranges(None, None)
 
 
-def make_answer() -> Answer:
+def make_answer() -> Bisection:
     seen = outcomes(Outcome.INFRA_ERROR, HIT, AVOIDED, AVOIDED, AVOIDED)
     ran = ("0.27.0", "0.27.1", "0.30.0", "0.28.0")
     known = {v: o for v, o in seen.items() if v in ran}
     search = Search(VERSIONS, known, ran, 2, find_transitions(VERSIONS, known))
     expected = {"0.27.1": Expected.HIT, "0.28.0": Expected.HIT, "0.30.0": Expected.AVOIDED}
     evidence = {
-        v: Evidence(
+        v: VersionEvidence(
             f"cpu/{v}/cpu/m/default/s/trigger@probe",
             o,
             "results/b",
@@ -61,7 +61,7 @@ def make_answer() -> Answer:
         )
         for v, o in known.items()
     }
-    return Answer(
+    return Bisection(
         "s",
         "trigger",
         search,

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from repromatrix.bisect import flow
-from repromatrix.bisect.answer import Evidence
+from repromatrix.bisect.answer import VersionEvidence
 from repromatrix.bisect.cells import Target, known_outcomes, select_cells, with_versions
 from repromatrix.bisect.execute import BisectRun
 from repromatrix.cli import main
 from repromatrix.errors import EXIT_USAGE, InfraError, UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.inputs import load_inputs
-from repromatrix.model import Cell, Expected, Lane, Level, Outcome, Scenario
 from repromatrix.results import store
+from repromatrix.values import Cell, Expected, Lane, Level, Outcome, Scenario
 from support import paths
 
 ROOT = paths.ROOT
@@ -112,11 +112,11 @@ class Table:
 
     def __call__(
         self, matrix: Matrix, cells: Sequence[Cell], where: BisectRun
-    ) -> dict[str, Evidence]:
+    ) -> dict[str, VersionEvidence]:
         assert all(cell.image.tag in matrix.lanes[Lane.CPU].names("image") for cell in cells)
         self.batches.append([cell.image.tag for cell in cells])
         return {
-            c.id: Evidence(c.id, self.table[c.image.tag], str(where.run_dir), "", c.expected)
+            c.id: VersionEvidence(c.id, self.table[c.image.tag], str(where.run_dir), "", c.expected)
             for c in cells
         }
 

@@ -32,7 +32,6 @@ from repromatrix.images.render import dockerfile
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.scenarios import load_scenario
 from repromatrix.matrix.yamlsrc import MAX_BYTES, parse_yaml
-from repromatrix.model import Image, Lane
 from repromatrix.run.cell import make_watcher
 from repromatrix.run.progress import Progress
 from repromatrix.secret_env import (
@@ -43,6 +42,7 @@ from repromatrix.secret_env import (
     redacting_watcher,
 )
 from repromatrix.triage.catalogue import parse_catalogue
+from repromatrix.values import Image, Lane
 from repromatrix.visible import visible
 from support import paths
 from support.cli import repromatrix

@@ -12,9 +12,9 @@ import pytest
 
 from repromatrix import patterns
 from repromatrix.matrix.scenarios import load_catalogue
-from repromatrix.model import FactTest, Signature
 from repromatrix.patterns import PatternError, compile_pattern, regex_problem
 from repromatrix.triage import builtin_catalogue, triage_path
+from repromatrix.values import FactTest, Signature
 from support import paths
 
 DATA = paths.ROOT / "tests" / "data"

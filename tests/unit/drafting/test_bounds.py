@@ -16,7 +16,7 @@ from repromatrix.drafting.check import load_draft
 from repromatrix.drafting.write import render_draft
 from repromatrix.errors import ConfigError, UsageError
 from repromatrix.results.store import RootCause
-from repromatrix.triage import Change, Diagnosis, Direction, FlagFix, builtin_catalogue
+from repromatrix.triage import Diagnosis, Direction, FlagChange, FlagFix, builtin_catalogue
 from repromatrix.triage.catalogue import parse_catalogue
 from repromatrix.triage.facts import LaunchRecord
 from repromatrix.triage.fixes import Bounds, step
@@ -62,7 +62,7 @@ def test_a_first_try_stays_inside_the_flag_s_range(
 def diagnosis(flag: str, direction: Direction) -> Diagnosis:
     line = "ValueError: No available memory for the cache blocks."
     cause = RootCause(line, "EngineCore", "ValueError", line.partition(": ")[2], "gpu_oom")
-    fixes = (FlagFix(flags=(Change(flag, direction=direction),)),)
+    fixes = (FlagFix(flags=(FlagChange(flag, direction=direction),)),)
     return Diagnosis(cause, "", "", fix_flags=fixes)
 
 

@@ -11,7 +11,7 @@ import yaml
 from repromatrix.drafting.check import load_draft
 from repromatrix.drafting.write import draft_id, engine_flags, render_draft
 from repromatrix.results.store import RootCause
-from repromatrix.triage import Change, Diagnosis, Direction, FlagFix
+from repromatrix.triage import Diagnosis, Direction, FlagChange, FlagFix
 from repromatrix.triage.facts import LaunchRecord, read_launch
 from support import paths
 
@@ -23,7 +23,7 @@ def diagnosis(line: str = "ValueError: bad max_model_len 4096", **facts: str) ->
     cause = RootCause(
         line, "EngineCore", "ValueError", line.partition(": ")[2], "kv_cache_too_small"
     )
-    fixes = (FlagFix(flags=(Change("max_model_len", direction=Direction.LOWER),)),)
+    fixes = (FlagFix(flags=(FlagChange("max_model_len", direction=Direction.LOWER),)),)
     return Diagnosis(cause, "", "", fix_flags=fixes, facts=MappingProxyType(facts))
 
 

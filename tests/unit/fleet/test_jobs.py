@@ -17,10 +17,10 @@ import pytest
 
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
-from repromatrix.fleet.jobs import IMAGE_SETUP_S, MARGIN, Budget, load_durations, plan_jobs
+from repromatrix.fleet.jobs import IMAGE_SETUP_S, MARGIN, JobBudget, load_durations, plan_jobs
 from repromatrix.matrix.expand import expand
-from repromatrix.model import Expected, Outcome
 from repromatrix.results.store import CellResult, Timings, write_result
+from repromatrix.values import Expected, Outcome
 from support.matrix import GPU_LANE, setup
 from support.workflow import (
     ROOT,
@@ -146,10 +146,10 @@ def test_a_shorter_job_limit_makes_more_smaller_jobs(tmp_path: Path) -> None:
     matrix, scenarios = setup(tmp_path)
     cells = list(expand(matrix, scenarios))
     everything = [c.id for c in cells]
-    hours = {m: plan_jobs(cells, everything, Budget(job_minutes=m)) for m in (60, 360, 24 * 60)}
+    hours = {m: plan_jobs(cells, everything, JobBudget(job_minutes=m)) for m in (60, 360, 24 * 60)}
     assert len(hours[60]) > len(hours[360]) >= len(hours[24 * 60]) == 8
     for minutes, jobs in hours.items():
-        assert all(job.estimate_s <= Budget(job_minutes=minutes).seconds for job in jobs)
+        assert all(job.estimate_s <= JobBudget(job_minutes=minutes).seconds for job in jobs)
         assert sum(job.cells for job in jobs) == len(cells)
 
 
@@ -157,7 +157,7 @@ def test_a_cell_longer_than_any_job_is_refused(tmp_path: Path) -> None:
     matrix, scenarios = setup(tmp_path)
     cells = list(expand(matrix, scenarios))
     with pytest.raises(UsageError, match=r"may take 1800 s, more than a 30-minute job holds"):
-        plan_jobs(cells, [c.id for c in cells], Budget(job_minutes=30))
+        plan_jobs(cells, [c.id for c in cells], JobBudget(job_minutes=30))
 
 
 def test_measured_durations_replace_deadlines(tmp_path: Path) -> None:
@@ -174,7 +174,7 @@ def test_measured_durations_replace_deadlines(tmp_path: Path) -> None:
             timings=Timings(total_s=120.0),
         )  # fmt: skip
         write_result(runs / "earlier", result, b"")
-    budget = Budget(job_minutes=180)  # the cells of one image fit it only once they are short
+    budget = JobBudget(job_minutes=180)  # the cells of one image fit it only once they are short
     by_deadline = plan_jobs(cells, everything, budget)
     measured = load_durations([runs])
     assert measured == dict.fromkeys(everything, 120.0)
@@ -195,7 +195,7 @@ def test_packing_under_the_job_limit_keeps_each_job_within_budget(tmp_path: Path
     matrix, scenarios = setup(tmp_path, text)
     cells = list(expand(matrix, scenarios))
     everything = [c.id for c in cells]
-    budget = Budget(job_minutes=24 * 60)
+    budget = JobBudget(job_minutes=24 * 60)
     jobs = plan_jobs(cells, everything, budget, max_jobs=5)
     assert len(jobs) <= 5
     assert all(job.estimate_s <= budget.seconds for job in jobs)

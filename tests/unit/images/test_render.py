@@ -19,7 +19,7 @@ from repromatrix.images.render import (
     write_context,
 )
 from repromatrix.images.wheelhouse import TORCH_VERSION
-from repromatrix.model import Image, Lane
+from repromatrix.values import Image, Lane
 from support import factories, paths
 from support.harness import make_cell
 

@@ -21,7 +21,7 @@ from repromatrix.matrix.conditions import (
     subject_problem,
     tensor_parallel_size,
 )
-from repromatrix.model import Condition, FlagValue, Gpu, Lane, Launch, Model, Op
+from repromatrix.values import Condition, FlagValue, Gpu, Lane, Launch, Model, Op
 
 GEMMA = Model(
     "gemma-4-e2b-it",

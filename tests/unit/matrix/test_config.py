@@ -9,7 +9,7 @@ from packaging.version import Version
 
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.config import DEFAULT_BASE, BaseImage, load_matrix
-from repromatrix.model import Lane, SlurmOptions
+from repromatrix.values import Lane, SlurmOptions
 from support import paths
 from support.matrix import GPU_LANE, at, write
 

@@ -20,7 +20,7 @@ from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.memory import estimate, estimate_json, memory_problems
-from repromatrix.model import Lane, Model
+from repromatrix.values import Lane, Model
 from support import factories, paths
 
 MODELS = paths.DATA / "models"

@@ -10,7 +10,7 @@ import pytest
 from repromatrix.matrix.effective import effective_flags
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, Expected
+from repromatrix.values import Cell, Expected
 from support.matrix import BASELINE, MOE_SCENARIO, setup
 
 USER_FLAGS = """

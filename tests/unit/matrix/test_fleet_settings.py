@@ -16,7 +16,7 @@ from repromatrix.errors import EXIT_USAGE, ConfigError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.lanes import DEFAULT_GPU_IDLE_WAIT_S
-from repromatrix.model import Cell, Lane
+from repromatrix.values import Cell, Lane
 from support.matrix import BASELINE, at, setup, write
 
 FLEET = """

@@ -10,7 +10,7 @@ from repromatrix.errors import ConfigError, UsageError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.follow import Follow, LeftOut, choose
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 from support.matrix import GPU_LANE, at, setup, write
 
 FOLLOWING = GPU_LANE.replace(

@@ -13,7 +13,7 @@ from repromatrix.commands.plan import add_runner_arguments
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.images import effective_pull
-from repromatrix.model import Lane, PullPolicy
+from repromatrix.values import Lane, PullPolicy
 from support.matrix import at, write
 
 DIGEST = "a" * 64

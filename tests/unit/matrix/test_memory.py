@@ -29,7 +29,7 @@ from repromatrix.matrix.memory import (
     table_text,
 )
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import DTYPE_BYTES, Cell, FlagValue, Gpu, Lane, Level, Model, frozen_flags
+from repromatrix.values import DTYPE_BYTES, Cell, FlagValue, Gpu, Lane, Level, Model, frozen_flags
 from support import factories, paths
 from support.matrix import GPU_LANE, setup
 

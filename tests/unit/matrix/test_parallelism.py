@@ -14,7 +14,7 @@ from repromatrix.errors import EXIT_USAGE, ConfigError
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.memory import Fit, estimate, infeasible_reason
 from repromatrix.matrix.scenarios import load_scenarios
-from repromatrix.model import Lane, Level
+from repromatrix.values import Lane, Level
 from support.matrix import BASELINE, MOE_SCENARIO, at, setup, write
 
 # The facts of Qwen/Qwen3-30B-A3B's config.json, and GPUs as nvidia-smi reports them

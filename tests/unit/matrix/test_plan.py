@@ -9,16 +9,16 @@ import pytest
 
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
-from repromatrix.fleet.jobs import Budget, brace_glob, github_matrix
+from repromatrix.fleet.jobs import JobBudget, brace_glob, github_matrix
 from repromatrix.fleet.listing import format_json, format_table, summary
 from repromatrix.matrix.expand import expand
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell
+from repromatrix.values import Cell
 from support import paths
 from support.matrix import GPU_LANE, setup
 
 ROOT = paths.ROOT
-DAY = Budget(job_minutes=24 * 60)  # each small test group fits one job
+DAY = JobBudget(job_minutes=24 * 60)  # each small test group fits one job
 
 
 def covered(jobs: list[dict[str, object]], everything: list[str]) -> list[str]:
@@ -128,7 +128,7 @@ def test_github_matrix_stays_within_256_jobs(tmp_path: Path) -> None:
     assert sorted(covered(jobs, everything)) == sorted(everything)
     assert {job["runner"] for job in jobs} == {"runner-0", "runner-1", "runner-2"}
     assert sum(job["cells"] for job in jobs) == len(cells)
-    roomy = Budget(job_minutes=10**6)  # room to pack every group of a runner in one job
+    roomy = JobBudget(job_minutes=10**6)  # room to pack every group of a runner in one job
     small = github_matrix(cells, everything, roomy, max_jobs=5)["include"]
     assert len(small) <= 5 and sorted(covered(small, everything)) == sorted(everything)
     with pytest.raises(UsageError, match="on 3 runner labels, above the 2-job limit"):

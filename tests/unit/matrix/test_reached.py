@@ -14,7 +14,7 @@ import yaml
 from repromatrix.cli import main
 from repromatrix.errors import EXIT_USAGE, ConfigError
 from repromatrix.matrix.scenarios import load_catalogue, load_scenario
-from repromatrix.model import FactTest, Signature
+from repromatrix.values import FactTest, Signature
 from support import paths
 
 ZOO = paths.ROOT / "scenarios" / "zoo"

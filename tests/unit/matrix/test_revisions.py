@@ -12,7 +12,7 @@ from repromatrix.errors import ConfigError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.sources import Download, downloads, fetch
-from repromatrix.model import Cell
+from repromatrix.values import Cell
 from support.matrix import at, setup, write
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

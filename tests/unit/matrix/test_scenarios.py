@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.scenarios import load_scenario, load_scenarios
-from repromatrix.model import Condition, Lane, LaunchMode, Op, Scenario, ScenarioKind
+from repromatrix.values import Condition, Lane, LaunchMode, Op, Scenario, ScenarioKind
 from support import paths
 from support.matrix import at, write
 

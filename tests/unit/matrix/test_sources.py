@@ -15,7 +15,7 @@ from repromatrix.errors import ConfigError, InfraError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.sources import Download, check_local, downloads
-from repromatrix.model import Cell
+from repromatrix.values import Cell
 from support.matrix import at, setup, write
 
 MODELS = """

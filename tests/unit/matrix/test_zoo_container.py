@@ -23,8 +23,8 @@ from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_catalogue, load_scenario
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Cell, ContainerOptions, Lane, Outcome
 from repromatrix.run.cell import CellContext, execute_cell, oom_report
+from repromatrix.values import Cell, ContainerOptions, Lane, Outcome
 from support import paths
 from support.matrix import write
 
@@ -201,7 +201,7 @@ def test_a_snapshot_names_live_processes_by_their_title(tmp_path: Path):
 
 def test_the_local_backend_skips_what_needs_a_container_but_holds_a_port_itself():
     from repromatrix.backends.local import LocalKind  # noqa: PLC0415
-    from repromatrix.runner import Runner  # noqa: PLC0415
+    from repromatrix.host.runner import Runner  # noqa: PLC0415
 
     local = LocalKind()
     for scenario in ("cpu-memory-limit", "cpu-shm-too-small", "cpu-libnuma-missing"):

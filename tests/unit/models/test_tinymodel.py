@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from repromatrix.errors import ConfigError
-from repromatrix.model import Lane, Model
 from repromatrix.models.tinymodel import (
     DEFAULTS,
     generator_argv,
     recipe,
     tiny_model_for,
 )
+from repromatrix.values import Lane, Model
 from support.harness import TINY
 
 

@@ -21,7 +21,6 @@ from repromatrix.matrix.conditions import lora_overflow_tokens
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import expand
 from repromatrix.matrix.scenarios import load_scenarios
-from repromatrix.model import Lane, Level
 from repromatrix.probes import (
     DIRECTORY,
     lora_int32_offsets,
@@ -30,6 +29,7 @@ from repromatrix.probes import (
     programs,
     tritonir,
 )
+from repromatrix.values import Lane, Level
 from support import paths
 
 ROOT = paths.ROOT
@@ -248,9 +248,9 @@ def test_chunked_prefill_without_a_batch_size_is_refused() -> None:
 
 def test_fully_sharded_loras_shard_the_rank_like_the_layer() -> None:
     params = {"max_lora_rank": 320, "fully_sharded_loras": True, "tensor_parallel_size": 4}
-    shape = moe_lora_rank.Shape.from_params(params)
+    shape = moe_lora_rank.LayerShape.from_params(params)
     assert (shape.lora_rank, shape.fully_sharded) == (80, True)
-    assert moe_lora_rank.Shape.from_params({"max_lora_rank": 320}).lora_rank == 320
+    assert moe_lora_rank.LayerShape.from_params({"max_lora_rank": 320}).lora_rank == 320
 
 
 def test_every_scenario_probe_names_a_program_here() -> None:
@@ -270,7 +270,7 @@ def test_the_variant_flags_of_a_probe_cell_reach_the_probe() -> None:
         if cell.level is Level.PROBE and cell.scenario.id == "moe-lora-rank-over-128"
     }
     shapes = {
-        key: moe_lora_rank.Shape.from_params(build_spec(cell, "/m")["probe"]["params"])
+        key: moe_lora_rank.LayerShape.from_params(build_spec(cell, "/m")["probe"]["params"])
         for key, cell in cells.items()
     }
     assert (shapes["0.31.0/trigger"].lora_rank, shapes["0.31.0/trigger"].fully_sharded) == (

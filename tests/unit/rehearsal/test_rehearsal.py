@@ -13,13 +13,13 @@ from repromatrix.backends.docker import kind as docker_kind
 from repromatrix.backends.docker.calls import container_call
 from repromatrix.cli import main
 from repromatrix.errors import EXIT_USAGE
+from repromatrix.host.runner import Runner
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.images import effective_pull, image_version, make_image
-from repromatrix.model import Image, Lane
 from repromatrix.rehearsal import hfcache
 from repromatrix.rehearsal.registry import LocalRegistry
 from repromatrix.rehearsal.rehearse import RehearsalOptions, write_matrix
-from repromatrix.runner import Runner
+from repromatrix.values import Image, Lane
 from support import paths
 from support.cli import repromatrix
 from support.runner import cell

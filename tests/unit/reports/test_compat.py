@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from repromatrix.model import Expected, Outcome
 from repromatrix.reports.markdown import MD_LIMIT, escape, format_markdown
 from repromatrix.reports.table import Agreement, Column, Entry, build_table, tag_key
 from repromatrix.reports.write import write_reports
 from repromatrix.results.store import RootCause
 from repromatrix.results.verdicts import ProblemKind, RunProblem, Verdict, judge_all
+from repromatrix.values import Expected, Outcome
 from support.reports import MOE_CAUSE, mixed_run, result, write_run
 
 
@@ -32,7 +32,7 @@ def test_tags_sort_by_version_with_nightly_last() -> None:
 
 def test_sections_rows_and_columns() -> None:
     table = build_table(judge_all(mixed_run()))
-    assert [s.setup.title for s in table.sections] == [
+    assert [s.configuration.title for s in table.sections] == [
         "cpu lane · cpu · tiny-llama · default",
         "gpu lane · h100 · qwen3-30b-a3b · default",
     ]

@@ -11,7 +11,6 @@ import pytest
 from junitparser.xunit2 import JUnitXml
 
 from repromatrix.cli import main
-from repromatrix.model import Lane
 from repromatrix.reports.write import write_reports
 from repromatrix.results.store import cell_dir, read_run, write_plan
 from repromatrix.results.verdicts import ProblemKind
@@ -19,6 +18,7 @@ from repromatrix.run.claim import claimed
 from repromatrix.run.folder import record_plan
 from repromatrix.run.main import Mode, RunOptions, execute_run, plan_run
 from repromatrix.run.progress import Progress
+from repromatrix.values import Lane
 from support import paths
 from support.reports import cpu_lane, write_run
 

@@ -10,7 +10,6 @@ import pytest
 
 from repromatrix.errors import UsageError
 from repromatrix.matrix.scenarios import load_scenarios
-from repromatrix.model import Expected, Outcome
 from repromatrix.reports.diff import Change, diff
 from repromatrix.reports.findings import ReportOptions, build_findings, skip_groups, title
 from repromatrix.reports.move import build_move, move_json
@@ -26,6 +25,7 @@ from repromatrix.reports.upgrade import (
 from repromatrix.reports.write import answer_lines, write_reports
 from repromatrix.results.schema import CellResult
 from repromatrix.results.verdicts import judge_all, shorten
+from repromatrix.values import Expected, Outcome
 from support import paths
 from support.reports import MOE_CAUSE, cpu_lane, result, write_run
 from support.upgrade import MOE, NO_MEMORY, NO_RUNNER, cpu_probes, gpu_run, write_gpu_run

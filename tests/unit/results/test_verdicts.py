@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from repromatrix.model import Expected, Level, Outcome
 from repromatrix.results.store import RootCause
 from repromatrix.results.verdicts import (
     FAILING,
@@ -19,6 +18,7 @@ from repromatrix.results.verdicts import (
     tally,
     unique_problems,
 )
+from repromatrix.values import Expected, Level, Outcome
 from support.reports import KV_CAUSE, MOE_CAUSE, result
 
 H, A, U, N = Expected.HIT, Expected.AVOIDED, Expected.UNKNOWN, Expected.NOT_REACHED

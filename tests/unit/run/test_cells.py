@@ -19,11 +19,11 @@ from repromatrix.backends.base import Execution, Placement, Prepared
 from repromatrix.backends.docker.calls import ContainerSettings
 from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.backends.local import LocalBackend, kill_tagged
-from repromatrix.gpu_idle import IdleWait
-from repromatrix.model import Cell, Lane, Outcome
+from repromatrix.host.idle import IdleWait
+from repromatrix.host.runner import detect_runner
 from repromatrix.run.cells import Pacing, capacity_of
 from repromatrix.run.schedule import GIB
-from repromatrix.runner import detect_runner
+from repromatrix.values import Cell, Lane, Outcome
 from support.pool import GUARD_S, UUIDS, Recorder, at_once, resources, run, saved, together
 from support.runner import cell
 

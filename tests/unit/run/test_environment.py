@@ -13,11 +13,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from repromatrix.backends.base import Prepared
-from repromatrix.model import Lane, Launch
 from repromatrix.models.tinymodel import content_hash, tiny_model_for
 from repromatrix.results import store
 from repromatrix.run.environment import EnvironmentReports, report_key
 from repromatrix.run.images import ImageReady, cell_context
+from repromatrix.values import Lane, Launch
 from support import factories
 from support.pool import UUIDS, Recorder, resources, run, saved
 from support.runner import cell

@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from repromatrix.backends.docker import KIND as DOCKER
+from repromatrix.host.runner import Runner
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
-from repromatrix.model import Lane
 from repromatrix.run.main import skip_reasons
 from repromatrix.run.outlook import GB, disk_line, disk_needed, outlook
 from repromatrix.run.pool import pace
-from repromatrix.runner import Runner
+from repromatrix.values import Lane
 from support import paths
 
 

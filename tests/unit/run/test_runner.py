@@ -13,12 +13,12 @@ from repromatrix.backends import local as local_kind
 from repromatrix.backends.base import Prepared
 from repromatrix.backends.docker import kind as docker_kind
 from repromatrix.errors import UsageError
+from repromatrix.host.runner import Runner
 from repromatrix.matrix.config import load_matrix
-from repromatrix.model import Image, Lane, Outcome
 from repromatrix.results import store as results
 from repromatrix.run.claim import claim
 from repromatrix.run.folder import pending, resolve_folder
-from repromatrix.runner import Runner
+from repromatrix.values import Image, Lane, Outcome
 from support import paths
 from support.pool import Recorder, resources, run
 from support.runner import cell

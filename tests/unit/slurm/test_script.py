@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from repromatrix.errors import UsageError
-from repromatrix.fleet.jobs import Budget, estimator
-from repromatrix.model import Gpu, Lane, SlurmOptions
+from repromatrix.fleet.jobs import JobBudget, estimator
 from repromatrix.slurm.arrays import WARNING_S, TaskArray, split
 from repromatrix.slurm.script import (
     ScriptContext,
@@ -23,6 +22,7 @@ from repromatrix.slurm.script import (
     time_limit,
 )
 from repromatrix.slurm.submission import TaskEntry, new_submission
+from repromatrix.values import Gpu, Lane, SlurmOptions
 from support import factories
 
 CONTEXT = ScriptContext(
@@ -61,7 +61,7 @@ def literals(script: str) -> dict[str, object]:
 def gpu_arrays(slurm: SlurmOptions, cells: int = 1) -> tuple[TaskArray, ...]:
     gpu = Gpu("h100", Lane.GPU, "gpu-h100", 1, "9.0", 80, slurm=slurm)
     made = [factories.cell(Lane.GPU, gpu=gpu, variant=f"v{i}") for i in range(cells)]
-    return split(made, {c.id for c in made}, Budget(), estimator({}))
+    return split(made, {c.id for c in made}, JobBudget(), estimator({}))
 
 
 def tasks_of(arrays: tuple[TaskArray, ...]) -> tuple[TaskEntry, ...]:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from repromatrix.errors import ConfigError
 from repromatrix.triage import Role, builtin_catalogue, load_catalogue
 from repromatrix.triage.catalogue import parse_catalogue, required_literal, required_literals
-from repromatrix.triage.fixes import Change, Direction, FlagFix
+from repromatrix.triage.fixes import Direction, FlagChange, FlagFix
 from support.triage import catalogue_examples
 
 # One message per category, as vLLM, PyTorch, NCCL, Docker or the kernel print it.
@@ -183,15 +183,15 @@ def test_fix_flags_are_read_as_values_and_directions() -> None:
     )
     (cause,) = parse_catalogue(body, "x.yaml").causes
     lower, values, both = cause.fix_flags
-    assert lower == FlagFix(flags=(Change("max_model_len", direction=Direction.LOWER),))
+    assert lower == FlagFix(flags=(FlagChange("max_model_len", direction=Direction.LOWER),))
     assert [(c.name, c.value) for c in values.flags] == [
         ("enforce_eager", True),
         ("dtype", "float16"),
         ("max_num_seqs", 8),
     ]
     assert both.env == (
-        Change("NCCL_P2P_DISABLE", value="1"),
-        Change("VLLM_CPU_KVCACHE_SPACE", direction=Direction.RAISE),
+        FlagChange("NCCL_P2P_DISABLE", value="1"),
+        FlagChange("VLLM_CPU_KVCACHE_SPACE", direction=Direction.RAISE),
     )
     assert both.describe() == (
         "disable_custom_all_reduce=true, env NCCL_P2P_DISABLE=1, raise env VLLM_CPU_KVCACHE_SPACE"

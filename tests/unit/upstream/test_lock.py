@@ -17,9 +17,9 @@ from repromatrix.cli import main
 from repromatrix.errors import ConfigError, InfraError, UsageError
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.follow import LeftOut
-from repromatrix.model import Lane, PullPolicy
 from repromatrix.upstream.lock import apply_lock, read_lock, restricted, stale_lanes, write_lock
 from repromatrix.upstream.resolve import Locking, load_locked, resolve
+from repromatrix.values import Lane, PullPolicy
 from support.matrix import BASELINE, GPU_LANE, MOE_SCENARIO, setup, write
 
 FOLLOWING = GPU_LANE.replace(

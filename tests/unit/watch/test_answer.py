@@ -8,13 +8,13 @@ from dataclasses import replace
 from typing import Any
 
 from repromatrix.matrix.images import make_image
-from repromatrix.model import Expected, Lane, Outcome
 from repromatrix.publish.history import EMPTY, RunInfo, extend
 from repromatrix.results.verdicts import judge_all
+from repromatrix.values import Expected, Lane, Outcome
 from repromatrix.watch.answer import (
     ANSWER_SCHEMA,
     ANSWER_SCHEMA_VERSION,
-    Evidence,
+    SiteLinks,
     Stage,
     answer_json,
     answer_markdown,
@@ -58,7 +58,7 @@ def answer_of(trigger: Outcome, workaround: Outcome | None = None, baseline: Any
     return build_answer(
         candidate(), judged, baseline, stage=Stage.FINAL,
         counts=counts_of(len(judged), judged, 0), run="watch-gpu-v0.32.0-cccccccccccc",
-        evidence=Evidence("https://compat.example/index.html"),
+        evidence=SiteLinks("https://compat.example/index.html"),
     )  # fmt: skip
 
 
@@ -116,7 +116,7 @@ def test_the_payload_is_versioned_and_the_markdown_leads_with_the_answer() -> No
     text = answer_markdown(answer)
     assert text.startswith("### vLLM v0.32.0 (gpu lane, sha256:cccccccccccc): safe\n")
     assert "Against v0.31.0: 1 fixed." in text
-    assert "Evidence: https://compat.example/index.html" in text
+    assert "SiteLinks: https://compat.example/index.html" in text
 
 
 def test_the_markdown_of_an_answer_writes_values_from_results_as_text() -> None:
@@ -131,7 +131,7 @@ def test_the_markdown_of_an_answer_writes_values_from_results_as_text() -> None:
     answer = build_answer(
         candidate(), judged, ("v0.31.0", published("v0.31.0", Outcome.AVOIDED)),
         stage=Stage.FINAL, counts=counts_of(len(judged), judged, 0), run="r",
-        evidence=Evidence("https://compat.example/index.html"),
+        evidence=SiteLinks("https://compat.example/index.html"),
     )  # fmt: skip
     text = answer_markdown(answer)
     assert "Forged" in text and "octocat" in text

@@ -14,7 +14,7 @@ import pytest
 from repromatrix.cli import main
 from repromatrix.grammars import check_run_id
 from repromatrix.matrix.images import make_image
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 from repromatrix.watch.candidates import Candidate
 from support.matrix import BASELINE, write
 from support.registry import StandIn, stand_in_registry

@@ -22,10 +22,10 @@ from repromatrix.backends.harness_spec import (
 )
 from repromatrix.errors import InfraError
 from repromatrix.harness.harness import OFFLINE_ENV
+from repromatrix.host.runner import pending_devices, select_devices
 from repromatrix.images.render import ENTRYPOINT
 from repromatrix.matrix.lanes import BaseImage
-from repromatrix.model import Cell, Lane, PullPolicy
-from repromatrix.runner import pending_devices, select_devices
+from repromatrix.values import Cell, Lane, PullPolicy
 
 RUN_LABEL = "repromatrix.run"
 CELL_LABEL = "repromatrix.cell"

@@ -5,7 +5,7 @@ pulls images (reading the CUDA version a GPU image is built for), then runs
 each cell in a labelled container under the cell's own deadline, streaming its
 output to the watcher, stopping early when the watcher says so, and always
 removing what it started. Before a GPU cell it checks the cell's GPUs idle
-(``gpu_idle``, naming the container that holds one), and at the start of a run
+(``host.idle``, naming the container that holds one), and at the start of a run
 it removes the containers of runs that are no longer alive (``owners``).
 """
 
@@ -30,7 +30,6 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest
 from requests.exceptions import RequestException
 
-from repromatrix import gpu_idle
 from repromatrix.backends.base import EnvironmentReport, Execution, Placement, Prepared, Watcher
 from repromatrix.backends.docker import owners
 from repromatrix.backends.docker.calls import (
@@ -53,15 +52,16 @@ from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.files import replace_file
 from repromatrix.harness.harness import INTERRUPT_SIGNAL
 from repromatrix.heartbeat import heartbeat
+from repromatrix.host import idle
+from repromatrix.host.nvidia_smi import Smi, run_nvidia_smi
+from repromatrix.host.runner import Runner
 from repromatrix.images import wheelhouse
 from repromatrix.images.render import CONTAINER_ROOT
 from repromatrix.matrix.lanes import BaseImage, pulled_base
-from repromatrix.model import Cell, Image, Lane, Model
 from repromatrix.models import tinymodel
 from repromatrix.models.tinymodel import TinyModel
-from repromatrix.nvidia_smi import Smi, run_nvidia_smi
-from repromatrix.runner import Runner
 from repromatrix.secret_env import redact, redacting_watcher, secrets_from
+from repromatrix.values import Cell, Image, Lane, Model
 
 # Errors that mean "the engine or the host failed", never "vLLM failed".
 ENGINE_ERRORS = (DockerException, RequestException, OSError)
@@ -516,14 +516,14 @@ class DockerBackend:
         gpus = [gpu for i in placement.gpu_ids or () if (gpu := self.runner.gpu(i)) is not None]
         if not gpus:
             return None  # ids nvidia-smi did not list: nothing to ask it about
-        use = gpu_idle.read_use(self.smi, slices=any(g.mig_profile for g in gpus))
+        use = idle.read_use(self.smi, slices=any(g.mig_profile for g in gpus))
         if use is None:
-            return gpu_idle.unreadable(gpus)
-        found = gpu_idle.busy(gpus, self.runner, use)
+            return idle.unreadable(gpus)
+        found = idle.busy(gpus, self.runner, use)
         if not found:
             return None
         pids = {p.pid for one in found for p in one.processes if p.pid is not None}
-        return gpu_idle.describe(found, self.holders(pids))
+        return idle.describe(found, self.holders(pids))
 
     def holders(self, pids: Collection[int]) -> dict[int, str]:
         """The container of this engine that runs each of the host processes ``pids``, in words:

@@ -29,8 +29,9 @@ from repromatrix.backends.docker.preflight import decide
 from repromatrix.backends.harness_spec import build_spec, model_path
 from repromatrix.backends.launchers import apptainer_command, pyxis_command
 from repromatrix.errors import InfraError
-from repromatrix.gpu_identity import runner_mismatch
 from repromatrix.heartbeat import heartbeat
+from repromatrix.host.identity import runner_mismatch
+from repromatrix.host.runner import MIB, Runner
 from repromatrix.images import wheelhouse
 from repromatrix.images.render import (
     ENTRYPOINT,
@@ -41,8 +42,7 @@ from repromatrix.images.render import (
 )
 from repromatrix.matrix.images import effective_pull
 from repromatrix.matrix.lanes import BaseImage, Runtime
-from repromatrix.model import Cell, Image, Lane
-from repromatrix.runner import MIB, Runner
+from repromatrix.values import Cell, Image, Lane
 
 
 def container_settings(

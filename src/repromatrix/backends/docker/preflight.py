@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from repromatrix.backends.base import Preflight
 from repromatrix.matrix.lanes import BaseImage, Runtime, pulled_base
-from repromatrix.model import Lane
+from repromatrix.values import Lane
 
 DEBOOTSTRAP_FIX = "apt-get install debootstrap"
 ENGINE_FIX = "start a Docker engine (systemctl start docker, or Docker Desktop)"

@@ -1,10 +1,10 @@
-"""Are a cell's GPUs idle before it starts (``repromatrix.gpu_idle``)? nvidia-smi's answers are
+"""Are a cell's GPUs idle before it starts (``repromatrix.host.idle``)? nvidia-smi's answers are
 outputs captured on real machines, behind the project's ``Smi`` interface."""
 
 from __future__ import annotations
 
-from repromatrix import nvidia_smi
-from repromatrix.gpu_idle import (
+from repromatrix.host import nvidia_smi
+from repromatrix.host.idle import (
     IDLE_MEMORY_MIB,
     Busy,
     GpuProcess,
@@ -16,7 +16,7 @@ from repromatrix.gpu_idle import (
     unreadable,
     wait_idle,
 )
-from repromatrix.runner import detect_runner
+from repromatrix.host.runner import detect_runner
 from support.nvidia_smi import A100_MIG, H100, captured, machine
 
 UUID = "GPU-00000000-0000-0000-0000-000000000000"  # the exporter masks every GPU's UUID so

@@ -1,4 +1,4 @@
-"""This runner (``repromatrix.runner``): the GPUs a run may use, cores, free memory, read once."""
+"""This runner (``host.runner``): the GPUs a run may use, cores, free memory, read once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from repromatrix.errors import InfraError, UsageError
-from repromatrix.runner import (
+from repromatrix.host.runner import (
     MIB,
     Runner,
     SlurmJob,

@@ -37,9 +37,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from repromatrix import nvidia_smi
 from repromatrix.errors import InfraError, UsageError
-from repromatrix.nvidia_smi import ListedGpu, Smi, run_nvidia_smi
+from repromatrix.host import nvidia_smi
+from repromatrix.host.nvidia_smi import ListedGpu, Smi, run_nvidia_smi
 
 # Read in this order after the command line: what CUDA honours, then the NVIDIA runtime's.
 GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")

@@ -26,9 +26,9 @@ import fnmatch
 import re
 from collections.abc import Sequence
 
-from repromatrix.model import Gpu
+from repromatrix.host.runner import Runner, RunnerGpu
 from repromatrix.patterns import compile_pattern, regex_problem
-from repromatrix.runner import Runner, RunnerGpu
+from repromatrix.values import Gpu
 
 MEMORY_TOLERANCE = 0.10
 PROFILE_SIZE = re.compile(r"(?P<size>[0-9]+)gb\Z")

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from repromatrix import nvidia_smi
-from repromatrix.nvidia_smi import Smi, mebibytes
-from repromatrix.runner import Runner, RunnerGpu
+from repromatrix.host import nvidia_smi
+from repromatrix.host.nvidia_smi import Smi, mebibytes
+from repromatrix.host.runner import Runner, RunnerGpu
 
 IDLE_MEMORY_MIB = 256
 IDLE_POLL_S = 5.0  # between two looks at a busy GPU: nvidia-smi takes a fraction of a second

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from repromatrix.slurm.poll import TaskView, changes, summary, view
 from repromatrix.slurm.scontrol import JobRecord, Phase
-from repromatrix.slurm.watch import TaskView, changes, summary, view
 from support.slurm import cells, finish_cell, submission_of
 
 

@@ -1,12 +1,12 @@
-"""nvidia-smi's outputs parsed (``repromatrix.nvidia_smi``), tested on real captured outputs."""
+"""nvidia-smi's outputs parsed (``host.nvidia_smi``), tested on real captured outputs."""
 
 from __future__ import annotations
 
 import pytest
 
-from repromatrix import nvidia_smi
-from repromatrix.nvidia_smi import DriverVersion, SliceMemory
-from repromatrix.runner import gpu_groups, read_gpus
+from repromatrix.host import nvidia_smi
+from repromatrix.host.nvidia_smi import DriverVersion, SliceMemory
+from repromatrix.host.runner import gpu_groups, read_gpus
 from support.nvidia_smi import (
     A100_MIG,
     H100,

@@ -1,4 +1,4 @@
-"""Is a runner's GPU the one a cell's matrix entry names (``repromatrix.gpu_identity``)?
+"""Is a runner's GPU the one a cell's matrix entry names (``repromatrix.host.identity``)?
 
 The runner GPUs are read from outputs captured on real machines, through the same
 parsers a run uses; the entries are the default matrix's own.
@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from repromatrix.backends.docker.kind import KIND
-from repromatrix.gpu_identity import (
+from repromatrix.host.identity import (
     driver_shortfall,
     forward_compatible,
     mismatch,
@@ -19,9 +19,9 @@ from repromatrix.gpu_identity import (
     pattern_problem,
     runner_mismatch,
 )
+from repromatrix.host.runner import RunnerGpu, detect_runner, read_gpus
 from repromatrix.matrix.config import load_matrix
-from repromatrix.model import Gpu, Lane
-from repromatrix.runner import RunnerGpu, detect_runner, read_gpus
+from repromatrix.values import Gpu, Lane
 from support import paths
 from support.factories import cell
 from support.nvidia_smi import A100_MIG, H100, H100_MIG, H200_MIG, L40S, MACHINES, machine
