@@ -194,11 +194,24 @@ class Backend(Protocol):
         ...
 
 
+GB = 1000**3
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a backend makes on disk for each distinct image of a run, about, from scratch:
+    what it calls them (``images``, ``virtualenvs``) and their bytes per lane."""
+
+    made: str
+    bytes_per_image: Mapping[Lane, int]
+
+
 class BackendKind(Protocol):
     """A kind of backend, as the registry knows it: found by name, opened once per run."""
 
     name: str
     summary: str  # one line for ``--help``
+    footprint: Footprint  # the first lines' disk estimate
 
     def available(self) -> bool:
         """Whether this host can use this backend now (an engine answers, ...)."""

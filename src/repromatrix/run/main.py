@@ -179,7 +179,9 @@ def execute_run(
             return RunSummary(run.folder, run.todo, images=made)
         measured = measured_s(earlier, progress.note)
         pacing = Pacing(options.jobs, options.image_jobs, measured, idle_wait_of(run.matrix))
-        for line in outlook(run_words(run, options.resume), runnable, skips, options.cache):
+        for line in outlook(
+            run_words(run, options.resume), runnable, skips, options.cache, kind.footprint
+        ):
             progress.note(line)
         with claimed(run.folder.path):
             record_plan(run.folder.path, run.cells, options.matrix)

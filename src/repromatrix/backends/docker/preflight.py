@@ -15,6 +15,7 @@ cells are skipped where the GPUs are missing, so it needs an engine only.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
@@ -23,7 +24,13 @@ from repromatrix.matrix.lanes import BaseImage, Runtime, pulled_base
 from repromatrix.values import Lane
 
 DEBOOTSTRAP_FIX = "apt-get install debootstrap"
-ENGINE_FIX = "start a Docker engine (systemctl start docker, or Docker Desktop)"
+# The one command that starts an engine, as each platform has it (Docker Desktop elsewhere).
+ENGINE_FIXES = {"linux": "sudo systemctl start docker", "darwin": "open -a Docker"}
+
+
+def engine_fix(platform: str = sys.platform) -> str:
+    """The command that would start a Docker engine on ``platform``."""
+    return ENGINE_FIXES.get(platform, "start Docker Desktop")
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ def decide(
     base resolved as the host allows (an ``auto`` base follows the host)."""
     if facts.engine_error is not None:
         why = f"no Docker engine answers ({facts.engine_error})"
-        return Preflight(runtimes, why, ready=False, fix=ENGINE_FIX)
+        return Preflight(runtimes, why, ready=False, fix=engine_fix())
     made = dict(runtimes)
     said: list[str] = []
     for lane in sorted(lanes):
