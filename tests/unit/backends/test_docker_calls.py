@@ -10,6 +10,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from docker.errors import APIError
 from docker.models.containers import _create_container_args
 
 from repromatrix.backends.base import Prepared
@@ -25,7 +26,7 @@ from repromatrix.backends.docker.calls import (
     split_ref,
     tool_plan,
 )
-from repromatrix.backends.docker.engine import DockerBackend, docker_kwargs
+from repromatrix.backends.docker.engine import DockerBackend, docker_kwargs, one_line
 from repromatrix.backends.docker.kind import KIND, container_settings
 from repromatrix.backends.docker.owners import HOST_LABEL, PID_LABEL, Owner
 from repromatrix.backends.harness_spec import container_adapter_path, container_model_path
@@ -293,3 +294,13 @@ def test_every_container_of_a_slurm_task_is_held_to_the_tasks_memory():
 def runtimes() -> dict[Lane, Runtime]:
     lanes = load_matrix(paths.ROOT / "matrix.yaml").lanes
     return {lane: config.runtime for lane, config in lanes.items()}
+
+
+def test_an_engine_error_is_said_in_the_engines_own_words():
+    # What a fresh Docker host without a registry says when a base would be pulled.
+    said = 'Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host'
+    exc = APIError(
+        "500 Server Error for http+docker://localhost/v1.41/distribution", explanation=said
+    )
+    assert one_line(exc) == f"APIError: {said}"
+    assert one_line(OSError("no socket\nmore")) == "OSError: no socket"

@@ -83,7 +83,7 @@ def connect(timeout_s: float = 10.0) -> docker.DockerClient:
         client = docker.from_env(timeout=int(timeout_s))
         client.ping()
     except ENGINE_ERRORS as exc:
-        raise InfraError(f"no Docker engine answers ({_one_line(exc)})") from exc
+        raise InfraError(f"no Docker engine answers ({one_line(exc)})") from exc
     return client
 
 
@@ -110,7 +110,7 @@ def host_facts(bases: Collection[BaseImage], timeout_s: float = 5.0) -> HostFact
     try:
         client = connect(timeout_s=timeout_s)
     except InfraError as exc:
-        why = _one_line(exc.__cause__) if exc.__cause__ is not None else str(exc)
+        why = one_line(exc.__cause__) if exc.__cause__ is not None else str(exc)
         return HostFacts(why, debootstrap=debootstrap, root=root, rootfs_cached=cached)
     try:
         refs = {base.ref for base in bases} | {
@@ -146,7 +146,7 @@ def _registry_error(client: docker.DockerClient, ref: str) -> str | None:
     try:
         client.api.inspect_distribution(ref)  # type: ignore[no-untyped-call]
     except ENGINE_ERRORS as exc:
-        return _one_line(exc)
+        return one_line(exc)
     return None
 
 
@@ -178,8 +178,12 @@ def _short_id(image_id: str | None) -> str:
     return (image_id or "none").removeprefix("sha256:")[:12]
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line: its type and the first line of what it says."""
+    # An APIError's own text leads with the HTTP call to the engine; its explanation is what
+    # the engine said (``Get "https://registry-1.docker.io/v2/": ... no such host``).
+    said = exc.explanation if isinstance(exc, APIError) and exc.explanation else str(exc)
+    text = str(said).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
 
 
@@ -304,7 +308,7 @@ class DockerBackend:
             )
             made = self._with_cuda(made)
         except (_ImageFailed, *ENGINE_ERRORS) as exc:
-            error = str(exc) if isinstance(exc, _ImageFailed) else _one_line(exc)
+            error = str(exc) if isinstance(exc, _ImageFailed) else one_line(exc)
             return Prepared(build.key, build.tag, error=error, build_s=time.monotonic() - started)
         return made
 
@@ -367,7 +371,7 @@ class DockerBackend:
                         total[event["id"]] = int(detail["total"])
                         beat.progress(sum(have.values()), sum(total.values()))
             except DockerException as exc:
-                raise _ImageFailed(f"pull of {ref} failed: {_one_line(exc)}") from exc
+                raise _ImageFailed(f"pull of {ref} failed: {one_line(exc)}") from exc
 
     def _build(self, build: ImageBuild) -> str:
         """Build ``build.context`` with the legacy builder; steps go to ``log``, all to a file."""
@@ -430,7 +434,7 @@ class DockerBackend:
         except RepromatrixError as exc:
             return f"base image {base.ref} could not be made: {exc}"
         except ENGINE_ERRORS as exc:
-            return f"base image {base.ref} could not be made: {_one_line(exc)}"
+            return f"base image {base.ref} could not be made: {one_line(exc)}"
         return None
 
     def execute(
@@ -598,7 +602,7 @@ class DockerBackend:
                 log = self._logs(container, secrets) if seen.stream_error else bytes(seen.log)
         except ENGINE_ERRORS as exc:
             stopped = plan.labels.get(CELL_LABEL) in self._stopped
-            why = "stopped on request" if stopped else f"Docker engine failed: {_one_line(exc)}"
+            why = "stopped on request" if stopped else f"Docker engine failed: {one_line(exc)}"
             return Execution(
                 exit_code=None,
                 log=redact(bytes(seen.log), secrets),
@@ -663,7 +667,7 @@ class DockerBackend:
             if item is None:
                 return
             if isinstance(item, BaseException):
-                seen.stream_error = _one_line(item)
+                seen.stream_error = one_line(item)
                 return
             seen.log.add(item)
             if watch(item):
@@ -742,7 +746,7 @@ def build_text(client: docker.DockerClient, dockerfile: str, tag: str) -> None:
     try:
         client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
     except ENGINE_ERRORS as exc:
-        raise InfraError(f"build of {tag} failed: {_one_line(exc)}") from exc
+        raise InfraError(f"build of {tag} failed: {one_line(exc)}") from exc
 
 
 def push(client: docker.DockerClient, ref: str) -> str:
@@ -751,7 +755,7 @@ def push(client: docker.DockerClient, ref: str) -> str:
     try:
         output = client.images.push(repository, tag=tag)
     except ENGINE_ERRORS as exc:
-        raise InfraError(f"push of {ref} failed: {_one_line(exc)}") from exc
+        raise InfraError(f"push of {ref} failed: {one_line(exc)}") from exc
     found = PUSHED_DIGEST.search(output)
     if found is None or '"error"' in output:
         raise InfraError(f"push of {ref} did not report a digest:\n{output[-1000:]}")
