@@ -298,7 +298,7 @@ def runtimes() -> dict[Lane, Runtime]:
 
 def test_an_engine_error_is_said_in_the_engines_own_words():
     # What a fresh Docker host without a registry says when a base would be pulled.
-    said = 'Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host'
+    said = 'Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no host'
     exc = APIError(
         "500 Server Error for http+docker://localhost/v1.41/distribution", explanation=said
     )
