@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.cli import main
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.results.store import CellResult
-from repromatrix.values import Expected, Outcome
 from support import paths
 from support.reports import MOE_CAUSE, result, write_run
 

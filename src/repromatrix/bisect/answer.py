@@ -17,10 +17,10 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from repromatrix.bisect.search import Search
+from repromatrix.judgement import DECISIVE, Expected, Outcome
 from repromatrix.matrix.scenarios import ALL_VERSIONS
-from repromatrix.results.verdicts import DECISIVE
 from repromatrix.upstream.versions import Refusal
-from repromatrix.values import Expected, Outcome, Scenario
+from repromatrix.values import Scenario
 
 
 @dataclass(frozen=True)

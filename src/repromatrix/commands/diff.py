@@ -20,8 +20,9 @@ def add_parser(subparsers: Any) -> None:
         "diff",
         help="what an upgrade from one image tag to another fixes and breaks",
         description=(
-            "Compare the cells of two image tags in one run: newly hit, fixed, still hit, "
-            "unknown, still avoided. Exits 1 when the candidate is worse than the baseline."
+            "Compare the cells of two image tags in one run: each cell's outcome on both, and "
+            "its safety before and after (safe, not safe, unknown). Exits 1 when the candidate "
+            "is worse than the baseline: something safe there is not safe here."
         ),
     )
     parser.add_argument("results", type=Path, metavar="RESULTS", help="a run folder, results/<run>")

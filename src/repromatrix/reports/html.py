@@ -13,17 +13,13 @@ from dataclasses import dataclass
 
 import jinja2
 
-from repromatrix.reports.diff import CHANGE_TITLES
+from repromatrix.judgement import SEVERITY, Outcome, Safety, label
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings
 from repromatrix.reports.heatmap import heat_maps
-from repromatrix.reports.move import LISTED
 from repromatrix.reports.table import Agreement, Entry, Table, TableSection, log_path
-from repromatrix.reports.upgrade import SAFETY_LABELS
-from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict, shorten
-from repromatrix.values import Outcome
+from repromatrix.results.verdicts import Judged, RunProblem, shorten
 
 TEMPLATE = "compat.html.j2"
-LABELS = {v: v.value.replace("_", " ") for v in Verdict}
 CAUSE_CHARS = 160  # in the summary line; the full root-cause line is one click away
 
 
@@ -82,13 +78,18 @@ class SectionView:
 
 
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    """The templates' environment: autoescaped, strict, with the judgement words (``Safety``)
+    and their one label table (the ``label`` filter)."""
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("repromatrix.reports", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["label"] = label
+    env.globals["Safety"] = Safety
+    return env
 
 
 def table_judged(table: Table) -> tuple[Judged, ...]:
@@ -117,13 +118,10 @@ def format_html(
             title=findings.title,
             findings=findings,
             heat_maps=maps,
-            safety_labels={s.value: label for s, label in SAFETY_LABELS.items()},
-            change_titles={c.value: t for c, t in CHANGE_TITLES.items()},
-            changes=LISTED,
             cell_href=lambda cell_id: "#c-" + cell_id,
             environment_href=lambda path: path,  # compat.html lies in the run folder
             cells=table.cells,
-            counts=[(v.value, LABELS[v], n) for v, n in table.counts.items()],
+            counts=[(v.value, label(v), n) for v, n in table.counts.items()],
             not_reached=table.not_reached,
             problems=problems,
             sections=sections,
@@ -192,10 +190,10 @@ def _level_view(judged: Judged, excerpt: str | None) -> LevelView:
         id=r.id,
         level=judged.level.value,
         verdict=judged.verdict.value,
-        verdict_label=LABELS[judged.verdict],
+        verdict_label=label(judged.verdict),
         cause=shorten(judged.cause, CAUSE_CHARS),
         expected=r.expected.value,
-        observed=r.outcome.value.replace("_", " "),
+        observed=label(r.outcome),
         explanation=judged.explanation,
         version=r.version or "unknown",
         image=r.image,

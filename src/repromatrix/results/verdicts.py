@@ -18,7 +18,6 @@ either way; only a hit there is a mismatch (``outside_range``: the path too narr
 
 from __future__ import annotations
 
-import enum
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,19 +25,16 @@ from types import MappingProxyType
 
 from packaging.version import InvalidVersion, Version
 
+from repromatrix.judgement import DECISIVE, SEVERITY, Expected, Outcome, Verdict
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.schema import CellResult
-from repromatrix.values import Expected, Level, Outcome
+from repromatrix.values import Level
 
 # The problem values live in ``problems``; reports have always found them here.
 __all__ = [
-    "DECISIVE",
-    "FAILING",
-    "SEVERITY",
     "Judged",
     "ProblemKind",
     "RunProblem",
-    "Verdict",
     "cause_line",
     "explain",
     "judge",
@@ -48,39 +44,6 @@ __all__ = [
     "unique_problems",
 ]
 
-
-class Verdict(enum.StrEnum):
-    """What a report says about one cell."""
-
-    PASS = "pass"
-    REGRESSION = "regression"  # hit again after a newer-than-hit older version avoided it
-    OUTSIDE_RANGE = "outside_range"  # hit where the documents say unaffected: range too narrow
-    UNEXPECTED_FIX = "unexpected_fix"
-    FAIL = "fail"
-    ERROR = "error"
-    SKIPPED = "skipped"
-    UNKNOWN = "unknown"  # ran, but nothing decided: no expectation, or the path not reached
-    UNREACHABLE = "unreachable"  # a probe that could not reach the decisive code path
-
-
-# Most urgent first: the order of summaries, and who gets log excerpts when space is short.
-SEVERITY: tuple[Verdict, ...] = (
-    Verdict.REGRESSION,
-    Verdict.FAIL,
-    Verdict.OUTSIDE_RANGE,
-    Verdict.UNEXPECTED_FIX,
-    Verdict.ERROR,
-    Verdict.UNKNOWN,
-    Verdict.UNREACHABLE,
-    Verdict.SKIPPED,
-    Verdict.PASS,
-)
-# Verdicts that are a mismatch with the documents or a failure of the image.
-FAILING = frozenset(
-    {Verdict.REGRESSION, Verdict.OUTSIDE_RANGE, Verdict.UNEXPECTED_FIX, Verdict.FAIL}
-)
-# Outcomes that decide a scenario one way or the other.
-DECISIVE = frozenset({Outcome.HIT, Outcome.AVOIDED})
 
 _OUTCOME_VERDICTS: Mapping[Outcome, Verdict] = MappingProxyType(
     {

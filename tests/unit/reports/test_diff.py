@@ -10,8 +10,8 @@ import pytest
 
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.reports.diff import Change, classify, diff, format_diff, to_json
-from repromatrix.values import Expected, Outcome
 from support.reports import KV_CAUSE, cpu_lane, result, seed_000_probes, write_run
 
 H, A, F, T = Outcome.HIT, Outcome.AVOIDED, Outcome.OTHER_FAILURE, Outcome.TIMEOUT

@@ -16,6 +16,7 @@ import pytest
 from junitparser.xunit2 import JUnitXml
 
 from repromatrix.cli import main
+from repromatrix.judgement import Expected, Outcome, Verdict
 from repromatrix.reports.diff import Change, diff, format_diff, to_json
 from repromatrix.reports.junit import read_facts
 from repromatrix.reports.move import build_move
@@ -23,8 +24,7 @@ from repromatrix.reports.ranges import documented_ranges, range_evidence
 from repromatrix.reports.upgrade import Safety, build_upgrade
 from repromatrix.results.schema import CellResult
 from repromatrix.results.store import write_result
-from repromatrix.results.verdicts import Verdict, judge_all
-from repromatrix.values import Expected, Outcome
+from repromatrix.results.verdicts import judge_all
 from support import paths
 from support.reach import COMPILED, CRASHED, NOT_COMPILED, compiler_scenario, decided
 from support.upgrade import schema

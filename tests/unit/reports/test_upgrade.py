@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from repromatrix.errors import UsageError
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.reports.diff import Change, diff
 from repromatrix.reports.findings import ReportOptions, build_findings, skip_groups, title
@@ -25,7 +26,6 @@ from repromatrix.reports.upgrade import (
 from repromatrix.reports.write import answer_lines, write_reports
 from repromatrix.results.schema import CellResult
 from repromatrix.results.verdicts import judge_all, shorten
-from repromatrix.values import Expected, Outcome
 from support import paths
 from support.reports import MOE_CAUSE, cpu_lane, result, write_run
 from support.upgrade import MOE, NO_MEMORY, NO_RUNNER, cpu_probes, gpu_run, write_gpu_run

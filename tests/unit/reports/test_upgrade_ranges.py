@@ -12,11 +12,11 @@ import jsonschema
 import pytest
 
 from repromatrix.cli import main
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.reports.findings import ReportOptions
 from repromatrix.reports.ranges import Documented, load_documents, patched, range_evidence
 from repromatrix.reports.write import write_reports
 from repromatrix.results.verdicts import judge_all
-from repromatrix.values import Expected, Outcome
 from support import paths
 from support.reports import result
 from support.upgrade import MOE, cpu_probes, gpu_run, schema, write_gpu_run

@@ -7,10 +7,11 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.matrix.images import make_image
 from repromatrix.publish.history import EMPTY, RunInfo, extend
 from repromatrix.results.verdicts import judge_all
-from repromatrix.values import Expected, Lane, Outcome
+from repromatrix.values import Lane
 from repromatrix.watch.answer import (
     ANSWER_SCHEMA,
     ANSWER_SCHEMA_VERSION,

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from repromatrix.cli import main
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.publish.history import HISTORY_FILE, read_history
-from repromatrix.values import Expected, Outcome
 from support.matrix import BASELINE, write
 from support.registry import StandIn, stand_in_registry
 from support.reports import result, write_run
