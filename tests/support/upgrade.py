@@ -132,3 +132,8 @@ def merged_real_run(root: Path) -> Path:
     shards = sorted(str(p) for p in (root / "shards").iterdir() if p.is_dir())
     assert main(["merge", *shards, "--out", str(root / "merged")]) == 0
     return root / "merged"
+
+
+def move_counts(counts: list[dict[str, Any]]) -> dict[str, int]:
+    """A written move's ``counts`` (compat.json, the watch answer) keyed ``before->after``."""
+    return {f"{c['baseline']}->{c['candidate']}": c["crashes"] for c in counts}
