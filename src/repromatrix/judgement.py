@@ -135,6 +135,21 @@ def label(word: Word | None) -> str:
     return NO_CELL if word is None else LABELS[type(word), word.value]
 
 
+def as_expected(outcome: Outcome, expected: Expected) -> bool:
+    """Whether a cell showed what the documents expected of it (the same word in both)."""
+    return outcome.value == expected.value
+
+
+def contradicts(outcome: Outcome, expected: Expected) -> bool:
+    """Whether a decisive outcome is not what the documents expected, where they expected
+    something (a hit where ``not_reached`` was planned contradicts them too)."""
+    return (
+        outcome in DECISIVE
+        and expected is not Expected.UNKNOWN
+        and not as_expected(outcome, expected)
+    )
+
+
 def outcome_safety(outcome: Outcome | None) -> Safety:
     """What one cell's outcome alone means for an upgrade: ``safe`` where it avoided the
     crash, ``not safe`` where the image did not serve, else (or with no cell) ``unknown``."""

@@ -17,7 +17,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from repromatrix.bisect.search import Search
-from repromatrix.judgement import DECISIVE, Expected, Outcome
+from repromatrix.judgement import DECISIVE, Expected, Outcome, contradicts
 from repromatrix.matrix.scenarios import ALL_VERSIONS
 from repromatrix.upstream.versions import Refusal
 from repromatrix.values import Scenario
@@ -65,9 +65,7 @@ class Bisection:
         return tuple(
             version
             for version, seen in self.evidence.items()
-            if seen.outcome in DECISIVE
-            and seen.expected is not Expected.UNKNOWN
-            and seen.outcome.value != seen.expected.value
+            if contradicts(seen.outcome, seen.expected)
         )
 
 

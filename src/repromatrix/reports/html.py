@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import jinja2
 
-from repromatrix.judgement import SEVERITY, Outcome, Safety, label
+from repromatrix.judgement import SEVERITY, Expected, Outcome, Safety, Verdict, Word, label
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings
 from repromatrix.reports.heatmap import heat_maps
 from repromatrix.reports.table import Agreement, Entry, Table, TableSection, log_path
@@ -87,9 +87,19 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["label"] = label
-    env.globals["Safety"] = Safety
+    env.filters["label"] = _label
+    env.globals.update(Safety=Safety, Outcome=Outcome, Verdict=Verdict)
     return env
+
+
+def _label(word: Word | str, kind: type[Word] | None = None) -> str:
+    """The ``label`` filter: a word's label; a word's value (a history point's outcome, say)
+    is read as one of ``kind`` first (``{{ p.outcome | label(Outcome) }}``)."""
+    if isinstance(word, Outcome | Expected | Safety | Verdict):
+        return label(word)
+    if kind is None:
+        raise TypeError(f"label: {word!r} is a value; say of which word (label(Outcome))")
+    return label(kind(word))
 
 
 def table_judged(table: Table) -> tuple[Judged, ...]:

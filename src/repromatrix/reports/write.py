@@ -54,7 +54,7 @@ class ReportSummary:
 
     def lines(self) -> list[str]:
         """A few lines for a terminal: counts, problems, where the reports are."""
-        counts = ", ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in self.counts.items())
+        counts = ", ".join(f"{n} {label(v)}" for v, n in self.counts.items())
         out = [f"{self.cells} cells: {counts or 'none'}"]
         out += [f"problem: {p}" for p in self.problems]
         out += [f"wrote {path}" for path in self.files]

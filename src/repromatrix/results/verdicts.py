@@ -1,6 +1,8 @@
 """Each cell's observed outcome judged against its expected one, and problems with a run's files.
 
-Pure functions over saved ``CellResult`` values. A verdict answers "does this
+Pure functions over saved ``CellResult`` values. The ``judgement.Verdict`` is no
+judgement of its own but the comparison of a cell's ``Outcome`` with its
+``Expected`` one (see ``judgement``); this module computes it. A verdict answers "does this
 cell behave as the scenario's documents say?": ``pass`` when it does,
 ``outside_range`` when a crash is hit on a version the documents say is not
 affected (evidence that the documented range is too narrow, not that the
@@ -25,7 +27,7 @@ from types import MappingProxyType
 
 from packaging.version import InvalidVersion, Version
 
-from repromatrix.judgement import DECISIVE, SEVERITY, Expected, Outcome, Verdict
+from repromatrix.judgement import DECISIVE, SEVERITY, Expected, Outcome, Verdict, as_expected
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.schema import CellResult
 from repromatrix.values import Level
@@ -67,7 +69,7 @@ def judge(result: CellResult) -> Verdict:
         return Verdict.UNKNOWN
     if result.expected is Expected.NOT_REACHED and result.outcome is Outcome.AVOIDED:
         return Verdict.UNKNOWN  # the path was taken where the plan said it could not be
-    if result.outcome.value == result.expected.value:
+    if as_expected(result.outcome, result.expected):
         return Verdict.PASS
     if result.outcome is Outcome.HIT:
         return Verdict.OUTSIDE_RANGE
