@@ -25,7 +25,7 @@ CAUSE_CHARS = 160  # in the summary line; the full root-cause line is one click 
 
 @dataclass(frozen=True)
 class LevelView:
-    """One level's result inside a table cell."""
+    """One level's result inside a table entry."""
 
     id: str
     level: str
@@ -46,8 +46,8 @@ class LevelView:
 
 
 @dataclass(frozen=True)
-class CellView:
-    """One table cell: its levels, the worst verdict (the outline), the tone and the agreement."""
+class EntryView:
+    """One table entry: its levels, the worst verdict (the outline), the tone and the agreement."""
 
     scenario: str
     verdict: str
@@ -61,7 +61,7 @@ class RowView:
     """One image tag's row in a section."""
 
     label: str
-    cells: tuple[CellView | None, ...]
+    entries: tuple[EntryView | None, ...]
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def _section_view(section: TableSection, excerpts: Mapping[str, str]) -> Section
     rows = tuple(
         RowView(
             section.row_label(tag),
-            tuple(_cell_view(section.entry(tag, c), excerpts) for c in section.columns),
+            tuple(_entry_view(section.entry(tag, c), excerpts) for c in section.columns),
         )
         for tag in section.tags
     )
@@ -162,13 +162,13 @@ def _section_view(section: TableSection, excerpts: Mapping[str, str]) -> Section
     )
 
 
-def _cell_view(entry: Entry | None, excerpts: Mapping[str, str]) -> CellView | None:
+def _entry_view(entry: Entry | None, excerpts: Mapping[str, str]) -> EntryView | None:
     if entry is None:
         return None
     levels = entry.levels
     worst = min((j.verdict for j in levels), key=SEVERITY.index)
     agreement = entry.agreement
-    return CellView(
+    return EntryView(
         scenario=levels[0].result.scenario,
         verdict=worst.value,
         levels=tuple(_level_view(j, excerpts.get(j.result.id)) for j in levels),

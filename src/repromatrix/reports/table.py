@@ -90,7 +90,7 @@ class Agreement(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Entry:
-    """One table cell: the engine-level and probe-level results of one image and variant."""
+    """One table entry: the engine-level and probe-level results of one image and variant."""
 
     engine: Judged | None = None
     probe: Judged | None = None

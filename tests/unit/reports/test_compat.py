@@ -161,7 +161,7 @@ def test_compat_json(tmp_path: Path) -> None:
     write_run(tmp_path, mixed_run())
     write_reports(tmp_path)
     document = json.loads((tmp_path / "compat.json").read_text())
-    assert document["schema_version"] == 4
+    assert document["schema_version"] == 5
     assert document["summary"]["cells"] == 18
     assert document["summary"]["verdicts"]["regression"] == 1
     by_id = {c["id"]: c for c in document["cells"]}
