@@ -34,9 +34,11 @@ from repromatrix.results.verdicts import Judged
 from repromatrix.watch.candidates import Candidate
 
 ANSWER_SCHEMA = "repromatrix.watch.answer"
-# 2: the safety words of ``judgement`` (``not_safe``, ``safe_with_flag_change`` for 1's
-# ``unsafe``, ``workaround``), and each change a safety move (``safety``: its ``baseline``
-# and ``candidate`` safety) where 1 had a ``change`` word; ``counts`` lists the moves.
+# 2: the safety words of ``judgement`` under their own key (``safety``: ``not_safe``,
+# ``safe_with_flag_change`` where 1's ``answer`` said ``unsafe``, ``workaround``; its label
+# ``safety_words`` for 1's ``answer_words``), and each change a safety move (``safety``: its
+# ``baseline`` and ``candidate`` safety) where 1 had a ``change`` word; ``counts`` lists the
+# moves.
 ANSWER_SCHEMA_VERSION = 2
 # The overall answer of a tag is its most urgent configuration's, in this order.
 URGENCY = (Safety.NOT_SAFE, Safety.SAFE_WITH_FLAG_CHANGE, Safety.UNKNOWN, Safety.SAFE)
@@ -194,8 +196,8 @@ def answer_json(answer: TagAnswer) -> dict[str, Any]:
         "digest": candidate.digest,
         "image": candidate.image.ref,
         "version": answer.version,
-        "answer": answer.safety.value,
-        "answer_words": label(answer.safety),
+        "safety": answer.safety.value,
+        "safety_words": label(answer.safety),
         "headline": answer.headline,
         "worse": answer.worse,
         "baseline": answer.baseline,
@@ -216,7 +218,7 @@ def _configuration_json(
         "gpu": configuration.gpu,
         "model": configuration.model,
         "flagset": configuration.flagset,
-        "answer": found.safety.value,
+        "safety": found.safety.value,
         "words": found.words,
         "crashes": [
             {

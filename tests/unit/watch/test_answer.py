@@ -67,7 +67,7 @@ def test_a_crash_with_a_verified_flag_change_is_safe_with_that_change() -> None:
     answer = answer_of(Outcome.HIT, Outcome.AVOIDED, ("v0.31.0", published("v0.31.0", Outcome.HIT)))
     payload = answer_json(answer)
     assert payload["schema_version"] == 2
-    assert (payload["answer"], payload["answer_words"]) == (
+    assert (payload["safety"], payload["safety_words"]) == (
         "safe_with_flag_change",
         "safe with a flag change",
     )
@@ -93,7 +93,7 @@ def test_a_crash_the_baseline_avoided_is_newly_hit_and_worse() -> None:
 def test_a_fix_is_named_and_the_answer_is_safe() -> None:
     answer = answer_of(Outcome.AVOIDED, baseline=("v0.31.0", published("v0.31.0", Outcome.HIT)))
     payload = answer_json(answer)
-    assert payload["answer"] == "safe"
+    assert payload["safety"] == "safe"
     assert [i["safety"] for i in payload["changes"]["items"]] == [
         {"baseline": "not_safe", "candidate": "safe"}
     ]
@@ -119,7 +119,7 @@ def test_the_payload_is_versioned_and_the_markdown_leads_with_the_answer() -> No
     answer = answer_of(Outcome.AVOIDED, baseline=("v0.31.0", published("v0.31.0", Outcome.HIT)))
     payload = answer_json(answer)
     assert (payload["schema"], payload["schema_version"]) == (ANSWER_SCHEMA, ANSWER_SCHEMA_VERSION)
-    keys = ("stage", "lane", "tag", "digest", "image", "answer", "worse", "baseline",
+    keys = ("stage", "lane", "tag", "digest", "image", "safety", "worse", "baseline",
             "configurations", "changes", "cells", "evidence")  # fmt: skip
     assert set(payload) >= set(keys)
     assert payload["digest"] == DIGEST and payload["image"] == f"{REGISTRY}@{DIGEST}"

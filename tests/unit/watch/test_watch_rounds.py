@@ -111,7 +111,7 @@ def test_rounds_hand_over_wait_answer_then_find_nothing_then_a_moved_digest(
     world.fleet_results("fleet-2", "v0.32.0")
     assert main(world.argv()) == 0
     first, second = world.answers()
-    assert (first["tag"], first["changes"]["compared"], first["answer"]) == (
+    assert (first["tag"], first["changes"]["compared"], first["safety"]) == (
         "v0.31.0", False, "safe",
     )  # fmt: skip
     assert second["changes"]["baseline"] == "v0.31.0"
@@ -150,7 +150,7 @@ def test_a_worse_new_tag_exits_1_with_its_answer_sent(world: World) -> None:
     world.fleet_results("fleet-2", "v0.32.0", outcome=Outcome.OTHER_FAILURE)
     assert main(world.argv()) == 1
     answer = world.answers()[-1]
-    assert answer["worse"] and answer["answer"] == "not_safe"
+    assert answer["worse"] and answer["safety"] == "not_safe"
     assert move_counts(answer["changes"]["counts"])["safe->not_safe"] == 1
 
 
