@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import quick_mode
 
 from repromatrix.bisect.search import bisect, find_transitions
-from repromatrix.values import Outcome
+from repromatrix.judgement import Outcome
 
 HIT, AVOIDED = Outcome.HIT, Outcome.AVOIDED
 QUICK = {"versions": [7, 16]}

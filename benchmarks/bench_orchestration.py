@@ -49,6 +49,7 @@ from repromatrix.backends.docker.engine import DockerBackend  # noqa: E402
 from repromatrix.backends.harness_spec import build_spec  # noqa: E402
 from repromatrix.backends.local import LocalBackend, harness_path  # noqa: E402
 from repromatrix.images.render import ENTRYPOINT, render_image  # noqa: E402
+from repromatrix.judgement import Outcome  # noqa: E402
 from repromatrix.matrix.config import load_matrix  # noqa: E402
 from repromatrix.matrix.expand import plan  # noqa: E402
 from repromatrix.matrix.scenarios import load_scenarios  # noqa: E402
@@ -56,7 +57,7 @@ from repromatrix.matrix.selector import Selector  # noqa: E402
 from repromatrix.models import tinymodel  # noqa: E402
 from repromatrix.results.store import now_iso, write_result  # noqa: E402
 from repromatrix.run.cell import CellContext, cell_result, run_cell  # noqa: E402
-from repromatrix.values import Cell, Lane, Outcome, Scenario  # noqa: E402
+from repromatrix.values import Cell, Lane, Scenario  # noqa: E402
 from support.runner import FAKE_HARNESS, KV_EXCERPT, cell, fake_image  # noqa: E402
 
 FAKE_ENTRYPOINT = ("/bin/sh", "/harness")

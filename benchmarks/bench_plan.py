@@ -33,13 +33,14 @@ from pathlib import Path
 
 import quick_mode
 
+from repromatrix.judgement import Expected
 from repromatrix.matrix.conditions import Facts, holds
 from repromatrix.matrix.config import Matrix, load_matrix
 from repromatrix.matrix.effective import EffectiveFlags, effective_flags
 from repromatrix.matrix.expand import cell_id, expand, expected_outcome, image_variant, levels
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.matrix.selector import Selector
-from repromatrix.values import Cell, Expected, FlagSet, Gpu, Lane, Model, Scenario, Variant
+from repromatrix.values import Cell, FlagSet, Gpu, Lane, Model, Scenario, Variant
 
 TRIGGERS = (
     "{}",  # a baseline-like scenario: applies everywhere

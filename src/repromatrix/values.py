@@ -16,6 +16,8 @@ from typing import TypeAlias
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from repromatrix.judgement import Expected
+
 # A launch flag value. Keys are vLLM engine argument names in snake_case
 # (``max_lora_rank``); the server form (``--max-lora-rank 320``) and the
 # offline form (``LLM(max_lora_rank=320)``) are both derived from them.
@@ -40,33 +42,6 @@ class Level(enum.StrEnum):
 
     ENGINE = "engine"
     PROBE = "probe"
-
-
-class Expected(enum.StrEnum):
-    """What the scenario's documented version ranges predict for a cell."""
-
-    HIT = "hit"
-    AVOIDED = "avoided"
-    UNKNOWN = "unknown"
-    # The scenario's ``path`` says this configuration does not take the crash's code path on
-    # this version: the cell can at best show it not reached, and decides nothing.
-    NOT_REACHED = "not_reached"
-
-
-class Outcome(enum.StrEnum):
-    """What really happened when a cell ran."""
-
-    HIT = "hit"
-    AVOIDED = "avoided"
-    OTHER_FAILURE = "other_failure"
-    TIMEOUT = "timeout"
-    INFRA_ERROR = "infra_error"
-    SKIPPED = "skipped"
-    # A probe that could not reach the decisive code path on this vLLM version.
-    UNREACHABLE = "unreachable"
-    # An engine that served without the crash while none of the scenario's evidence that its
-    # code path was entered showed: the cell did not test the crash.
-    NOT_REACHED = "not_reached"
 
 
 class ScenarioKind(enum.StrEnum):

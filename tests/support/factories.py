@@ -13,12 +13,12 @@ from dataclasses import replace
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from repromatrix.judgement import Expected
 from repromatrix.matrix.expand import cell_id as production_cell_id
 from repromatrix.matrix.images import make_image
 from repromatrix.matrix.lanes import DEFAULT_BASE, BaseImage
 from repromatrix.values import (
     Cell,
-    Expected,
     FlagSet,
     FlagValue,
     Gpu,

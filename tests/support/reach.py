@@ -15,12 +15,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from repromatrix.backends.base import Execution
+from repromatrix.judgement import Expected
 from repromatrix.matrix.scenarios import load_scenario
 from repromatrix.results.schema import CellResult
 from repromatrix.run import outcome
 from repromatrix.run.cell import CellRun, cell_result
 from repromatrix.triage import Diagnosis, Triager
-from repromatrix.values import Cell, Expected, Scenario
+from repromatrix.values import Cell, Scenario
 from support import factories, paths
 
 SCENARIO_FILE = paths.ROOT / "scenarios" / "zoo" / "cpu-compiler-missing.yaml"

@@ -12,9 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.reports.write import write_reports
 from repromatrix.results.store import CellResult, RootCause, Timings, cell_dir, write_result
-from repromatrix.values import Expected, Outcome
 from support import factories
 
 KV_CAUSE_LINE = (

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.cli import main
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.results.store import CellResult
-from repromatrix.values import Expected, Outcome
 from support import paths
 from support.reports import MOE_CAUSE, result, write_run
 
@@ -132,3 +132,8 @@ def merged_real_run(root: Path) -> Path:
     shards = sorted(str(p) for p in (root / "shards").iterdir() if p.is_dir())
     assert main(["merge", *shards, "--out", str(root / "merged")]) == 0
     return root / "merged"
+
+
+def move_counts(counts: list[dict[str, Any]]) -> dict[str, int]:
+    """A written move's ``counts`` (compat.json, the watch answer) keyed ``before->after``."""
+    return {f"{c['baseline']}->{c['candidate']}": c["crashes"] for c in counts}

@@ -17,10 +17,10 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from repromatrix.bisect.search import Search
+from repromatrix.judgement import DECISIVE, Expected, Outcome, contradicts
 from repromatrix.matrix.scenarios import ALL_VERSIONS
-from repromatrix.results.verdicts import DECISIVE
 from repromatrix.upstream.versions import Refusal
-from repromatrix.values import Expected, Outcome, Scenario
+from repromatrix.values import Scenario
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,7 @@ class Bisection:
         return tuple(
             version
             for version, seen in self.evidence.items()
-            if seen.outcome in DECISIVE
-            and seen.expected is not Expected.UNKNOWN
-            and seen.outcome.value != seen.expected.value
+            if contradicts(seen.outcome, seen.expected)
         )
 
 

@@ -23,6 +23,7 @@ from repromatrix.bisect.cells import (
 )
 from repromatrix.bisect.search import bisect, next_probes
 from repromatrix.errors import InfraError
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.matrix.config import Matrix
 from repromatrix.upstream import registry
 from repromatrix.upstream.versions import (
@@ -35,7 +36,7 @@ from repromatrix.upstream.versions import (
     gpu_versions,
     narrow,
 )
-from repromatrix.values import Cell, Expected, Lane, Outcome, Scenario
+from repromatrix.values import Cell, Lane, Scenario
 
 RunCells = Callable[[Matrix, Sequence[Cell], execute.BisectRun], Mapping[str, VersionEvidence]]
 

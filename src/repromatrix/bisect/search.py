@@ -18,8 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from repromatrix.results.verdicts import DECISIVE
-from repromatrix.values import Outcome
+from repromatrix.judgement import DECISIVE, Outcome
 
 # Runs the cells of some versions; returns the outcome of each (a missing one is an infra error).
 Oracle = Callable[[Sequence[str]], Mapping[str, Outcome]]

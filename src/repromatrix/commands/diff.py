@@ -10,6 +10,7 @@ from typing import Any
 
 from repromatrix.commands.report import require_run_dir
 from repromatrix.errors import EXIT_FAILURE, EXIT_OK
+from repromatrix.judgement import Safety, label
 from repromatrix.secret_env import redact_text
 from repromatrix.visible import visible
 
@@ -20,8 +21,10 @@ def add_parser(subparsers: Any) -> None:
         "diff",
         help="what an upgrade from one image tag to another fixes and breaks",
         description=(
-            "Compare the cells of two image tags in one run: newly hit, fixed, still hit, "
-            "unknown, still avoided. Exits 1 when the candidate is worse than the baseline."
+            "Compare the cells of two image tags in one run: each cell's outcome on both, and "
+            f"its safety before and after ({label(Safety.SAFE)}, {label(Safety.NOT_SAFE)}, "
+            f"{label(Safety.UNKNOWN)}). Exits 1 when the candidate is worse than the baseline: "
+            f"{label(Safety.SAFE)} there, {label(Safety.NOT_SAFE)} here."
         ),
     )
     parser.add_argument("results", type=Path, metavar="RESULTS", help="a run folder, results/<run>")

@@ -17,10 +17,11 @@ from repromatrix.commands.plan import (
 from repromatrix.errors import EXIT_INFRA, EXIT_OK, UsageError
 from repromatrix.fleet.jobs import DEFAULT_JOB_MINUTES
 from repromatrix.images.wheelhouse import CACHE_ROOT
+from repromatrix.judgement import Outcome
 from repromatrix.run.main import Mode, RunOptions, RunSummary, execute_run
 from repromatrix.run.progress import Progress
 from repromatrix.slurm.main import SlurmRun, execute_slurm_run
-from repromatrix.values import Lane, Outcome
+from repromatrix.values import Lane
 
 HOST, SLURM = "host", "slurm"
 EXECUTORS = (HOST, SLURM)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from repromatrix.judgement import Outcome
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
@@ -17,7 +18,7 @@ from repromatrix.results.schema import CellResult
 from repromatrix.results.store import read_results
 from repromatrix.run.main import RunOptions, execute_run
 from repromatrix.run.progress import Progress
-from repromatrix.values import Cell, Lane, Outcome, Scenario
+from repromatrix.values import Cell, Lane, Scenario
 
 NOT_REPRODUCED = "not reproduced on this host"
 

@@ -28,8 +28,9 @@ from types import MappingProxyType
 from packaging.specifiers import Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from repromatrix.judgement import Expected
 from repromatrix.matrix.conditions import Facts, holds
-from repromatrix.values import Cell, Expected, Flags, FlagValue, Lane, Scenario, frozen_flags
+from repromatrix.values import Cell, Flags, FlagValue, Lane, Scenario, frozen_flags
 
 # Lowest to highest: a later layer wins.
 FLAG_LAYERS = ("scenario", "flagset", "include", "variant")

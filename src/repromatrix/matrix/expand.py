@@ -28,6 +28,7 @@ from types import MappingProxyType
 from packaging.version import Version
 
 from repromatrix.errors import ConfigError, UsageError, suggest
+from repromatrix.judgement import Expected
 from repromatrix.matrix.conditions import Facts, holds
 from repromatrix.matrix.config import LaneConfig, Matrix, Rule, check_references
 from repromatrix.matrix.effective import (
@@ -42,7 +43,6 @@ from repromatrix.matrix.selector import Selector
 from repromatrix.matrix.sources import check_adapters
 from repromatrix.values import (
     Cell,
-    Expected,
     Flags,
     FlagSet,
     FlagValue,

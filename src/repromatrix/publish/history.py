@@ -24,10 +24,11 @@ from typing import Any
 
 from repromatrix.errors import UsageError
 from repromatrix.grammars import check_run_id, check_site_page, load_json
+from repromatrix.judgement import Expected, Outcome, Verdict
 from repromatrix.results.schema import is_cell_id
 from repromatrix.results.store import CellResult, Unreadable, read_file
-from repromatrix.results.verdicts import Judged, Verdict
-from repromatrix.values import Expected, Level, Outcome
+from repromatrix.results.verdicts import Judged
+from repromatrix.values import Level
 
 HISTORY_FILE = "history.json"
 HISTORY_SCHEMA_VERSION = 1

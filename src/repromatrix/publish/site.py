@@ -42,14 +42,12 @@ from repromatrix.publish.history import (
     read_history,
     run_date,
 )
-from repromatrix.reports.diff import CHANGE_TITLES
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings, run_name
 from repromatrix.reports.heatmap import heat_maps
 from repromatrix.reports.html import environment
-from repromatrix.reports.move import LISTED
 from repromatrix.reports.runners import gpu_words
 from repromatrix.reports.table import Configuration
-from repromatrix.reports.upgrade import SAFETY_LABELS, TRIGGER
+from repromatrix.reports.upgrade import TRIGGER
 from repromatrix.reports.write import EXCERPT_LIMITS, load_excerpts, write_page
 from repromatrix.results.schema import ENVIRONMENT_DIR
 from repromatrix.results.store import atomic_write, read_environment, read_run
@@ -254,9 +252,6 @@ class _Site:
         depth = page.count("/")
         html = self.env.get_template(template).render(
             root="../" * depth,
-            safety_labels={s.value: label for s, label in SAFETY_LABELS.items()},
-            change_titles={c.value: t for c, t in CHANGE_TITLES.items()},
-            changes=LISTED,
             **values,
         )
         write_page(inside(self.out, self.out / page), html)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from repromatrix.judgement import Outcome
 from repromatrix.rehearsal.rehearse import Rehearsal
 from repromatrix.results.store import CellResult, read_results
-from repromatrix.values import Outcome
 
 UNDECIDED = frozenset({Outcome.INFRA_ERROR, Outcome.SKIPPED, Outcome.TIMEOUT})
 

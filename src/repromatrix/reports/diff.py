@@ -2,71 +2,57 @@
 
 Pure: saved results in, a ``UpgradeDiff`` out. Cells of the two tags are
 paired when everything but the tag is the same (lane, GPU, model, flag set,
-scenario, variant, level), and each pair says what the upgrade does, in the
-words every upgrade answer uses (``diff``, and the move of ``reports.move``
-in compat.md, compat.html and compat.json):
+scenario, variant, level), and each pair says what the upgrade does in the
+words of ``judgement``: the outcome on each side, and its ``SafetyMove``, the
+safety each outcome alone means (``outcome_safety``) before and after:
 
-- ``newly_hit``: the baseline avoided it, the candidate hits it or fails;
-- ``fixed``: a crash or failure on the baseline is avoided on the candidate;
-- ``still_hit``: it fails on both (the failure may have changed kind);
-- ``still_hit_with_workaround``: still hit, and the candidate has a verified
-  workaround in the same configuration (only the move looks workarounds up);
-- ``unknown``: one side did not decide (infrastructure error, skip,
-  unreachable probe, an engine that did not reach the crash's code path) or has
-  no such cell: never a fix, and counted by why (``undecided``);
-- ``still_avoided``: fine on both.
+- ``safe → not safe``: the baseline avoided it, the candidate hits it or fails;
+- ``not safe → safe``: a crash or failure on the baseline is avoided on the
+  candidate;
+- ``not safe → not safe``: it fails on both (the failure may have changed kind);
+- a move with an ``unknown`` side: that side did not decide (infrastructure
+  error, skip, unreachable probe, an engine that did not reach the crash's code
+  path) or has no such cell: never a fix, and counted by why (``undecided``);
+- ``safe → safe``: fine on both.
 
-The candidate is worse when any pair is newly hit: ``repromatrix diff``
-then exits 1, so CI can gate an upgrade on it. The gate names what it could not
-decide too: a candidate whose cells did not test the crash is not "fixed".
+The move of ``reports.move`` (in compat.md, compat.html and compat.json) uses
+the same pairs, and turns ``not safe → not safe`` into ``not safe → safe with a
+flag change`` where the candidate has a verified workaround.
+
+The candidate is worse when any pair moves from safe to not safe:
+``repromatrix diff`` then exits 1, so CI can gate an upgrade on it. The gate
+names what it could not decide too: a candidate whose cells did not test the
+crash is not "fixed".
 """
 
 from __future__ import annotations
 
-import enum
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from repromatrix.errors import UsageError, suggest
+from repromatrix.judgement import (
+    MOVES_SHOWN,
+    NO_CELL,
+    STILL_SAFE,
+    Outcome,
+    Safety,
+    SafetyMove,
+    label,
+    outcome_safety,
+)
 from repromatrix.results.store import CellResult
 from repromatrix.results.verdicts import cause_line, one_line
-from repromatrix.values import Outcome
 
-DIFF_SCHEMA_VERSION = 3  # 3: ``undecided``, the unknown pairs counted by why
-# The outcomes of an image that did not serve: the upgrade gate and the upgrade view agree.
-BROKEN = frozenset({Outcome.HIT, Outcome.OTHER_FAILURE, Outcome.TIMEOUT})
-NO_CELL = "no cell"
-
-
-class Change(enum.StrEnum):
-    """What moving from the baseline to the candidate does to one cell, in report order."""
-
-    NEWLY_HIT = "newly_hit"
-    FIXED = "fixed"
-    STILL_HIT = "still_hit"
-    STILL_HIT_WITH_WORKAROUND = "still_hit_with_workaround"
-    UNKNOWN = "unknown"
-    STILL_AVOIDED = "still_avoided"
-
-
-CHANGE_TITLES: Mapping[Change, str] = MappingProxyType(
-    {
-        Change.NEWLY_HIT: "newly hit",
-        Change.FIXED: "fixed",
-        Change.STILL_HIT: "still hit",
-        Change.STILL_HIT_WITH_WORKAROUND: "still hit, with a verified workaround",
-        Change.UNKNOWN: "unknown",
-        Change.STILL_AVOIDED: "still avoided",
-    }
-)
-# What two outcomes decide on their own (``classify``), so what ``diff`` reports: a verified
-# workaround is a fact of the upgrade view, which only the move consults.
-OUTCOME_CHANGES: tuple[Change, ...] = tuple(
-    c for c in Change if c is not Change.STILL_HIT_WITH_WORKAROUND
-)
+# 3: ``undecided``, the unknown pairs counted by why. 4: each pair's ``safety`` move (its
+# safety on the baseline and on the candidate) replaces its ``change``, and ``counts`` lists
+# the moves with their pairs.
+DIFF_SCHEMA_VERSION = 4
+# What the diff lists even with no pair: the moves two outcomes can make on their own (a
+# verified flag change is a fact of the upgrade view, which only the move consults).
+DIFF_MOVES: tuple[SafetyMove, ...] = (*MOVES_SHOWN[:3], STILL_SAFE)
 
 
 @dataclass(frozen=True, order=True)
@@ -100,7 +86,7 @@ class Pair:
     key: PairKey
     baseline: CellResult | None
     candidate: CellResult | None
-    change: Change
+    move: SafetyMove
 
     @property
     def outcomes(self) -> tuple[str, str]:
@@ -109,8 +95,10 @@ class Pair:
 
     @property
     def explained_by(self) -> CellResult | None:
-        """The cell whose cause explains the change: the baseline for a fix, else the candidate."""
-        return self.baseline if self.change is Change.FIXED else self.candidate
+        """The cell whose cause explains the move: the baseline's where the candidate became
+        safe, else the candidate's."""
+        fixed = self.move.before is Safety.NOT_SAFE and self.move.after is Safety.SAFE
+        return self.baseline if fixed else self.candidate
 
 
 @dataclass(frozen=True)
@@ -124,36 +112,35 @@ class UpgradeDiff:
     @property
     def worse(self) -> bool:
         """Whether anything that worked on the baseline fails on the candidate."""
-        return any(p.change is Change.NEWLY_HIT for p in self.pairs)
+        return any(p.move.worse for p in self.pairs)
 
     @property
     def evidence(self) -> bool:
         """Whether any pair was decided on both tags (hit or avoided): without one, the gate
         has no evidence either way (every cell skipped, failed to start or never ran)."""
-        return any(p.change is not Change.UNKNOWN for p in self.pairs)
+        return any(p.move.decided for p in self.pairs)
 
-    def of(self, change: Change) -> tuple[Pair, ...]:
-        """The pairs with one kind of change."""
-        return tuple(p for p in self.pairs if p.change is change)
+    def of(self, move: SafetyMove) -> tuple[Pair, ...]:
+        """The pairs that make one move."""
+        return tuple(p for p in self.pairs if p.move == move)
 
     @property
-    def undecided(self) -> dict[str, int]:
-        """The unknown pairs counted by why: the outcome (or ``no cell``) of the side that
-        did not decide, the candidate's when neither did; most first."""
-        found = Counter(_undecided_side(p) for p in self.of(Change.UNKNOWN))
+    def moves(self) -> tuple[SafetyMove, ...]:
+        """The moves to report, in report order: ``DIFF_MOVES`` and every other one made."""
+        return tuple(sorted({*DIFF_MOVES, *(p.move for p in self.pairs)}, key=lambda m: m.rank))
+
+    @property
+    def undecided(self) -> dict[Outcome | None, int]:
+        """The pairs with an unknown side counted by why: the outcome (None: no cell) of the
+        side that did not decide, the candidate's when neither did; most first."""
+        found = Counter(_undecided_side(p) for p in self.pairs if not p.move.decided)
         return dict(found.most_common())
 
 
-def classify(baseline: CellResult | None, candidate: CellResult | None) -> Change:
-    """What two outcomes alone say the upgrade does to one pair (one of ``OUTCOME_CHANGES``)."""
-    before = baseline.outcome if baseline else None
-    after = candidate.outcome if candidate else None
-    decided = {Outcome.AVOIDED, *BROKEN}
-    if before not in decided or after not in decided:
-        return Change.UNKNOWN
-    if before is Outcome.AVOIDED:
-        return Change.STILL_AVOIDED if after is Outcome.AVOIDED else Change.NEWLY_HIT
-    return Change.FIXED if after is Outcome.AVOIDED else Change.STILL_HIT
+def classify(baseline: CellResult | None, candidate: CellResult | None) -> SafetyMove:
+    """What two outcomes alone say the upgrade does to one pair: the safety of each."""
+    before = outcome_safety(baseline.outcome if baseline else None)
+    return SafetyMove(before, outcome_safety(candidate.outcome if candidate else None))
 
 
 def diff(results: Iterable[CellResult], baseline: str, candidate: str) -> UpgradeDiff:
@@ -192,12 +179,9 @@ def _outcome(result: CellResult | None) -> str:
     return result.outcome.value if result else NO_CELL
 
 
-def _undecided_side(pair: Pair) -> str:
-    decided = {Outcome.AVOIDED, *BROKEN}
-    after = pair.candidate
-    if after is None or after.outcome not in decided:
-        return _outcome(after)
-    return _outcome(pair.baseline)
+def _undecided_side(pair: Pair) -> Outcome | None:
+    side = pair.candidate if pair.move.after is Safety.UNKNOWN else pair.baseline
+    return side.outcome if side else None
 
 
 def format_diff(upgrade: UpgradeDiff) -> str:
@@ -205,13 +189,13 @@ def format_diff(upgrade: UpgradeDiff) -> str:
     verdict = "WORSE" if upgrade.worse else "not worse"
     head = f"upgrade {upgrade.baseline} -> {upgrade.candidate}: the candidate is {verdict}"
     if undecided := upgrade.undecided:
-        why = ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in undecided.items())
+        why = ", ".join(f"{n} {label(outcome)}" for outcome, n in undecided.items())
         head += f"; {sum(undecided.values())} pair(s) undecided ({why})"
     lines = [head]
-    for change in OUTCOME_CHANGES:
-        pairs = upgrade.of(change)
-        lines += ["", f"{CHANGE_TITLES[change]} ({len(pairs)})"]
-        if change is Change.STILL_AVOIDED:
+    for move in upgrade.moves:
+        pairs = upgrade.of(move)
+        lines += ["", f"{move.label} ({len(pairs)})"]
+        if move == STILL_SAFE:
             continue  # the count is enough; nobody needs the list of what keeps working
         lines += [f"  {_pair_line(p)}" for p in pairs]
     return "\n".join(lines) + "\n"
@@ -232,8 +216,8 @@ def to_json(upgrade: UpgradeDiff) -> dict[str, Any]:
         "baseline": upgrade.baseline,
         "candidate": upgrade.candidate,
         "worse": upgrade.worse,
-        "counts": {c.value: len(upgrade.of(c)) for c in OUTCOME_CHANGES},
-        "undecided": upgrade.undecided,
+        "counts": [{**m.to_json(), "pairs": len(upgrade.of(m))} for m in upgrade.moves],
+        "undecided": {(o.value if o else NO_CELL): n for o, n in upgrade.undecided.items()},
         "pairs": [_pair_json(p) for p in upgrade.pairs],
     }
 
@@ -241,7 +225,7 @@ def to_json(upgrade: UpgradeDiff) -> dict[str, Any]:
 def _pair_json(pair: Pair) -> dict[str, Any]:
     return {
         **{name: getattr(pair.key, name) for name in pair.key.__dataclass_fields__},
-        "change": pair.change.value,
+        "safety": pair.move.to_json(),
         "baseline": _side_json(pair.baseline),
         "candidate": _side_json(pair.candidate),
     }

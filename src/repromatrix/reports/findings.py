@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from repromatrix.judgement import Expected, Outcome, label
 from repromatrix.reports.move import MoveSummary, build_move, move_json
 from repromatrix.reports.ranges import Documented, RangeEvidence, load_documents, range_evidence
 from repromatrix.reports.runners import RunnerSummary, runner_summaries, runners_json
@@ -23,7 +24,7 @@ from repromatrix.reports.table import tag_key
 from repromatrix.reports.upgrade import UpgradeView, build_upgrade, upgrade_json
 from repromatrix.results.store import plan_matrix
 from repromatrix.results.verdicts import Judged, one_line
-from repromatrix.values import STAGED_KINDS, Outcome
+from repromatrix.values import STAGED_KINDS
 
 MAX_RUNS_NAMED = 3
 MIN_PREFIX = 3  # a shorter common prefix of run ids names nothing
@@ -61,7 +62,7 @@ class PlannedLane:
     def words(self, tag: str, scenario: str) -> str:
         """``3 hit, 2 avoided`` for a row and column; empty where no cell is planned."""
         counts = self.expected.get((tag, scenario), {})
-        return ", ".join(f"{n} {outcome.replace('_', ' ')}" for outcome, n in counts.items())
+        return ", ".join(f"{n} {label(Expected(expected))}" for expected, n in counts.items())
 
 
 @dataclass(frozen=True)

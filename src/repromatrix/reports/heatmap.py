@@ -13,15 +13,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from repromatrix.judgement import Outcome, label
 from repromatrix.reports.table import Configuration, tag_key
 from repromatrix.reports.upgrade import BASELINE, TRIGGER
 from repromatrix.results.verdicts import Judged, shorten
-from repromatrix.values import Level, Outcome
+from repromatrix.values import Level
 
 
 @dataclass(frozen=True)
-class HeatCell:
-    """One square: the observed outcome and a tooltip."""
+class HeatSquare:
+    """One square: the observed outcome, the verdict, a tooltip and the cell shown."""
 
     outcome: str
     verdict: str
@@ -36,7 +37,7 @@ class HeatMap:
     configuration: Configuration
     tags: tuple[str, ...]
     scenarios: tuple[str, ...]
-    cells: Mapping[tuple[str, str], HeatCell]
+    squares: Mapping[tuple[str, str], HeatSquare]
 
     @property
     def key(self) -> str:
@@ -44,9 +45,9 @@ class HeatMap:
         c = self.configuration
         return f"{c.lane}/{c.gpu}/{c.model}/{c.flagset}"
 
-    def cell(self, tag: str, scenario: str) -> HeatCell | None:
+    def square(self, tag: str, scenario: str) -> HeatSquare | None:
         """The square at a row and column, or None."""
-        return self.cells.get((tag, scenario))
+        return self.squares.get((tag, scenario))
 
 
 def heat_maps(judged: Iterable[Judged]) -> tuple[HeatMap, ...]:
@@ -65,11 +66,11 @@ def heat_maps(judged: Iterable[Judged]) -> tuple[HeatMap, ...]:
 
 
 def _map(configuration: Configuration, chosen: Mapping[tuple[str, str], Judged]) -> HeatMap:
-    cells = {
-        key: HeatCell(
+    squares = {
+        key: HeatSquare(
             item.result.outcome.value,
             item.verdict.value,
-            f"{key[0]} · {key[1]}: {item.result.outcome.value.replace('_', ' ')}"
+            f"{key[0]} · {key[1]}: {label(item.result.outcome)}"
             + (f" ({item.level.value})" if item.level is Level.PROBE else "")
             + (f": {shorten(item.cause, 100)}" if item.cause else ""),
             item.result.id,
@@ -80,5 +81,5 @@ def _map(configuration: Configuration, chosen: Mapping[tuple[str, str], Judged])
         configuration,
         tuple(sorted({t for t, _ in chosen}, key=tag_key)),
         tuple(sorted({s for _, s in chosen})),
-        MappingProxyType(cells),
+        MappingProxyType(squares),
     )

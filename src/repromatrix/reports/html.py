@@ -13,23 +13,19 @@ from dataclasses import dataclass
 
 import jinja2
 
-from repromatrix.reports.diff import CHANGE_TITLES
+from repromatrix.judgement import SEVERITY, Expected, Outcome, Safety, Verdict, Word, label
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings
 from repromatrix.reports.heatmap import heat_maps
-from repromatrix.reports.move import LISTED
 from repromatrix.reports.table import Agreement, Entry, Table, TableSection, log_path
-from repromatrix.reports.upgrade import SAFETY_LABELS
-from repromatrix.results.verdicts import SEVERITY, Judged, RunProblem, Verdict, shorten
-from repromatrix.values import Outcome
+from repromatrix.results.verdicts import Judged, RunProblem, shorten
 
 TEMPLATE = "compat.html.j2"
-LABELS = {v: v.value.replace("_", " ") for v in Verdict}
 CAUSE_CHARS = 160  # in the summary line; the full root-cause line is one click away
 
 
 @dataclass(frozen=True)
 class LevelView:
-    """One level's result inside a table cell."""
+    """One level's result inside a table entry."""
 
     id: str
     level: str
@@ -50,8 +46,8 @@ class LevelView:
 
 
 @dataclass(frozen=True)
-class CellView:
-    """One table cell: its levels, the worst verdict (the outline), the tone and the agreement."""
+class EntryView:
+    """One table entry: its levels, the worst verdict (the outline), the tone and the agreement."""
 
     scenario: str
     verdict: str
@@ -65,7 +61,7 @@ class RowView:
     """One image tag's row in a section."""
 
     label: str
-    cells: tuple[CellView | None, ...]
+    entries: tuple[EntryView | None, ...]
 
 
 @dataclass(frozen=True)
@@ -82,13 +78,28 @@ class SectionView:
 
 
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    """The templates' environment: autoescaped, strict, with the judgement words (``Safety``)
+    and their one label table (the ``label`` filter)."""
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader("repromatrix.reports", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["label"] = _label
+    env.globals.update(Safety=Safety, Outcome=Outcome, Verdict=Verdict)
+    return env
+
+
+def _label(word: Word | str, kind: type[Word] | None = None) -> str:
+    """The ``label`` filter: a word's label; a word's value (a history point's outcome, say)
+    is read as one of ``kind`` first (``{{ p.outcome | label(Outcome) }}``)."""
+    if isinstance(word, Outcome | Expected | Safety | Verdict):
+        return label(word)
+    if kind is None:
+        raise TypeError(f"label: {word!r} is a value; say of which word (label(Outcome))")
+    return label(kind(word))
 
 
 def table_judged(table: Table) -> tuple[Judged, ...]:
@@ -117,13 +128,10 @@ def format_html(
             title=findings.title,
             findings=findings,
             heat_maps=maps,
-            safety_labels={s.value: label for s, label in SAFETY_LABELS.items()},
-            change_titles={c.value: t for c, t in CHANGE_TITLES.items()},
-            changes=LISTED,
             cell_href=lambda cell_id: "#c-" + cell_id,
             environment_href=lambda path: path,  # compat.html lies in the run folder
             cells=table.cells,
-            counts=[(v.value, LABELS[v], n) for v, n in table.counts.items()],
+            counts=[(v.value, label(v), n) for v, n in table.counts.items()],
             not_reached=table.not_reached,
             problems=problems,
             sections=sections,
@@ -139,7 +147,7 @@ def _section_view(section: TableSection, excerpts: Mapping[str, str]) -> Section
     rows = tuple(
         RowView(
             section.row_label(tag),
-            tuple(_cell_view(section.entry(tag, c), excerpts) for c in section.columns),
+            tuple(_entry_view(section.entry(tag, c), excerpts) for c in section.columns),
         )
         for tag in section.tags
     )
@@ -154,13 +162,13 @@ def _section_view(section: TableSection, excerpts: Mapping[str, str]) -> Section
     )
 
 
-def _cell_view(entry: Entry | None, excerpts: Mapping[str, str]) -> CellView | None:
+def _entry_view(entry: Entry | None, excerpts: Mapping[str, str]) -> EntryView | None:
     if entry is None:
         return None
     levels = entry.levels
     worst = min((j.verdict for j in levels), key=SEVERITY.index)
     agreement = entry.agreement
-    return CellView(
+    return EntryView(
         scenario=levels[0].result.scenario,
         verdict=worst.value,
         levels=tuple(_level_view(j, excerpts.get(j.result.id)) for j in levels),
@@ -192,10 +200,10 @@ def _level_view(judged: Judged, excerpt: str | None) -> LevelView:
         id=r.id,
         level=judged.level.value,
         verdict=judged.verdict.value,
-        verdict_label=LABELS[judged.verdict],
+        verdict_label=label(judged.verdict),
         cause=shorten(judged.cause, CAUSE_CHARS),
         expected=r.expected.value,
-        observed=r.outcome.value.replace("_", " "),
+        observed=label(r.outcome),
         explanation=judged.explanation,
         version=r.version or "unknown",
         image=r.image,

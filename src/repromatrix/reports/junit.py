@@ -40,11 +40,11 @@ import junitparser
 from junitparser import Error, Failure, Skipped
 from junitparser.xunit2 import JUnitXml, TestCase, TestSuite
 
+from repromatrix.judgement import FAILING, Outcome, Verdict
 from repromatrix.reports.table import log_path
 from repromatrix.results.problems import NOTICES
 from repromatrix.results.store import CellResult, atomic_write
-from repromatrix.results.verdicts import FAILING, Judged, RunProblem, Verdict, one_line
-from repromatrix.values import Outcome
+from repromatrix.results.verdicts import Judged, RunProblem, one_line
 from repromatrix.visible import visible
 
 PROBLEM_SUITE = "repromatrix"

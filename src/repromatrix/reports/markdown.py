@@ -1,7 +1,7 @@
 """``compat.md``: the compatibility table as GitHub-flavoured Markdown, for job summaries.
 
 The upgrade view comes first (per image and configuration: safe, safe with a
-flag change, unsafe, unknown), then what changes between a baseline and a
+flag change, not safe, unknown: ``judgement.Safety``), then what changes between a baseline and a
 candidate, the evidence against documented version ranges, and the cells
 that could not run here, summarised per lane and reason. GitHub refuses a
 job summary over 1 MiB, so the Markdown degrades in steps until it fits:
@@ -18,21 +18,12 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 
-from repromatrix.reports.diff import CHANGE_TITLES
+from repromatrix.judgement import FAILING, SEVERITY, Outcome, Safety, Verdict, label
 from repromatrix.reports.findings import Findings, ReportOptions, build_findings
-from repromatrix.reports.move import LISTED
 from repromatrix.reports.table import Agreement, Entry, Table, tag_key
-from repromatrix.reports.upgrade import Safety, SafetyCell
-from repromatrix.results.verdicts import (
-    FAILING,
-    SEVERITY,
-    Judged,
-    RunProblem,
-    Verdict,
-    one_line,
-    shorten,
-)
-from repromatrix.values import Level, Outcome
+from repromatrix.reports.upgrade import ImageSafety
+from repromatrix.results.verdicts import Judged, RunProblem, one_line, shorten
+from repromatrix.values import Level
 
 JOINER = "\u200d"  # zero-width: what GitHub would link reads on, inert
 MD_LIMIT = 1000 * 1024  # GitHub's job-summary limit is 1 MiB; keep a margin
@@ -55,9 +46,10 @@ SYMBOLS: Mapping[Outcome, str] = MappingProxyType(
 PROBE_MARK = "🔬"
 VERDICT_MARKS: Mapping[Verdict, str] = MappingProxyType(
     {
-        Verdict.REGRESSION: " **REGRESSION**",
-        Verdict.OUTSIDE_RANGE: " **OUTSIDE RANGE**",
-        Verdict.UNEXPECTED_FIX: " **UNEXPECTED FIX**",
+        **{
+            v: f" **{label(v).upper()}**"
+            for v in (Verdict.REGRESSION, Verdict.OUTSIDE_RANGE, Verdict.UNEXPECTED_FIX)
+        },
         Verdict.UNKNOWN: " ❔",
     }
 )
@@ -66,9 +58,10 @@ LEGEND = (
     "⏭️ skipped · 🚫 probe could not reach the code path · ⛔ not reached: the engine served "
     "but nothing showed the crash's code path entered (not tested) · 🔬 probe level (vLLM's "
     "own code called on the trigger's shapes, no engine start) · ❔ no documented expectation · "
-    "**OUTSIDE RANGE** hit where the documents say unaffected (the range is too narrow) · "
-    "**REGRESSION** hit again after an older version was seen fixed · **UNEXPECTED FIX** "
-    "avoided where the documents say affected"
+    f"{VERDICT_MARKS[Verdict.OUTSIDE_RANGE].strip()} hit where the documents say unaffected (the "
+    f"range is too narrow) · {VERDICT_MARKS[Verdict.REGRESSION].strip()} hit again after an older "
+    f"version was seen fixed · {VERDICT_MARKS[Verdict.UNEXPECTED_FIX].strip()} avoided where the "
+    "documents say affected"
 )
 
 
@@ -110,7 +103,12 @@ def code(text: str) -> str:
 
 
 SAFETY_MARKS: Mapping[Safety, str] = MappingProxyType(
-    {Safety.SAFE: "🟢", Safety.WORKAROUND: "🟡", Safety.UNSAFE: "🔴", Safety.UNKNOWN: "⚪"}
+    {
+        Safety.SAFE: "🟢",
+        Safety.SAFE_WITH_FLAG_CHANGE: "🟡",
+        Safety.NOT_SAFE: "🔴",
+        Safety.UNKNOWN: "⚪",
+    }
 )
 
 
@@ -139,7 +137,7 @@ def format_markdown(
 def _head(
     table: Table, problems: Sequence[RunProblem], findings: Findings, *, compact: bool = False
 ) -> str:
-    counts = " · ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in table.counts.items())
+    counts = " · ".join(f"{n} {label(v)}" for v, n in table.counts.items())
     unreached = f" ({table.not_reached} of them not reached)" if table.not_reached else ""
     lines = [f"# {escape(findings.title)}", "", f"{table.cells} cells: {counts or '-'}{unreached}"]
     lines += upgrade_lines(findings, compact=compact)
@@ -160,10 +158,13 @@ def upgrade_lines(findings: Findings, *, compact: bool = False) -> list[str]:
     ``compact`` keeps only each cell's mark and the crashes it hits by name.
     """
     lines = ["", "## Can we upgrade?", ""]
+    marks = SAFETY_MARKS
     lines.append(
-        "🟢 safe · 🟡 safe with a flag change (a variant observed avoided on the same image "
-        "and configuration) · 🔴 unsafe: a documented crash without a verified workaround, or "
-        "the healthy baseline failed · ⚪ unknown"
+        f"{marks[Safety.SAFE]} {label(Safety.SAFE)} · {marks[Safety.SAFE_WITH_FLAG_CHANGE]} "
+        f"{label(Safety.SAFE_WITH_FLAG_CHANGE)} (a variant observed avoided on the same image "
+        f"and configuration) · {marks[Safety.NOT_SAFE]} {label(Safety.NOT_SAFE)}: a documented "
+        "crash without a verified workaround, or the healthy baseline failed · "
+        f"{marks[Safety.UNKNOWN]} {label(Safety.UNKNOWN)}"
     )
     for lane in findings.upgrade.lanes:
         header = ["image", *(escape(c.label) for c in lane.configurations)]
@@ -172,8 +173,8 @@ def upgrade_lines(findings: Findings, *, compact: bool = False) -> list[str]:
         for tag in lane.tags:
             row = [escape(lane.row_label(tag))]
             for configuration in lane.configurations:
-                cell = lane.cell(tag, configuration)
-                row.append("" if cell is None else _safety_text(cell, compact))
+                found = lane.at(tag, configuration)
+                row.append("" if found is None else _safety_text(found, compact))
             lines.append("| " + " | ".join(row) + " |")
     lines += _move_lines(findings)
     disagreeing = [r for r in findings.ranges if r.disagrees]
@@ -205,10 +206,10 @@ def _runner_lines(findings: Findings) -> list[str]:
     return lines
 
 
-def _safety_text(cell: SafetyCell, compact: bool) -> str:
+def _safety_text(found: ImageSafety, compact: bool) -> str:
     if not compact:
-        return SAFETY_MARKS[cell.safety] + " " + escape(cell.words)
-    return SAFETY_MARKS[cell.safety] + "".join(" " + escape(c.scenario) for c in cell.crashes)
+        return SAFETY_MARKS[found.safety] + " " + escape(found.words)
+    return SAFETY_MARKS[found.safety] + "".join(" " + escape(c.scenario) for c in found.crashes)
 
 
 def _move_lines(findings: Findings) -> list[str]:
@@ -223,9 +224,9 @@ def _move_lines(findings: Findings) -> list[str]:
         f"The candidate is {verdict}; {move.still_avoided} crash check(s) stay avoided.",
         "",
     ]
-    for change in LISTED:
-        items = move.of(change)
-        lines.append(f"- {CHANGE_TITLES[change]}: {len(items)}")
+    for listed in move.listed:
+        items = move.of(listed)
+        lines.append(f"- {listed.label}: {len(items)}")
         lines += [
             f"  - {escape(i.scenario)} on {escape(i.configuration.label)}: {escape(i.detail)}"
             for i in items
@@ -310,7 +311,7 @@ def _count_table(table: Table) -> list[str]:
             counts.setdefault(key, Counter()).update(j.verdict for j in entry.levels)
     verdicts = [v for v in SEVERITY if v in table.counts]
     lines = [
-        "| lane | image | " + " | ".join(v.value.replace("_", " ") for v in verdicts) + " |",
+        "| lane | image | " + " | ".join(label(v) for v in verdicts) + " |",
         "|" + "---|" * (len(verdicts) + 2),
     ]
     for lane, tag in sorted(counts, key=lambda k: (k[0], tag_key(k[1]))):

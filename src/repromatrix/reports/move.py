@@ -2,34 +2,30 @@
 
 Pure: judged cells and two tags in, a ``MoveSummary`` out. It reuses
 ``reports.diff`` to pair the cells of the two tags and for its words (one
-``diff.Change`` per item), keeps the documented crashes (triggers) and the
-healthy baselines, prefers the engine level where both levels ran, and names
-for each crash still hit whether the candidate has a verified workaround on
-the same configuration (``still_hit_with_workaround``).
+``judgement.SafetyMove`` per item), keeps the documented crashes (triggers) and
+the healthy baselines, prefers the engine level where both levels ran, and
+names for each crash still not safe whether the candidate has a verified
+workaround on the same configuration (``not safe → safe with a flag change``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from repromatrix.judgement import MOVES_SHOWN, STILL_SAFE, Outcome, Safety, SafetyMove
 from repromatrix.reports import diff
-from repromatrix.reports.diff import Change
 from repromatrix.reports.table import Configuration
 from repromatrix.reports.upgrade import BASELINE, TRIGGER, UpgradeView
 from repromatrix.results.verdicts import Judged, cause_line, shorten
-from repromatrix.values import Outcome
-
-# The changes a move lists one by one; the crashes still avoided are only counted.
-LISTED: tuple[Change, ...] = tuple(c for c in Change if c is not Change.STILL_AVOIDED)
 
 
 @dataclass(frozen=True)
 class MoveItem:
     """One crash (or baseline) in one configuration, and what the move does to it."""
 
-    change: Change
+    move: SafetyMove
     scenario: str
     configuration: Configuration
     level: str
@@ -42,21 +38,32 @@ class MoveSummary:
 
     baseline: str
     candidate: str
-    items: tuple[MoveItem, ...]  # one of ``LISTED`` each
-    still_avoided: int  # crashes avoided on both sides
+    items: tuple[MoveItem, ...]  # every move but ``safe → safe``
+    still_avoided: int  # crashes avoided on both sides: ``safe → safe``
 
-    def of(self, change: Change) -> tuple[MoveItem, ...]:
-        """The items of one kind (none for ``still_avoided``: those are only counted)."""
-        return tuple(i for i in self.items if i.change is change)
+    def of(self, move: SafetyMove) -> tuple[MoveItem, ...]:
+        """The items of one move (none for ``safe → safe``: those are only counted)."""
+        return tuple(i for i in self.items if i.move == move)
 
-    def count(self, change: Change) -> int:
-        """How many crashes (or baselines) one kind of change has, ``still_avoided`` included."""
-        return self.still_avoided if change is Change.STILL_AVOIDED else len(self.of(change))
+    def count(self, move: SafetyMove) -> int:
+        """How many crashes (or baselines) make one move, ``safe → safe`` included."""
+        return self.still_avoided if move == STILL_SAFE else len(self.of(move))
+
+    @property
+    def listed(self) -> tuple[SafetyMove, ...]:
+        """The moves listed one by one, in report order: ``MOVES_SHOWN`` and any other made."""
+        found = {*MOVES_SHOWN, *(i.move for i in self.items)}
+        return tuple(sorted(found, key=lambda m: m.rank))
+
+    @property
+    def moves(self) -> tuple[SafetyMove, ...]:
+        """Every move counted: the listed ones and ``safe → safe``."""
+        return (*self.listed, STILL_SAFE)
 
     @property
     def worse(self) -> bool:
-        """Whether the candidate hits anything the baseline avoided."""
-        return bool(self.of(Change.NEWLY_HIT))
+        """Whether the candidate is not safe where the baseline was."""
+        return any(i.move.worse for i in self.items)
 
 
 def build_move(
@@ -75,16 +82,16 @@ def build_move(
     items = []
     still_avoided = 0
     for (configuration, scenario, _), pair in sorted(chosen.items()):
-        if pair.change is Change.STILL_AVOIDED:
+        if pair.move == STILL_SAFE:
             still_avoided += 1
             continue
-        change, detail = pair.change, _detail(pair)
-        if change is Change.STILL_HIT:
+        move, detail = pair.move, _detail(pair)
+        if move == SafetyMove(Safety.NOT_SAFE, Safety.NOT_SAFE):
             fix = _workaround(view, candidate, configuration, scenario)
             if fix:
-                change, detail = Change.STILL_HIT_WITH_WORKAROUND, fix
-        items.append(MoveItem(change, scenario, configuration, pair.key.level, detail))
-    items.sort(key=lambda i: (LISTED.index(i.change), i.scenario, i.configuration))
+                move, detail = replace(move, after=Safety.SAFE_WITH_FLAG_CHANGE), fix
+        items.append(MoveItem(move, scenario, configuration, pair.key.level, detail))
+    items.sort(key=lambda i: (i.move.rank, i.scenario, i.configuration))
     return MoveSummary(baseline, candidate, tuple(items), still_avoided)
 
 
@@ -105,10 +112,10 @@ def _workaround(
     view: UpgradeView, tag: str, configuration: Configuration, scenario: str
 ) -> str | None:
     for lane in view.lanes:
-        cell = lane.cell(tag, configuration)
-        if cell is None:
+        found = lane.at(tag, configuration)
+        if found is None:
             continue
-        for crash in cell.crashes:
+        for crash in found.crashes:
             if crash.scenario == scenario and crash.workarounds:
                 return "; ".join(f"{w.change} ({w.variant})" for w in crash.workarounds)
     return None
@@ -120,10 +127,10 @@ def move_json(summary: MoveSummary) -> dict[str, Any]:
         "baseline": summary.baseline,
         "candidate": summary.candidate,
         "worse": summary.worse,
-        "counts": {c.value: summary.count(c) for c in Change},
+        "counts": [{**m.to_json(), "crashes": summary.count(m)} for m in summary.moves],
         "items": [
             {
-                "change": i.change.value,
+                "safety": i.move.to_json(),
                 "scenario": i.scenario,
                 "lane": i.configuration.lane,
                 "gpu": i.configuration.gpu,

@@ -25,8 +25,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from repromatrix.grammars import check_version_numbers
-from repromatrix.results.verdicts import DECISIVE, Judged, result_version
-from repromatrix.values import Expected, Outcome
+from repromatrix.judgement import DECISIVE, Expected, Outcome
+from repromatrix.results.verdicts import Judged, result_version
 
 TRIGGER = "trigger"
 

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from repromatrix.judgement import Outcome
 from repromatrix.results.schema import CellResult, GpuFact
 from repromatrix.results.verdicts import Judged
-from repromatrix.values import Outcome
 
 UNKNOWN_HOST = "unknown host"
 

@@ -23,11 +23,15 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from repromatrix.judgement import DECISIVE, Outcome, Verdict
 from repromatrix.results.store import LOG_FILE, cell_dir
-from repromatrix.results.verdicts import DECISIVE, Judged, RunProblem, Verdict, tally
-from repromatrix.values import Level, Outcome
+from repromatrix.results.verdicts import Judged, RunProblem, tally
+from repromatrix.values import Level
 
-COMPAT_SCHEMA_VERSION = 4  # 4: not-reached cells, facts, where each cell ran (runners)
+# 4: not-reached cells, facts, where each cell ran (runners). 5: the safety words of
+# ``judgement`` (``not_safe``, ``safe_with_flag_change`` for 4's ``unsafe``, ``workaround``),
+# and the move's ``counts`` and ``items`` as safety moves (before and after) for 4's changes.
+COMPAT_SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True, order=True)
@@ -86,7 +90,7 @@ class Agreement(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Entry:
-    """One table cell: the engine-level and probe-level results of one image and variant."""
+    """One table entry: the engine-level and probe-level results of one image and variant."""
 
     engine: Judged | None = None
     probe: Judged | None = None

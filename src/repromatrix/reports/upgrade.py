@@ -1,14 +1,16 @@
 """The upgrade view: per image and configuration, is it safe, and what do we change if not?
 
 Pure: judged cells in, an ``UpgradeView`` out. A configuration is what a user
-runs (lane, GPU, model, flag set); an image is a row. Each cell of the view
-says, in terms of SAFETY rather than agreement with the documents:
+runs (lane, GPU, model, flag set); an image is a row. Each image in each
+configuration gets an ``ImageSafety``: its ``judgement.Safety``, rather than its
+agreement with the documents:
 
 - ``safe``: no documented crash was hit and the healthy baseline (where there
   is one) served;
-- ``workaround``: documented crashes were hit, and for each one a variant with
-  a flag change was observed ``avoided`` on the same image and configuration;
-- ``unsafe``: a documented crash was hit with no verified workaround, or the
+- ``safe_with_flag_change``: documented crashes were hit, and for each one a
+  variant with a flag change was observed ``avoided`` on the same image and
+  configuration;
+- ``not_safe``: a documented crash was hit with no verified workaround, or the
   healthy baseline failed;
 - ``unknown``: nothing was decided (errors, timeouts, unreachable probes), or a
   documented crash was not tested: every one of its trigger cells served without
@@ -29,39 +31,19 @@ reports summarise them per lane and reason instead.
 
 from __future__ import annotations
 
-import enum
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from repromatrix.reports.diff import BROKEN
+from repromatrix.judgement import BROKEN, DECISIVE, FAILING, Outcome, Safety, label
 from repromatrix.reports.table import Configuration, tag_key
-from repromatrix.results.verdicts import FAILING, Judged, shorten
-from repromatrix.values import Level, Outcome
+from repromatrix.results.verdicts import Judged, shorten
+from repromatrix.values import Level
 
 TRIGGER, BASELINE = "trigger", "baseline"
 CAUSE_CHARS = 90
-
-
-class Safety(enum.StrEnum):
-    """Whether an image is safe to run in one configuration."""
-
-    UNSAFE = "unsafe"
-    WORKAROUND = "workaround"
-    UNKNOWN = "unknown"
-    SAFE = "safe"
-
-
-SAFETY_LABELS: Mapping[Safety, str] = MappingProxyType(
-    {
-        Safety.SAFE: "safe",
-        Safety.WORKAROUND: "safe with a flag change",
-        Safety.UNSAFE: "unsafe",
-        Safety.UNKNOWN: "unknown",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -85,7 +67,7 @@ class Crash:
 
 
 @dataclass(frozen=True)
-class SafetyCell:
+class ImageSafety:
     """One image in one configuration."""
 
     safety: Safety
@@ -102,7 +84,7 @@ class SafetyCell:
     @property
     def words(self) -> str:
         """One line for people: the safety, then each crash and its fix."""
-        parts = [SAFETY_LABELS[self.safety]]
+        parts = [label(self.safety)]
         for crash in self.crashes:
             fix = "; ".join(f"{w.change} ({w.variant})" for w in crash.workarounds)
             parts.append(f"hits {crash.scenario}" + (f", avoided with {fix}" if fix else ""))
@@ -129,12 +111,12 @@ class LaneView:
     lane: str
     tags: tuple[str, ...]
     configurations: tuple[Configuration, ...]
-    cells: Mapping[tuple[str, Configuration], SafetyCell]
+    safeties: Mapping[tuple[str, Configuration], ImageSafety]
     versions: Mapping[str, str]
 
-    def cell(self, tag: str, configuration: Configuration) -> SafetyCell | None:
-        """The cell at a row and column, or None where nothing ran."""
-        return self.cells.get((tag, configuration))
+    def at(self, tag: str, configuration: Configuration) -> ImageSafety | None:
+        """The image's safety at a row and column, or None where nothing ran."""
+        return self.safeties.get((tag, configuration))
 
     def row_label(self, tag: str) -> str:
         """The tag, with the vLLM version inside when the tag does not say it."""
@@ -143,7 +125,7 @@ class LaneView:
 
     def row_safeties(self, tag: str) -> str:
         """The safeties in a row, space-separated (what the page's safety filter matches)."""
-        found = {cell.safety.value for (t, _), cell in self.cells.items() if t == tag}
+        found = {one.safety.value for (t, _), one in self.safeties.items() if t == tag}
         return " ".join(sorted(found))
 
 
@@ -187,12 +169,12 @@ def _lane(
         lane,
         tuple(sorted({tag for tag, _ in cells}, key=tag_key)),
         tuple(sorted({c for _, c in cells})),
-        MappingProxyType({key: safety_cell(items, staged) for key, items in cells.items()}),
+        MappingProxyType({key: image_safety(items, staged) for key, items in cells.items()}),
         MappingProxyType(versions),
     )
 
 
-def safety_cell(everything: Sequence[Judged], staged: Collection[str] = ()) -> SafetyCell:
+def image_safety(everything: Sequence[Judged], staged: Collection[str] = ()) -> ImageSafety:
     """Decide the safety of one image in one configuration from all its cells; the interrupted
     starts of the ``staged`` start-up interruptions (their triggers) are only listed."""
     interrupted = [
@@ -219,17 +201,17 @@ def safety_cell(everything: Sequence[Judged], staged: Collection[str] = ()) -> S
     untested = tuple(
         sorted(cell for scenario in by_scenario for cell in _not_reached(by_scenario[scenario]))
     )
-    decided = any(j.result.outcome in (Outcome.HIT, Outcome.AVOIDED) for j in items)
+    decided = any(j.result.outcome in DECISIVE for j in items)
     if failures or any(not c.workarounds for c in crashes):
-        safety = Safety.UNSAFE
+        safety = Safety.NOT_SAFE
     elif untested:
         safety = Safety.UNKNOWN
     elif crashes:
-        safety = Safety.WORKAROUND
+        safety = Safety.SAFE_WITH_FLAG_CHANGE
     else:
         safety = Safety.SAFE if decided else Safety.UNKNOWN
     disagreements = sum(1 for j in everything if j.verdict in FAILING)
-    return SafetyCell(
+    return ImageSafety(
         safety,
         crashes,
         failures,
@@ -243,7 +225,7 @@ def safety_cell(everything: Sequence[Judged], staged: Collection[str] = ()) -> S
 def _not_reached(items: Sequence[Judged]) -> tuple[str, ...]:
     """One scenario's trigger cells that did not reach its code path, when none decided it."""
     triggers = [j for j in items if j.result.variant in (TRIGGER, BASELINE)]
-    if any(j.result.outcome in (Outcome.HIT, Outcome.AVOIDED) for j in triggers):
+    if any(j.result.outcome in DECISIVE for j in triggers):
         return ()
     return tuple(j.result.id for j in triggers if j.result.outcome is Outcome.NOT_REACHED)
 
@@ -300,9 +282,9 @@ def upgrade_json(view: UpgradeView) -> list[dict[str, Any]]:
             "gpu": c.gpu,
             "model": c.model,
             "flagset": c.flagset,
-            "safety": cell.safety.value,
-            "words": cell.words,
-            "documents": cell.docs,
+            "safety": found.safety.value,
+            "words": found.words,
+            "documents": found.docs,
             "crashes": [
                 {
                     "scenario": crash.scenario,
@@ -314,14 +296,14 @@ def upgrade_json(view: UpgradeView) -> list[dict[str, Any]]:
                         for w in crash.workarounds
                     ],
                 }
-                for crash in cell.crashes
+                for crash in found.crashes
             ],
-            "other_failures": list(cell.failures),
-            "staged_interruptions": list(cell.staged),
-            "not_reached": list(cell.not_reached),
+            "other_failures": list(found.failures),
+            "staged_interruptions": list(found.staged),
+            "not_reached": list(found.not_reached),
         }
         for lane in view.lanes
         for tag in lane.tags
         for c in lane.configurations
-        if (cell := lane.cell(tag, c)) is not None
+        if (found := lane.at(tag, c)) is not None
     ]

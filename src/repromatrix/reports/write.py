@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from repromatrix.judgement import FAILING, SEVERITY, Safety, Verdict, label
 from repromatrix.reports.excerpt import ExcerptLimits, log_excerpt
 from repromatrix.reports.findings import (
     ReportOptions,
@@ -27,16 +28,9 @@ from repromatrix.reports.html import format_html
 from repromatrix.reports.junit import build_junit, write_junit
 from repromatrix.reports.markdown import format_markdown
 from repromatrix.reports.table import build_table, compat_json
-from repromatrix.reports.upgrade import Safety, UpgradeView
+from repromatrix.reports.upgrade import UpgradeView
 from repromatrix.results.store import atomic_write, log_file, read_run
-from repromatrix.results.verdicts import (
-    FAILING,
-    SEVERITY,
-    Judged,
-    RunProblem,
-    Verdict,
-    judge_all,
-)
+from repromatrix.results.verdicts import Judged, RunProblem, judge_all
 from repromatrix.visible import escape_json, visible
 
 JUNIT_FILE = "junit.xml"
@@ -60,7 +54,7 @@ class ReportSummary:
 
     def lines(self) -> list[str]:
         """A few lines for a terminal: counts, problems, where the reports are."""
-        counts = ", ".join(f"{n} {v.value.replace('_', ' ')}" for v, n in self.counts.items())
+        counts = ", ".join(f"{n} {label(v)}" for v, n in self.counts.items())
         out = [f"{self.cells} cells: {counts or 'none'}"]
         out += [f"problem: {p}" for p in self.problems]
         out += [f"wrote {path}" for path in self.files]
@@ -89,7 +83,7 @@ def write_reports(run_dir: Path, options: ReportOptions | None = None) -> Report
 
 
 # The safeties from worst to best: an image's answer is the worst of its configurations.
-WORST_FIRST = (Safety.UNSAFE, Safety.UNKNOWN, Safety.WORKAROUND, Safety.SAFE)
+WORST_FIRST = (Safety.NOT_SAFE, Safety.UNKNOWN, Safety.SAFE_WITH_FLAG_CHANGE, Safety.SAFE)
 DISAGREEMENTS_SHOWN = 5
 
 
@@ -100,13 +94,12 @@ def answer_lines(view: UpgradeView, judged: Sequence[Judged], compat: Path) -> t
     lines: list[str] = []
     for lane in view.lanes:
         for tag in lane.tags:
-            found = [lane.cells[key] for key in lane.cells if key[0] == tag]
-            worst = min(found, key=lambda cell: WORST_FIRST.index(cell.safety))
+            found = [lane.safeties[key] for key in lane.safeties if key[0] == tag]
+            worst = min(found, key=lambda one: WORST_FIRST.index(one.safety))
             lines.append(f"{lane.lane} {lane.row_label(tag)}: {worst.words}")
     differ = [j for j in judged if j.verdict in FAILING]
     for item in differ[:DISAGREEMENTS_SHOWN]:
-        words = item.verdict.value.replace("_", " ")
-        lines.append(f"differs from the documents: {item.result.id}: {words}")
+        lines.append(f"differs from the documents: {item.result.id}: {label(item.verdict)}")
     if len(differ) > DISAGREEMENTS_SHOWN:
         lines.append(f"and {len(differ) - DISAGREEMENTS_SHOWN} more that differ")
     lines.append(f"the full answer: {compat}")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.errors import UsageError
+from repromatrix.judgement import Outcome
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.store import (
     CELLS_DIR,
@@ -36,7 +37,6 @@ from repromatrix.results.store import (
     write_merge_record,
     write_plan,
 )
-from repromatrix.values import Outcome
 
 # How much a copy of a cell says: a cell that ran beats one the infrastructure stopped.
 _RANK = {Outcome.SKIPPED: 2, Outcome.INFRA_ERROR: 1}

@@ -25,11 +25,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from repromatrix.grammars import check_run_id, check_version_numbers, whole_number
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.matrix.config import ID_PARTS
 from repromatrix.matrix.expand import cell_id
 from repromatrix.matrix.yamlsrc import NAME_PATTERN
 from repromatrix.results.problems import ProblemKind
-from repromatrix.values import Expected, Lane, Level, Outcome
+from repromatrix.values import Lane, Level
 
 # 2: ``facts`` (what the engine stated it chose and sized), ``reached`` (whether the
 # scenario's code path was shown entered) and the ``not_reached`` outcome. A result of

@@ -1,6 +1,8 @@
 """Each cell's observed outcome judged against its expected one, and problems with a run's files.
 
-Pure functions over saved ``CellResult`` values. A verdict answers "does this
+Pure functions over saved ``CellResult`` values. The ``judgement.Verdict`` is no
+judgement of its own but the comparison of a cell's ``Outcome`` with its
+``Expected`` one (see ``judgement``); this module computes it. A verdict answers "does this
 cell behave as the scenario's documents say?": ``pass`` when it does,
 ``outside_range`` when a crash is hit on a version the documents say is not
 affected (evidence that the documented range is too narrow, not that the
@@ -18,7 +20,6 @@ either way; only a hit there is a mismatch (``outside_range``: the path too narr
 
 from __future__ import annotations
 
-import enum
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,19 +27,16 @@ from types import MappingProxyType
 
 from packaging.version import InvalidVersion, Version
 
+from repromatrix.judgement import DECISIVE, SEVERITY, Expected, Outcome, Verdict, as_expected
 from repromatrix.results.problems import ProblemKind, RunProblem, unique_problems
 from repromatrix.results.schema import CellResult
-from repromatrix.values import Expected, Level, Outcome
+from repromatrix.values import Level
 
 # The problem values live in ``problems``; reports have always found them here.
 __all__ = [
-    "DECISIVE",
-    "FAILING",
-    "SEVERITY",
     "Judged",
     "ProblemKind",
     "RunProblem",
-    "Verdict",
     "cause_line",
     "explain",
     "judge",
@@ -48,39 +46,6 @@ __all__ = [
     "unique_problems",
 ]
 
-
-class Verdict(enum.StrEnum):
-    """What a report says about one cell."""
-
-    PASS = "pass"
-    REGRESSION = "regression"  # hit again after a newer-than-hit older version avoided it
-    OUTSIDE_RANGE = "outside_range"  # hit where the documents say unaffected: range too narrow
-    UNEXPECTED_FIX = "unexpected_fix"
-    FAIL = "fail"
-    ERROR = "error"
-    SKIPPED = "skipped"
-    UNKNOWN = "unknown"  # ran, but nothing decided: no expectation, or the path not reached
-    UNREACHABLE = "unreachable"  # a probe that could not reach the decisive code path
-
-
-# Most urgent first: the order of summaries, and who gets log excerpts when space is short.
-SEVERITY: tuple[Verdict, ...] = (
-    Verdict.REGRESSION,
-    Verdict.FAIL,
-    Verdict.OUTSIDE_RANGE,
-    Verdict.UNEXPECTED_FIX,
-    Verdict.ERROR,
-    Verdict.UNKNOWN,
-    Verdict.UNREACHABLE,
-    Verdict.SKIPPED,
-    Verdict.PASS,
-)
-# Verdicts that are a mismatch with the documents or a failure of the image.
-FAILING = frozenset(
-    {Verdict.REGRESSION, Verdict.OUTSIDE_RANGE, Verdict.UNEXPECTED_FIX, Verdict.FAIL}
-)
-# Outcomes that decide a scenario one way or the other.
-DECISIVE = frozenset({Outcome.HIT, Outcome.AVOIDED})
 
 _OUTCOME_VERDICTS: Mapping[Outcome, Verdict] = MappingProxyType(
     {
@@ -104,7 +69,7 @@ def judge(result: CellResult) -> Verdict:
         return Verdict.UNKNOWN
     if result.expected is Expected.NOT_REACHED and result.outcome is Outcome.AVOIDED:
         return Verdict.UNKNOWN  # the path was taken where the plan said it could not be
-    if result.outcome.value == result.expected.value:
+    if as_expected(result.outcome, result.expected):
         return Verdict.PASS
     if result.outcome is Outcome.HIT:
         return Verdict.OUTSIDE_RANGE

@@ -30,6 +30,7 @@ from repromatrix.heartbeat import duration
 from repromatrix.host.identity import driver_shortfall
 from repromatrix.host.idle import NO_WAIT, IdleWait, wait_idle
 from repromatrix.host.runner import Runner
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import GpuFact
 from repromatrix.results.store import CellResult, now_iso
@@ -41,7 +42,7 @@ from repromatrix.run.images import IMAGE_ESTIMATE_S, ImageJobs, ImageReady, cell
 from repromatrix.run.pool import DependencyFailed, Done, Pool, Skipped, Ticket, Work
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB, Allocation, Capacity, Job, Need
-from repromatrix.values import Cell, Expected, Lane, Level, Outcome
+from repromatrix.values import Cell, Lane, Level
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,12 @@ from typing import Any, Protocol
 
 from repromatrix.backends.base import Execution
 from repromatrix.harness.harness import STATUS_PREFIX
+from repromatrix.judgement import Outcome
 from repromatrix.patterns import compile_pattern
 from repromatrix.results.store import RootCause
 from repromatrix.triage.facts import describe
 from repromatrix.triage.signatures import signature_levels
-from repromatrix.values import Cell, FactTest, Level, Outcome, Scenario, Signature
+from repromatrix.values import Cell, FactTest, Level, Scenario, Signature
 
 STATUS_MARK = STATUS_PREFIX.encode()
 PROBE_OUTCOMES = {

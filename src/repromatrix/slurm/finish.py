@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repromatrix.errors import EXIT_INFRA, EXIT_OK, InfraError, RepromatrixError, UsageError
+from repromatrix.judgement import Outcome
 from repromatrix.matrix.expand import expand
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
@@ -43,7 +44,7 @@ from repromatrix.slurm.submission import (
     write,
 )
 from repromatrix.upstream.resolve import Locking, Upstream, load_locked
-from repromatrix.values import Cell, Outcome
+from repromatrix.values import Cell
 
 Records = Mapping[str, Mapping[int, JobRecord]]  # array name -> task index -> its record
 

@@ -2,17 +2,17 @@
 baseline, as a versioned JSON payload and as Markdown.
 
 Pure: the candidate's judged cells, the baseline's published cells and where the
-evidence is published in, an ``TagAnswer`` out. Its words are the reports' own:
-the upgrade view's ``Safety`` per configuration (``safe``, ``workaround`` i.e.
-safe with a flag change, ``unsafe``, ``unknown``) with the crashes it hits and
-the verified flag change that avoids each, and the move from the baseline in
-the ``reports.diff.Change`` vocabulary (newly hit, fixed, still hit, ...).
+evidence is published in, a ``TagAnswer`` out. Its words are the reports' own
+(``judgement``): the upgrade view's ``Safety`` per configuration (safe, safe
+with a flag change, not safe, unknown) with the crashes it hits and the
+verified flag change that avoids each, and the move from the baseline, each
+crash's safety before and after (``SafetyMove``).
 
 A ``preliminary`` answer is sent as soon as the probe cells have decided, while
 engine cells still run here or on the fleet; the ``final`` one once every cell
 has a result (or the fleet's time is up), and only the final one is published.
 The payload's shape is ``ANSWER_SCHEMA`` version ``ANSWER_SCHEMA_VERSION``
-(docs/watch.md); a change that removes or renames a key raises the version.
+(docs/watch.md); a change that removes or renames a key or a value raises the version.
 """
 
 from __future__ import annotations
@@ -25,26 +25,23 @@ from types import MappingProxyType
 from typing import Any
 
 from repromatrix.errors import UsageError
-from repromatrix.reports.diff import CHANGE_TITLES, Change
+from repromatrix.judgement import DECISIVE, Safety, label
 from repromatrix.reports.markdown import escape
 from repromatrix.reports.move import MoveSummary, build_move
 from repromatrix.reports.table import Configuration
-from repromatrix.reports.upgrade import (
-    SAFETY_LABELS,
-    Safety,
-    SafetyCell,
-    UpgradeView,
-    build_upgrade,
-)
+from repromatrix.reports.upgrade import ImageSafety, UpgradeView, build_upgrade
 from repromatrix.results.verdicts import Judged
-from repromatrix.values import Outcome
 from repromatrix.watch.candidates import Candidate
 
 ANSWER_SCHEMA = "repromatrix.watch.answer"
-ANSWER_SCHEMA_VERSION = 1
+# 2: the safety words of ``judgement`` under their own key (``safety``: ``not_safe``,
+# ``safe_with_flag_change`` where 1's ``answer`` said ``unsafe``, ``workaround``; its label
+# ``safety_words`` for 1's ``answer_words``), and each change a safety move (``safety``: its
+# ``baseline`` and ``candidate`` safety) where 1 had a ``change`` word; ``counts`` lists the
+# moves.
+ANSWER_SCHEMA_VERSION = 2
 # The overall answer of a tag is its most urgent configuration's, in this order.
-URGENCY = (Safety.UNSAFE, Safety.WORKAROUND, Safety.UNKNOWN, Safety.SAFE)
-DECIDED = frozenset({Outcome.HIT, Outcome.AVOIDED})
+URGENCY = (Safety.NOT_SAFE, Safety.SAFE_WITH_FLAG_CHANGE, Safety.UNKNOWN, Safety.SAFE)
 
 
 class Stage(enum.StrEnum):
@@ -83,7 +80,7 @@ class TagAnswer:
     candidate: Candidate
     stage: Stage
     safety: Safety
-    configurations: tuple[tuple[Configuration, SafetyCell], ...]
+    configurations: tuple[tuple[Configuration, ImageSafety], ...]
     baseline: str | None
     move: MoveSummary | None
     no_move: str  # why there is no move ("" when there is one)
@@ -104,7 +101,7 @@ class TagAnswer:
         short = f", sha256:{candidate.key.rpartition('-')[2]}" if candidate.digest else ""
         stage = " (preliminary: probe cells)" if self.stage is Stage.PRELIMINARY else ""
         where = f"{candidate.lane.value} lane{short}"
-        return f"vLLM {candidate.tag} ({where}): {SAFETY_LABELS[self.safety]}{stage}"
+        return f"vLLM {candidate.tag} ({where}): {label(self.safety)}{stage}"
 
 
 def build_answer(
@@ -121,7 +118,7 @@ def build_answer(
     the baseline's tag and published cells (a moved baseline tag is its earlier digest)."""
     view = build_upgrade(judged)
     cells = _configurations(view, candidate)
-    found = {cell.safety for _, cell in cells}
+    found = {one.safety for _, one in cells}
     safety = next((s for s in URGENCY if s in found), Safety.UNKNOWN)
     move, no_move = None, "this is the baseline"
     if baseline is not None:
@@ -144,14 +141,14 @@ def build_answer(
 
 def _configurations(
     view: UpgradeView, candidate: Candidate
-) -> tuple[tuple[Configuration, SafetyCell], ...]:
+) -> tuple[tuple[Configuration, ImageSafety], ...]:
     """The candidate's image in each configuration it ran in."""
     for lane in view.lanes:
         if lane.lane == candidate.lane.value:
             return tuple(
-                (configuration, cell)
+                (configuration, found)
                 for configuration in lane.configurations
-                if (cell := lane.cell(candidate.tag, configuration)) is not None
+                if (found := lane.at(candidate.tag, configuration)) is not None
             )
     return ()
 
@@ -183,7 +180,7 @@ def _relabelled(item: Judged, tag: str) -> Judged:
 
 def counts_of(planned: int, judged: Sequence[Judged], pending: int) -> Counts:
     """The cell counts of an answer."""
-    decided = sum(1 for j in judged if j.result.outcome in DECIDED)
+    decided = sum(1 for j in judged if j.result.outcome in DECISIVE)
     return Counts(planned, len(judged), decided, pending)
 
 
@@ -199,13 +196,13 @@ def answer_json(answer: TagAnswer) -> dict[str, Any]:
         "digest": candidate.digest,
         "image": candidate.image.ref,
         "version": answer.version,
-        "answer": answer.safety.value,
-        "answer_words": SAFETY_LABELS[answer.safety],
+        "safety": answer.safety.value,
+        "safety_words": label(answer.safety),
         "headline": answer.headline,
         "worse": answer.worse,
         "baseline": answer.baseline,
         "configurations": [
-            _configuration_json(c, cell, answer) for c, cell in answer.configurations
+            _configuration_json(c, found, answer) for c, found in answer.configurations
         ],
         "changes": _changes_json(answer),
         "cells": dataclasses.asdict(answer.counts),
@@ -215,14 +212,14 @@ def answer_json(answer: TagAnswer) -> dict[str, Any]:
 
 
 def _configuration_json(
-    configuration: Configuration, cell: SafetyCell, answer: TagAnswer
+    configuration: Configuration, found: ImageSafety, answer: TagAnswer
 ) -> dict[str, Any]:
     return {
         "gpu": configuration.gpu,
         "model": configuration.model,
         "flagset": configuration.flagset,
-        "answer": cell.safety.value,
-        "words": cell.words,
+        "safety": found.safety.value,
+        "words": found.words,
         "crashes": [
             {
                 "scenario": crash.scenario,
@@ -235,10 +232,10 @@ def _configuration_json(
                     for w in crash.workarounds
                 ],
             }
-            for crash in cell.crashes
+            for crash in found.crashes
         ],
         "other_failures": [
-            {"cell": cell_id, "evidence": answer.evidence.of(cell_id)} for cell_id in cell.failures
+            {"cell": cell_id, "evidence": answer.evidence.of(cell_id)} for cell_id in found.failures
         ],
     }
 
@@ -250,10 +247,10 @@ def _changes_json(answer: TagAnswer) -> dict[str, Any] | None:
     return {
         "baseline": move.baseline,
         "compared": True,
-        "counts": {c.value: move.count(c) for c in Change},
+        "counts": [{**m.to_json(), "crashes": move.count(m)} for m in move.moves],
         "items": [
             {
-                "change": item.change.value,
+                "safety": item.move.to_json(),
                 "scenario": item.scenario,
                 "gpu": item.configuration.gpu,
                 "model": item.configuration.model,
@@ -272,10 +269,10 @@ def answer_markdown(answer: TagAnswer) -> str:
     lines.append(_cells_line(answer))
     if answer.move is not None:
         move = answer.move
-        counts = ", ".join(f"{move.count(c)} {CHANGE_TITLES[c]}" for c in Change if move.count(c))
+        counts = ", ".join(f"{move.count(m)} {m.label}" for m in move.moves if move.count(m))
         lines.append(f"Against {escape(move.baseline)}: {counts or 'no cell in common'}.")
         lines += [
-            f"- {CHANGE_TITLES[i.change]}: {escape(i.scenario)} [{i.level}] "
+            f"- {i.move.label}: {escape(i.scenario)} [{i.level}] "
             f"{escape(i.configuration.label)}: {escape(i.detail)}"
             for i in move.items
         ]
@@ -284,7 +281,7 @@ def answer_markdown(answer: TagAnswer) -> str:
     if answer.configurations:
         lines += ["", "| configuration | answer |", "|---|---|"]
         lines += [
-            f"| {escape(c.label)} | {escape(cell.words)} |" for c, cell in answer.configurations
+            f"| {escape(c.label)} | {escape(found.words)} |" for c, found in answer.configurations
         ]
     if answer.evidence.index:
         lines += ["", f"SiteLinks: {answer.evidence.index}"]

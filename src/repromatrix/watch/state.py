@@ -22,6 +22,7 @@ from typing import Any
 
 from repromatrix.errors import UsageError
 from repromatrix.grammars import load_json
+from repromatrix.judgement import Outcome
 from repromatrix.publish.history import same_digest
 from repromatrix.results.merge import finish_time
 from repromatrix.results.store import (
@@ -32,7 +33,6 @@ from repromatrix.results.store import (
     read_file,
     read_results,
 )
-from repromatrix.values import Outcome
 from repromatrix.watch.candidates import Candidate
 
 WATCH_DIR = "watch"

@@ -24,9 +24,10 @@ from repromatrix.bisect import execute
 from repromatrix.bisect.cells import Target, select_cells, with_versions
 from repromatrix.bisect.search import find_transitions
 from repromatrix.cli import main
+from repromatrix.judgement import Outcome
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.results import store
-from repromatrix.values import Lane, Outcome
+from repromatrix.values import Lane
 from support import paths
 
 pytestmark = [

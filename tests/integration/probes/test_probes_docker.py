@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from repromatrix.cli import main
+from repromatrix.judgement import Outcome
 from repromatrix.results import store as results
-from repromatrix.values import Outcome
 from support import paths
 
 pytestmark = [

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
+from repromatrix.judgement import Outcome
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.probes import DIRECTORY, probekit
 from repromatrix.run.outcome import ProbeReport, probe_raised
-from repromatrix.values import Outcome, Scenario
+from repromatrix.values import Scenario
 from support import paths
 from support.machine import venv
 

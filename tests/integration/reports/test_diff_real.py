@@ -68,14 +68,14 @@ def test_upgrading_fixes_the_crash(run_dir: Path, capsys: pytest.CaptureFixture[
     args = ["diff", str(run_dir), "--baseline", "0.31.0", "--candidate", "0.32.0", "--json"]
     assert main(args) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["counts"] == {
-        "newly_hit": 0,
-        "fixed": 1,
-        "still_hit": 0,
-        "unknown": 0,
-        "still_avoided": 2,
-    }
-    [fixed] = [p for p in document["pairs"] if p["change"] == "fixed"]
+    assert document["counts"] == [
+        {"baseline": "safe", "candidate": "not_safe", "pairs": 0},
+        {"baseline": "not_safe", "candidate": "safe", "pairs": 1},
+        {"baseline": "not_safe", "candidate": "not_safe", "pairs": 0},
+        {"baseline": "safe", "candidate": "safe", "pairs": 2},
+    ]
+    fixed_move = {"baseline": "not_safe", "candidate": "safe"}
+    [fixed] = [p for p in document["pairs"] if p["safety"] == fixed_move]
     assert (fixed["variant"], fixed["level"]) == ("trigger", "probe")
 
 

@@ -127,7 +127,7 @@ def test_site_index_filters_and_screenshots(browser: Any, site: Path, tmp_path: 
     assert rows.count() == 4
     everything = _shot(page, tmp_path / "index-all.png")
 
-    page.select_option('select[data-filter="safety"]', "unsafe")
+    page.select_option('select[data-filter="safety"]', "not_safe")
     visible = page.locator('#upgrade table[data-lane="gpu"] tbody tr:visible th')
     assert [visible.nth(i).inner_text() for i in range(visible.count())] == ["v0.32.0"]
     unsafe = _shot(page, tmp_path / "index-unsafe.png")
@@ -184,8 +184,8 @@ def test_real_cpu_lane_site_in_chromium(browser: Any, real_site: Path, tmp_path:
     assert rows.count() == 3
     everything = _shot(page, tmp_path / "real-index.png")
     # The staged KV-cache crash no longer counts against an image (issue 31): the images left
-    # by "unsafe" are those whose MoE probe hit seed 000's assertion.
-    page.select_option('select[data-filter="safety"]', "unsafe")
+    # by "not safe" are those whose MoE probe hit seed 000's assertion.
+    page.select_option('select[data-filter="safety"]', "not_safe")
     visible = page.locator('#upgrade table[data-lane="cpu"] tbody tr:visible th')
     assert [visible.nth(i).inner_text() for i in range(visible.count())] == ["0.27.0", "0.31.0"]
     assert _shot(page, tmp_path / "real-index-unsafe.png") != everything

@@ -16,8 +16,8 @@ import re
 
 import pytest
 
+from repromatrix.judgement import Outcome
 from repromatrix.results import store as results
-from repromatrix.values import Outcome
 from support import paths
 from support.cli import TOKEN
 from support.runner import containers_of

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from repromatrix.judgement import Outcome
 from repromatrix.results import store as results
-from repromatrix.values import Outcome
 from support import paths
 from support.cli import ENV, argv
 from support.runner import containers_of

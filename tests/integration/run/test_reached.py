@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from junitparser.xunit2 import JUnitXml
 
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import CellResult
-from repromatrix.values import Expected, Outcome
 from support.cli import run_zoo_cells
 
 RUN_ID = "ci-reached"

@@ -12,8 +12,8 @@ import docker
 import pytest
 
 from repromatrix.backends.docker.calls import RUN_LABEL
+from repromatrix.judgement import Outcome
 from repromatrix.results import store as results
-from repromatrix.values import Outcome
 from support import paths
 from support.cli import repromatrix_process as repromatrix
 

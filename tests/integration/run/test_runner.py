@@ -23,6 +23,7 @@ from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.backends.output import HEAD_BYTES, TAIL_BYTES
 from repromatrix.errors import InfraError
 from repromatrix.host.runner import detect_runner
+from repromatrix.judgement import Outcome
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_scenarios
@@ -33,7 +34,7 @@ from repromatrix.run.cells import Pacing, run_cells
 from repromatrix.run.folder import RunFolder, pending
 from repromatrix.run.images import ImageJobs, cell_context
 from repromatrix.run.progress import Progress
-from repromatrix.values import Cell, Image, Lane, Model, Outcome
+from repromatrix.values import Cell, Image, Lane, Model
 from support import paths
 from support.runner import cell, fake_image
 

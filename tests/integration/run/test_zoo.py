@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from repromatrix.harness.harness import INTERRUPT_MARK
+from repromatrix.judgement import Outcome
 from repromatrix.results import store
 from repromatrix.results.schema import CellResult
-from repromatrix.values import Outcome
 from support import paths
 from support.cli import run_zoo_cells
 

@@ -27,10 +27,10 @@ import docker
 import pytest
 
 from repromatrix.backends.docker.calls import CELL_LABEL, RUN_LABEL
+from repromatrix.judgement import Outcome
 from repromatrix.results import store
 from repromatrix.results.store import CellResult
 from repromatrix.slurm.submission import RECORD_FILE, Submission, TaskEnd, read, read_task_end
-from repromatrix.values import Outcome
 from support import paths
 from support.cli import ENV, argv
 from support.cli import repromatrix_process as repromatrix

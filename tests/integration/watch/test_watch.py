@@ -133,7 +133,7 @@ def test_watch_grades_a_new_tag_then_nothing_then_a_moved_digest(
         assert final["changes"]["compared"] and final["changes"]["baseline"] == "v0.31.0"
         changes = {(i["scenario"], i["change"]) for i in final["changes"]["items"]}
         assert ("moe-lora-rank-over-128", "fixed") in changes
-        assert final["cells"]["decided"] == 2 and final["answer"] == "safe"
+        assert final["cells"]["decided"] == 2 and final["safety"] == "safe"
         assert Path(final["evidence"].removeprefix("file://")).is_file()
         assert digests(tmp_path / "site", "v0.32.0") == {f"{repository}@{pushed}"}
 

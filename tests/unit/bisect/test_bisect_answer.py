@@ -11,7 +11,7 @@ from repromatrix.bisect.answer import (
     to_json,
 )
 from repromatrix.bisect.search import Search, find_transitions
-from repromatrix.values import Expected, Outcome
+from repromatrix.judgement import Expected, Outcome
 
 HIT, AVOIDED, ASIDE = Outcome.HIT, Outcome.AVOIDED, Outcome.UNREACHABLE
 VERSIONS = ("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0")

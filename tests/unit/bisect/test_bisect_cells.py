@@ -18,10 +18,11 @@ from repromatrix.bisect.cells import Target, known_outcomes, select_cells, with_
 from repromatrix.bisect.execute import BisectRun
 from repromatrix.cli import main
 from repromatrix.errors import EXIT_USAGE, InfraError, UsageError
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.results import store
-from repromatrix.values import Cell, Expected, Lane, Level, Outcome, Scenario
+from repromatrix.values import Cell, Lane, Level, Scenario
 from support import paths
 
 ROOT = paths.ROOT

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from repromatrix.bisect.answer import Ranges, suggest_ranges
 from repromatrix.bisect.search import bisect
-from repromatrix.values import Outcome
+from repromatrix.judgement import Outcome
 from support.reach import COMPILED, CRASHED, NOT_COMPILED, decided
 
 LOGS = {"0.30.0": CRASHED, "0.31.0": CRASHED, "0.32.0": NOT_COMPILED}

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from repromatrix.bisect.search import DECISIVE, bisect, find_transitions, next_probes
-from repromatrix.values import Outcome
+from repromatrix.judgement import Outcome
 
 HIT, AVOIDED = Outcome.HIT, Outcome.AVOIDED
 ASIDE = (Outcome.UNREACHABLE, Outcome.OTHER_FAILURE, Outcome.INFRA_ERROR, Outcome.TIMEOUT)

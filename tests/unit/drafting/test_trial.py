@@ -5,8 +5,8 @@ run through ``execute_run`` is tests/integration/drafting/test_try_docker.py."""
 from __future__ import annotations
 
 from repromatrix.drafting.trial import NOT_REPRODUCED, TrialReport, answers
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.results.schema import CellResult
-from repromatrix.values import Expected, Outcome
 
 KINDS = {"trigger": "trigger", "lower": "workaround"}
 

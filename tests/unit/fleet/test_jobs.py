@@ -18,9 +18,9 @@ import pytest
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
 from repromatrix.fleet.jobs import IMAGE_SETUP_S, MARGIN, JobBudget, load_durations, plan_jobs
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.matrix.expand import expand
 from repromatrix.results.store import CellResult, Timings, write_result
-from repromatrix.values import Expected, Outcome
 from support.matrix import GPU_LANE, setup
 from support.workflow import (
     ROOT,

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from repromatrix.judgement import Expected
 from repromatrix.matrix.effective import effective_flags
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.selector import Selector
-from repromatrix.values import Cell, Expected
+from repromatrix.values import Cell
 from support.matrix import BASELINE, MOE_SCENARIO, setup
 
 USER_FLAGS = """

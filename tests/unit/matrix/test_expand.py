@@ -13,11 +13,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from repromatrix.errors import UsageError
+from repromatrix.judgement import Expected
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import expand, expected_outcome, path_notices, plan
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.matrix.selector import Selector
-from repromatrix.values import Cell, Expected, Lane
+from repromatrix.values import Cell, Lane
 from support import factories, paths
 from support.matrix import BASELINE, GPU_LANE, MOE_SCENARIO, setup
 

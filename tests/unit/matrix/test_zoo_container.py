@@ -19,12 +19,13 @@ from repromatrix.backends.harness_spec import build_spec
 from repromatrix.errors import ConfigError
 from repromatrix.harness import harness, oomwatch
 from repromatrix.images.render import image_tag, render_files
+from repromatrix.judgement import Outcome
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_catalogue, load_scenario
 from repromatrix.matrix.selector import Selector
 from repromatrix.run.cell import CellContext, execute_cell, oom_report
-from repromatrix.values import Cell, ContainerOptions, Lane, Outcome
+from repromatrix.values import Cell, ContainerOptions, Lane
 from support import paths
 from support.matrix import write
 

@@ -14,12 +14,13 @@ from repromatrix import cli
 from repromatrix.backends.base import Prepared
 from repromatrix.errors import ConfigError
 from repromatrix.fleet.listing import flags_text
+from repromatrix.judgement import Expected
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.models.tinymodel import TinyModel, ensure_model_files, tiny_model_for
 from repromatrix.run.images import ImageJobs, cell_context
-from repromatrix.values import Cell, Expected, Image, Lane, Model
+from repromatrix.values import Cell, Image, Lane, Model
 from support import paths
 from support.matrix import write
 

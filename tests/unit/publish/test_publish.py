@@ -13,11 +13,11 @@ import pytest
 
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
+from repromatrix.judgement import Outcome
 from repromatrix.publish.site import cell_page
 from repromatrix.publish.site import publish as site_publish
 from repromatrix.reports.findings import ReportOptions
 from repromatrix.results.store import write_result
-from repromatrix.values import Outcome
 from support import paths
 from support.reach import NOT_COMPILED, decided
 from support.upgrade import cpu_probes, gpu_run, schema, write_gpu_run

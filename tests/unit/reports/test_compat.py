@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from repromatrix.judgement import Expected, Outcome, Verdict
 from repromatrix.reports.markdown import MD_LIMIT, escape, format_markdown
 from repromatrix.reports.table import Agreement, Column, Entry, build_table, tag_key
 from repromatrix.reports.write import write_reports
 from repromatrix.results.store import RootCause
-from repromatrix.results.verdicts import ProblemKind, RunProblem, Verdict, judge_all
-from repromatrix.values import Expected, Outcome
+from repromatrix.results.verdicts import ProblemKind, RunProblem, judge_all
 from support.reports import MOE_CAUSE, mixed_run, result, write_run
 
 
@@ -161,7 +161,7 @@ def test_compat_json(tmp_path: Path) -> None:
     write_run(tmp_path, mixed_run())
     write_reports(tmp_path)
     document = json.loads((tmp_path / "compat.json").read_text())
-    assert document["schema_version"] == 4
+    assert document["schema_version"] == 5
     assert document["summary"]["cells"] == 18
     assert document["summary"]["verdicts"]["regression"] == 1
     by_id = {c["id"]: c for c in document["cells"]}

@@ -10,38 +10,44 @@ import pytest
 
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
-from repromatrix.reports.diff import Change, classify, diff, format_diff, to_json
-from repromatrix.values import Expected, Outcome
+from repromatrix.judgement import Expected, Outcome, Safety, SafetyMove
+from repromatrix.reports.diff import classify, diff, format_diff, to_json
 from support.reports import KV_CAUSE, cpu_lane, result, seed_000_probes, write_run
 
 H, A, F, T = Outcome.HIT, Outcome.AVOIDED, Outcome.OTHER_FAILURE, Outcome.TIMEOUT
 E, S, U = Outcome.INFRA_ERROR, Outcome.SKIPPED, Outcome.UNREACHABLE
+SAFE, NOT_SAFE, UNKNOWN = Safety.SAFE, Safety.NOT_SAFE, Safety.UNKNOWN
+WORSE = SafetyMove(SAFE, NOT_SAFE)
+FIXED = SafetyMove(NOT_SAFE, SAFE)
+STILL_NOT_SAFE = SafetyMove(NOT_SAFE, NOT_SAFE)
+STILL_SAFE = SafetyMove(SAFE, SAFE)
 
 
 @pytest.mark.parametrize(
-    ("before", "after", "change"),
+    ("before", "after", "move"),
     [
-        (H, A, Change.FIXED),
-        (F, A, Change.FIXED),
-        (T, A, Change.FIXED),
-        (H, H, Change.STILL_HIT),
-        (H, F, Change.STILL_HIT),
-        (A, H, Change.NEWLY_HIT),
-        (A, F, Change.NEWLY_HIT),
-        (A, T, Change.NEWLY_HIT),
-        (A, A, Change.STILL_AVOIDED),
-        (A, E, Change.UNKNOWN),
-        (E, A, Change.UNKNOWN),
-        (H, S, Change.UNKNOWN),
-        (U, A, Change.UNKNOWN),
-        (A, None, Change.UNKNOWN),
-        (None, H, Change.UNKNOWN),
+        (H, A, FIXED),
+        (F, A, FIXED),
+        (T, A, FIXED),
+        (H, H, STILL_NOT_SAFE),
+        (H, F, STILL_NOT_SAFE),
+        (A, H, WORSE),
+        (A, F, WORSE),
+        (A, T, WORSE),
+        (A, A, STILL_SAFE),
+        (A, E, SafetyMove(SAFE, UNKNOWN)),
+        (E, A, SafetyMove(UNKNOWN, SAFE)),
+        (H, S, SafetyMove(NOT_SAFE, UNKNOWN)),
+        (U, A, SafetyMove(UNKNOWN, SAFE)),
+        (A, None, SafetyMove(SAFE, UNKNOWN)),
+        (None, H, SafetyMove(UNKNOWN, NOT_SAFE)),
     ],
 )
-def test_classify(before: Outcome | None, after: Outcome | None, change: Change) -> None:
+def test_classify(before: Outcome | None, after: Outcome | None, move: SafetyMove) -> None:
     baseline = result(tag="0.31.0", outcome=before) if before else None
     candidate = result(tag="0.32.0", outcome=after) if after else None
-    assert classify(baseline, candidate) is change
+    assert classify(baseline, candidate) == move
+    assert classify(baseline, candidate).decided is (UNKNOWN not in (move.before, move.after))
 
 
 def cpu_results() -> list:
@@ -51,15 +57,13 @@ def cpu_results() -> list:
 def test_the_cpu_lane_upgrade() -> None:
     upgrade = diff(cpu_results(), "0.31.0", "0.32.0")
     assert not upgrade.worse
-    by_change = {c: [p.key.label for p in upgrade.of(c)] for c in Change}
-    assert by_change == {
-        Change.NEWLY_HIT: [],
-        Change.FIXED: ["moe-lora-rank-over-128/trigger [probe] cpu/cpu/tiny-llama/default"],
+    by_move = {m: [p.key.label for p in upgrade.of(m)] for m in upgrade.moves}
+    assert by_move == {
+        WORSE: [],
+        FIXED: ["moe-lora-rank-over-128/trigger [probe] cpu/cpu/tiny-llama/default"],
         # Its workaround (lower-max-model-len) is avoided on 0.32.0, but only the move says so.
-        Change.STILL_HIT: ["cpu-kv-cache-too-small/trigger [engine] cpu/cpu/tiny-llama/default"],
-        Change.STILL_HIT_WITH_WORKAROUND: [],
-        Change.UNKNOWN: [],
-        Change.STILL_AVOIDED: [
+        STILL_NOT_SAFE: ["cpu-kv-cache-too-small/trigger [engine] cpu/cpu/tiny-llama/default"],
+        STILL_SAFE: [
             "cpu-kv-cache-too-small/lower-max-model-len [engine] cpu/cpu/tiny-llama/default",
             "healthy-cpu/baseline [engine] cpu/cpu/tiny-llama/default",
         ],
@@ -73,7 +77,7 @@ def test_a_candidate_that_breaks_what_worked_is_worse() -> None:
     ]
     upgrade = diff(cells, "0.31.0", "0.32.0")
     assert upgrade.worse
-    [pair] = upgrade.of(Change.NEWLY_HIT)
+    [pair] = upgrade.of(WORSE)
     assert pair.candidate is not None and pair.candidate.root_cause == KV_CAUSE
 
 
@@ -85,15 +89,15 @@ def test_levels_are_compared_separately() -> None:
         result(tag="0.32.0", probe=True, outcome=A),
     ]
     upgrade = diff(cells, "0.31.0", "0.32.0")
-    assert {(p.key.level, p.change) for p in upgrade.pairs} == {
-        ("engine", Change.STILL_HIT),
-        ("probe", Change.FIXED),
+    assert {(p.key.level, p.move) for p in upgrade.pairs} == {
+        ("engine", STILL_NOT_SAFE),
+        ("probe", FIXED),
     }
 
 
 def test_a_cell_on_one_side_only_is_unknown() -> None:
     cells = [*cpu_results(), result(tag="0.32.0", scenario="new-in-candidate")]
-    [pair] = diff(cells, "0.31.0", "0.32.0").of(Change.UNKNOWN)
+    [pair] = diff(cells, "0.31.0", "0.32.0").of(SafetyMove(UNKNOWN, NOT_SAFE))
     assert pair.baseline is None
     assert pair.outcomes == ("no cell", "hit")
     assert pair.key.scenario == "new-in-candidate"
@@ -115,35 +119,42 @@ def test_text_answer() -> None:
     assert text.splitlines() == [
         "upgrade 0.31.0 -> 0.32.0: the candidate is not worse",
         "",
-        "newly hit (0)",
+        "safe → not safe (0)",
         "",
-        "fixed (1)",
+        "not safe → safe (1)",
         "  moe-lora-rank-over-128/trigger [probe] cpu/cpu/tiny-llama/default: hit -> avoided "
         "(AssertionError: fused_moe_lora_one_shot supports max_lora_rank<=128)",
         "",
-        "still hit (1)",
+        "not safe → not safe (1)",
         "  cpu-kv-cache-too-small/trigger [engine] cpu/cpu/tiny-llama/default: hit -> hit "
         "(ValueError: To serve at least one request with the model's max seq len (2048), (0.0 "
         "GiB KV cache is needed, which is la…)",
         "",
-        "unknown (0)",
-        "",
-        "still avoided (2)",
+        "safe → safe (2)",
     ]
+
+
+def test_text_answer_lists_each_undecided_move_made() -> None:
+    cells = [*cpu_results(), result(tag="0.32.0", scenario="new-in-candidate")]
+    text = format_diff(diff(cells, "0.31.0", "0.32.0"))
+    assert "1 pair(s) undecided (1 no cell)" in text.splitlines()[0]
+    assert "unknown → not safe (1)" in text.splitlines()
+    assert text.index("not safe → not safe (1)") < text.index("unknown → not safe (1)")
+    assert text.index("unknown → not safe (1)") < text.index("safe → safe (2)")
 
 
 def test_json_answer() -> None:
     document = to_json(diff(cpu_results(), "0.31.0", "0.32.0"))
-    assert document["schema_version"] == 3
+    assert document["schema_version"] == 4
     assert document["worse"] is False
-    assert document["counts"] == {
-        "newly_hit": 0,
-        "fixed": 1,
-        "still_hit": 1,
-        "unknown": 0,
-        "still_avoided": 2,
-    }
-    [fixed] = [p for p in document["pairs"] if p["change"] == "fixed"]
+    assert document["counts"] == [
+        {"baseline": "safe", "candidate": "not_safe", "pairs": 0},
+        {"baseline": "not_safe", "candidate": "safe", "pairs": 1},
+        {"baseline": "not_safe", "candidate": "not_safe", "pairs": 1},
+        {"baseline": "safe", "candidate": "safe", "pairs": 2},
+    ]
+    fixed_move = {"baseline": "not_safe", "candidate": "safe"}
+    [fixed] = [p for p in document["pairs"] if p["safety"] == fixed_move]
     assert fixed["level"] == "probe"
     assert fixed["baseline"]["observed"] == "hit"
     assert fixed["candidate"]["observed"] == "avoided"
@@ -159,7 +170,8 @@ def test_the_diff_command_exit_status(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "the candidate is WORSE" in capsys.readouterr().out
     args = ["diff", str(tmp_path), "--baseline", "0.32.0", "--candidate", "0.31.0", "--json"]
     assert main(args) == 1
-    assert json.loads(capsys.readouterr().out)["counts"]["newly_hit"] == 1
+    [worse] = json.loads(capsys.readouterr().out)["counts"][:1]
+    assert worse == {"baseline": "safe", "candidate": "not_safe", "pairs": 1}
 
 
 def test_the_diff_command_on_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

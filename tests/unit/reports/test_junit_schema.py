@@ -20,11 +20,11 @@ from xml.etree import ElementTree
 import pytest
 import xmlschema
 
+from repromatrix.judgement import Outcome
 from repromatrix.reports.junit import ATTRIBUTE_CHARS, PROPERTY_CHARS, read_facts
 from repromatrix.reports.write import write_reports
 from repromatrix.results.schema import Timings
 from repromatrix.results.store import cell_dir
-from repromatrix.values import Outcome
 from support import paths
 from support.reports import cpu_lane, mixed_run, result, write_run
 

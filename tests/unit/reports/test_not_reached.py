@@ -16,18 +16,20 @@ import pytest
 from junitparser.xunit2 import JUnitXml
 
 from repromatrix.cli import main
-from repromatrix.reports.diff import Change, diff, format_diff, to_json
+from repromatrix.judgement import Expected, Outcome, Safety, SafetyMove, Verdict
+from repromatrix.reports.diff import diff, format_diff, to_json
 from repromatrix.reports.junit import read_facts
 from repromatrix.reports.move import build_move
 from repromatrix.reports.ranges import documented_ranges, range_evidence
-from repromatrix.reports.upgrade import Safety, build_upgrade
+from repromatrix.reports.upgrade import build_upgrade
 from repromatrix.results.schema import CellResult
 from repromatrix.results.store import write_result
-from repromatrix.results.verdicts import Verdict, judge_all
-from repromatrix.values import Expected, Outcome
+from repromatrix.results.verdicts import judge_all
 from support import paths
 from support.reach import COMPILED, CRASHED, NOT_COMPILED, compiler_scenario, decided
-from support.upgrade import schema
+from support.upgrade import move_counts, schema
+
+FIXED = SafetyMove(Safety.NOT_SAFE, Safety.SAFE)
 
 
 def crashed_then_untested() -> list[CellResult]:
@@ -62,7 +64,7 @@ def test_an_image_whose_trigger_was_not_reached_is_never_safe() -> None:
     view = build_upgrade(judge_all(results))
     [lane] = view.lanes
     [configuration] = lane.configurations
-    cell = lane.cell("0.32.0", configuration)
+    cell = lane.at("0.32.0", configuration)
     assert cell is not None
     assert cell.safety is Safety.UNKNOWN  # the workaround avoided it: "safe" before reached
     assert cell.not_reached == (results[1].id,)
@@ -72,17 +74,17 @@ def test_an_image_whose_trigger_was_not_reached_is_never_safe() -> None:
 def test_the_move_to_an_untested_image_is_no_fix() -> None:
     judged = judge_all(crashed_then_untested())
     move = build_move(judged, build_upgrade(judged), "0.31.0", "0.32.0")
-    assert move.count(Change.FIXED) == 0
-    [item] = move.of(Change.UNKNOWN)
+    assert move.count(FIXED) == 0
+    [item] = move.of(SafetyMove(Safety.NOT_SAFE, Safety.UNKNOWN))
     assert item.detail.startswith("hit → not_reached")
 
 
 def test_the_gate_counts_the_untested_pair_as_undecided_never_fixed() -> None:
     upgrade = diff(crashed_then_untested(), "0.31.0", "0.32.0")
     [trigger] = [p for p in upgrade.pairs if p.key.variant == "trigger"]
-    assert trigger.change is Change.UNKNOWN
-    assert upgrade.of(Change.FIXED) == ()
-    assert upgrade.undecided == {"not_reached": 1, "no cell": 1}
+    assert trigger.move == SafetyMove(Safety.NOT_SAFE, Safety.UNKNOWN)
+    assert upgrade.of(FIXED) == ()
+    assert upgrade.undecided == {Outcome.NOT_REACHED: 1, None: 1}
     assert not upgrade.evidence  # nothing was decided on both tags
     assert format_diff(upgrade).startswith(
         "upgrade 0.31.0 -> 0.32.0: the candidate is not worse; "
@@ -96,7 +98,7 @@ def test_repromatrix_diff_fails_for_want_of_evidence(
 ) -> None:
     assert main(["diff", str(run_dir), "--baseline", "0.31.0", "--candidate", "0.32.0"]) == 1
     captured = capsys.readouterr()
-    assert "fixed (0)" in captured.out
+    assert "not safe → safe (0)" in captured.out
     assert "the gate has no evidence either way" in captured.err
 
 
@@ -129,7 +131,7 @@ def test_the_reports_show_it_as_not_reached(run_dir: Path) -> None:
     assert document["summary"]["not_reached"] == 1
     [untested] = [c for c in document["cells"] if c["observed"] == "not_reached"]
     assert untested["reached"] is False and untested["facts"]["compilation_mode"] == "NONE"
-    assert document["move"]["counts"]["fixed"] == 0
+    assert move_counts(document["move"]["counts"])["not_safe->safe"] == 0
     markdown = (run_dir / "compat.md").read_text()
     assert "⛔" in markdown and "(1 of them not reached)" in markdown
     [case] = [

@@ -9,26 +9,31 @@ from typing import Any
 import pytest
 
 from repromatrix.errors import UsageError
+from repromatrix.judgement import Expected, Outcome, Safety, SafetyMove
 from repromatrix.matrix.scenarios import load_scenarios
-from repromatrix.reports.diff import Change, diff
+from repromatrix.reports.diff import diff
 from repromatrix.reports.findings import ReportOptions, build_findings, skip_groups, title
 from repromatrix.reports.move import build_move, move_json
 from repromatrix.reports.ranges import documented_ranges
 from repromatrix.reports.upgrade import (
     Configuration,
-    Safety,
     build_upgrade,
     flag_change,
-    safety_cell,
+    image_safety,
     upgrade_json,
 )
 from repromatrix.reports.write import answer_lines, write_reports
 from repromatrix.results.schema import CellResult
 from repromatrix.results.verdicts import judge_all, shorten
-from repromatrix.values import Expected, Outcome
 from support import paths
 from support.reports import MOE_CAUSE, cpu_lane, result, write_run
 from support.upgrade import MOE, NO_MEMORY, NO_RUNNER, cpu_probes, gpu_run, write_gpu_run
+
+WORSE = SafetyMove(Safety.SAFE, Safety.NOT_SAFE)
+FIXED = SafetyMove(Safety.NOT_SAFE, Safety.SAFE)
+STILL_NOT_SAFE = SafetyMove(Safety.NOT_SAFE, Safety.NOT_SAFE)
+WITH_FLAG_CHANGE = SafetyMove(Safety.NOT_SAFE, Safety.SAFE_WITH_FLAG_CHANGE)
+STILL_SAFE = SafetyMove(Safety.SAFE, Safety.SAFE)
 
 H100 = Configuration("gpu", "h100", "qwen3-30b-a3b", "default")
 EAGER = Configuration("gpu", "h100", "qwen3-30b-a3b", "eager")
@@ -46,10 +51,10 @@ def test_rows_are_images_in_version_order_and_columns_are_configurations() -> No
 
 def test_safety_follows_the_crash_and_its_verified_workaround_not_the_documents() -> None:
     [gpu] = build_upgrade(judge_all(gpu_run())).lanes
-    v030, v031 = gpu.cell("v0.30.0", H100), gpu.cell("v0.31.0", H100)
+    v030, v031 = gpu.at("v0.30.0", H100), gpu.at("v0.31.0", H100)
     assert v030 is not None and v031 is not None
     # Hit as documented on v0.31.0 (the documents agree) is still not safe as it stands.
-    assert v031.safety is Safety.WORKAROUND
+    assert v031.safety is Safety.SAFE_WITH_FLAG_CHANGE
     assert v031.docs == "as documented"
     [crash] = v031.crashes
     assert crash.scenario == MOE
@@ -60,31 +65,31 @@ def test_safety_follows_the_crash_and_its_verified_workaround_not_the_documents(
         "--fully-sharded-loras (fully-sharded-loras)"
     )
     # Hit outside the documented range: the same safety, a different documents dimension.
-    assert v030.safety is Safety.WORKAROUND
+    assert v030.safety is Safety.SAFE_WITH_FLAG_CHANGE
     assert v030.docs == "1 cell(s) differ from the documents"
-    assert gpu.cell("v0.31.1rc0", H100).safety is Safety.SAFE  # type: ignore[union-attr]
+    assert gpu.at("v0.31.1rc0", H100).safety is Safety.SAFE  # type: ignore[union-attr]
 
 
 def test_a_crash_without_a_workaround_or_a_failed_baseline_is_unsafe() -> None:
     [gpu] = build_upgrade(judge_all(gpu_run(v032=Outcome.HIT))).lanes
-    v032 = gpu.cell("v0.32.0", H100)
-    assert v032 is not None and v032.safety is Safety.UNSAFE
+    v032 = gpu.at("v0.32.0", H100)
+    assert v032 is not None and v032.safety is Safety.NOT_SAFE
     assert v032.crashes[0].workarounds == ()
-    eager = gpu.cell("v0.32.0", EAGER)
-    assert eager is not None and eager.safety is Safety.UNSAFE
+    eager = gpu.at("v0.32.0", EAGER)
+    assert eager is not None and eager.safety is Safety.NOT_SAFE
     assert eager.failures == ("gpu/v0.32.0/h100/qwen3-30b-a3b/eager/healthy-gpu/baseline",)
-    assert gpu.cell("v0.31.0", EAGER).safety is Safety.SAFE  # type: ignore[union-attr]
+    assert gpu.at("v0.31.0", EAGER).safety is Safety.SAFE  # type: ignore[union-attr]
 
 
 def test_nothing_decided_is_unknown() -> None:
     cells = judge_all([result(outcome=Outcome.INFRA_ERROR), result(outcome=Outcome.TIMEOUT)])
-    assert safety_cell(cells[:1]).safety is Safety.UNKNOWN
+    assert image_safety(cells[:1]).safety is Safety.UNKNOWN
 
 
 def test_a_workaround_seen_only_on_another_image_does_not_count() -> None:
     cells = [c for c in gpu_run() if not (c.image_tag == "v0.31.0" and c.variant != "trigger")]
     [gpu] = build_upgrade(judge_all(cells)).lanes
-    assert gpu.cell("v0.31.0", H100).safety is Safety.UNSAFE  # type: ignore[union-attr]
+    assert gpu.at("v0.31.0", H100).safety is Safety.NOT_SAFE  # type: ignore[union-attr]
 
 
 def test_flag_changes_are_exact() -> None:
@@ -101,15 +106,15 @@ def test_what_changes_if_we_move() -> None:
     view = build_upgrade(judged)
     move = build_move(judged, view, "v0.31.1rc0", "v0.32.0")
     assert move.worse
-    assert [(i.change, i.scenario, i.configuration.flagset) for i in move.items] == [
-        (Change.NEWLY_HIT, "healthy-gpu", "eager"),
-        (Change.NEWLY_HIT, MOE, "default"),
+    assert [(i.move, i.scenario, i.configuration.flagset) for i in move.items] == [
+        (WORSE, "healthy-gpu", "eager"),
+        (WORSE, MOE, "default"),
     ]
     move = build_move(judged, view, "v0.30.0", "v0.31.0")
-    assert [(i.change, i.scenario) for i in move.items] == [(Change.STILL_HIT_WITH_WORKAROUND, MOE)]
+    assert [(i.move, i.scenario) for i in move.items] == [(WITH_FLAG_CHANGE, MOE)]
     assert move.items[0].detail == "--fully-sharded-loras (fully-sharded-loras)"
     fixed = build_move(judge_all(gpu_run()), view, "v0.31.0", "v0.32.0")
-    assert [i.change for i in fixed.items] == [Change.NEWLY_HIT, Change.FIXED]
+    assert [i.move for i in fixed.items] == [WORSE, FIXED]
     assert fixed.items[1].detail == (
         "hit → avoided: AssertionError: fused_moe_lora_one_shot supports max_lora_rank<=128"
     )
@@ -123,7 +128,7 @@ def test_the_move_answers_in_the_words_of_diff() -> None:
     view = build_upgrade(judged)
     for baseline, candidate in (("v0.30.0", "v0.31.0"), ("v0.31.1rc0", "v0.32.0")):
         paired = {
-            (p.key.scenario, p.key.flagset, p.key.level): p.change
+            (p.key.scenario, p.key.flagset, p.key.level): p.move
             for p in diff(cells, baseline, candidate).pairs
             if p.key.variant in ("trigger", "baseline")
         }
@@ -131,24 +136,25 @@ def test_the_move_answers_in_the_words_of_diff() -> None:
         for item in move.items:
             said = paired[item.scenario, item.configuration.flagset, item.level]
             # The move only adds what diff cannot know: the candidate's verified workaround.
-            refined = {Change.STILL_HIT_WITH_WORKAROUND: Change.STILL_HIT}
-            assert refined.get(item.change, item.change) is said
-        assert move.count(Change.STILL_AVOIDED) == list(paired.values()).count(Change.STILL_AVOIDED)
+            refined = {WITH_FLAG_CHANGE: STILL_NOT_SAFE}
+            assert refined.get(item.move, item.move) == said
+        assert move.count(STILL_SAFE) == list(paired.values()).count(STILL_SAFE)
 
 
 def test_the_move_counts_every_change_under_one_key() -> None:
     judged = judge_all(gpu_run())
     document = move_json(build_move(judged, build_upgrade(judged), "v0.30.0", "v0.31.0"))
-    assert document["counts"] == {
-        "newly_hit": 0,
-        "fixed": 0,
-        "still_hit": 0,
-        "still_hit_with_workaround": 1,
-        "unknown": 0,
-        "still_avoided": 2,  # the healthy baselines, default and eager
-    }
+    assert document["counts"] == [
+        {"baseline": "safe", "candidate": "not_safe", "crashes": 0},
+        {"baseline": "not_safe", "candidate": "safe", "crashes": 0},
+        {"baseline": "not_safe", "candidate": "not_safe", "crashes": 0},
+        {"baseline": "not_safe", "candidate": "safe_with_flag_change", "crashes": 1},
+        # the healthy baselines, default and eager
+        {"baseline": "safe", "candidate": "safe", "crashes": 2},
+    ]
     assert "still_avoided" not in document  # counted with the others, not beside them
-    assert [i["change"] for i in document["items"]] == ["still_hit_with_workaround"]
+    flag_change_move = {"baseline": "not_safe", "candidate": "safe_with_flag_change"}
+    assert [i["safety"] for i in document["items"]] == [flag_change_move]
 
 
 def test_a_merged_report_is_titled_by_its_matrix_and_runs() -> None:
@@ -220,8 +226,8 @@ class _Tables(HTMLParser):
             self.rows.append([])
         if tag in ("td", "th"):
             self._cell = []
-        if tag == "li" and named.get("data-change"):
-            self._change = named["data-change"]
+        if tag == "li" and named.get("data-safety-before"):
+            self._change = f"{named['data-safety-before']}-{named.get('data-safety-after')}"
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("td", "th") and self._cell is not None:
@@ -249,13 +255,12 @@ def test_reports_open_with_the_upgrade_view(tmp_path: Path) -> None:
     assert move.split("\n## ")[0].strip().splitlines() == [
         "The candidate is **worse**; 2 crash check(s) stay avoided.",
         "",
-        "- newly hit: 1",
+        "- safe → not safe: 1",
         "  - healthy-gpu on h100 · qwen3-30b-a3b · eager: avoided → other\\_failure: the "
         "server became ready but did not answer its first request",
-        "- fixed: 0",
-        "- still hit: 0",
-        "- still hit, with a verified workaround: 0",
-        "- unknown: 0",
+        "- not safe → safe: 0",
+        "- not safe → not safe: 0",
+        "- not safe → safe with a flag change: 0",
     ]
     assert f"- gpu lane, 8 cell(s): {NO_RUNNER}" in markdown
     assert "h200x4" not in markdown.split("## Every cell")[1]  # no skipped cell listed
@@ -264,15 +269,14 @@ def test_reports_open_with_the_upgrade_view(tmp_path: Path) -> None:
     parser.feed(page)
     assert parser.sections[:4] == ["upgrade", "move", "ranges", "heat"]
     assert parser.changes == [
-        ("newly_hit", "newly hit"),
-        ("fixed", "fixed"),
-        ("still_hit", "still hit"),
-        ("still_hit_with_workaround", "still hit, with a verified workaround"),
-        ("unknown", "unknown"),
+        ("safe-not_safe", "safe → not safe"),
+        ("not_safe-safe", "not safe → safe"),
+        ("not_safe-not_safe", "not safe → not safe"),
+        ("not_safe-safe_with_flag_change", "not safe → safe with a flag change"),
     ]
     upgrade = [row for row in parser.rows if row and row[0].startswith("v0.")][:4]
     assert [row[0] for row in upgrade] == ["v0.30.0", "v0.31.0", "v0.31.1rc0", "v0.32.0"]
-    assert upgrade[3][2].startswith("unsafe fails: healthy-gpu / baseline")
+    assert upgrade[3][2].startswith("not safe fails: healthy-gpu / baseline")
 
 
 def test_an_expectation_inferred_without_scenario_files(tmp_path: Path) -> None:
@@ -292,7 +296,7 @@ def test_one_level_is_enough_for_a_crash() -> None:
     probe = result(
         scenario=MOE, probe=True, outcome=Outcome.HIT, expected=Expected.HIT, root_cause=MOE_CAUSE
     )
-    [crash] = safety_cell(judge_all([probe])).crashes
+    [crash] = image_safety(judge_all([probe])).crashes
     assert crash.level == "probe"
 
 
@@ -319,7 +323,7 @@ def staged_run() -> list[CellResult]:
 def test_a_staged_start_up_interruption_is_not_held_against_an_image() -> None:
     judged = judge_all(staged_run())
     [gpu] = build_upgrade(judged, staged={WARMUP}).lanes
-    cell = gpu.cell("v0.32.0", VL)
+    cell = gpu.at("v0.32.0", VL)
     assert cell is not None
     assert cell.safety is Safety.SAFE and cell.crashes == () and cell.failures == ()
     assert cell.staged == (WARMUP,)
@@ -327,7 +331,7 @@ def test_a_staged_start_up_interruption_is_not_held_against_an_image() -> None:
     assert cell.cells == 2
     # The same hit counted as a defect, with no workaround seen, makes the image unsafe.
     [held] = build_upgrade(judged).lanes
-    assert held.cell("v0.32.0", VL).safety is Safety.UNSAFE  # type: ignore[union-attr]
+    assert held.at("v0.32.0", VL).safety is Safety.NOT_SAFE  # type: ignore[union-attr]
     # Its variant without the interrupt is an ordinary start: served, it decides.
     interrupted, served = judge_all(
         [
@@ -336,7 +340,7 @@ def test_a_staged_start_up_interruption_is_not_held_against_an_image() -> None:
                    expected=Expected.AVOIDED),
         ]
     )  # fmt: skip
-    alone = safety_cell([interrupted, served], staged={WARMUP})
+    alone = image_safety([interrupted, served], staged={WARMUP})
     assert (alone.safety, alone.crashes, alone.staged) == (Safety.SAFE, (), (WARMUP,))
 
 
@@ -345,7 +349,7 @@ def test_the_reports_read_the_kind_from_the_scenario_files() -> None:
     assert documents[WARMUP].kind == "startup-interruption"
     findings = build_findings(judge_all(staged_run()), "r", ReportOptions(documents=documents))
     [gpu] = findings.upgrade.lanes
-    assert gpu.cell("v0.27.1", VL).safety is Safety.SAFE  # type: ignore[union-attr]
+    assert gpu.at("v0.27.1", VL).safety is Safety.SAFE  # type: ignore[union-attr]
     [entry, *_] = [e for e in upgrade_json(findings.upgrade) if e["image_tag"] == "v0.27.1"]
     assert entry["staged_interruptions"] == [WARMUP]
 
@@ -360,7 +364,7 @@ def test_the_staged_kv_cache_misconfiguration_never_counts_against_a_cpu_image(
     findings = build_findings(judge_all(cpu_lane()), "r", ReportOptions(documents=documents))
     [cpu] = findings.upgrade.lanes
     for tag in ("0.31.0", "0.32.0"):
-        [cell] = [cell for (t, _), cell in cpu.cells.items() if t == tag]
+        [cell] = [found for (t, _), found in cpu.safeties.items() if t == tag]
         assert cell.safety is Safety.SAFE and cell.staged == ("cpu-kv-cache-too-small",)
     # The run's last lines give that answer per image, and where the whole answer is.
     write_run(tmp_path, cpu_lane())
@@ -382,7 +386,7 @@ def test_the_last_lines_name_every_verdict_that_disagrees_with_the_documents(
     lines = answer_lines(view, judged, tmp_path / "compat.md")
     differ = [line for line in lines if line.startswith("differs from the documents: ")]
     assert differ == [f"differs from the documents: {outside.id}: outside range"]
-    assert lines[0].startswith("cpu 0.31.0: unsafe")
+    assert lines[0].startswith("cpu 0.31.0: not safe")
 
 
 def test_compat_html_shows_what_the_plan_expects_of_a_lane_that_did_not_run(

@@ -12,14 +12,14 @@ import jsonschema
 import pytest
 
 from repromatrix.cli import main
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.reports.findings import ReportOptions
 from repromatrix.reports.ranges import Documented, load_documents, patched, range_evidence
 from repromatrix.reports.write import write_reports
 from repromatrix.results.verdicts import judge_all
-from repromatrix.values import Expected, Outcome
 from support import paths
 from support.reports import result
-from support.upgrade import MOE, cpu_probes, gpu_run, schema, write_gpu_run
+from support.upgrade import MOE, cpu_probes, gpu_run, move_counts, schema, write_gpu_run
 
 REPO = paths.ROOT
 DOCUMENTS = load_documents(REPO / "scenarios")
@@ -160,19 +160,21 @@ def test_compat_json_holds_the_findings_and_matches_its_schema(tmp_path: Path) -
     assert moe["suggested"] == {"affected": ">=0.27.1,<0.31.1rc0", "fixed": ">=0.31.1rc0"}
     assert moe["outside_range"] == ["0.27.1", "0.30.0"]
     rows = {(u["image_tag"], u["flagset"]): u for u in document["upgrade"] if u["lane"] == "gpu"}
-    assert rows["v0.31.0", "default"]["safety"] == "workaround"
+    assert rows["v0.31.0", "default"]["safety"] == "safe_with_flag_change"
     assert rows["v0.31.0", "default"]["crashes"][0]["workarounds"][0]["change"] == (
         "--fully-sharded-loras"
     )
-    assert document["move"]["counts"] == {
-        "newly_hit": 1,  # the healthy baseline with --enforce-eager fails on v0.32.0
-        "fixed": 1,
-        "still_hit": 0,
-        "still_hit_with_workaround": 0,
-        "unknown": 0,
-        "still_avoided": 1,
+    assert move_counts(document["move"]["counts"]) == {
+        "safe->not_safe": 1,  # the healthy baseline with --enforce-eager fails on v0.32.0
+        "not_safe->safe": 1,
+        "not_safe->not_safe": 0,
+        "not_safe->safe_with_flag_change": 0,
+        "safe->safe": 1,
     }
-    assert [i["change"] for i in document["move"]["items"]] == ["newly_hit", "fixed"]
+    assert [i["safety"] for i in document["move"]["items"]] == [
+        {"baseline": "safe", "candidate": "not_safe"},
+        {"baseline": "not_safe", "candidate": "safe"},
+    ]
     assert document["skipped"][0]["cells"] == 8
     verdicts = {
         c["id"].split("/")[1]: c["verdict"] for c in document["cells"] if "@probe" in c["id"]
@@ -187,9 +189,14 @@ def test_compat_json_holds_the_findings_and_matches_its_schema(tmp_path: Path) -
     "old",
     [
         pytest.param({"schema_version": 2}, id="schema version 2"),
+        pytest.param({"schema_version": 4}, id="schema version 4"),
         pytest.param({"move.still_avoided": 1}, id="still_avoided beside the counts"),
-        pytest.param({"move.counts.newly_failing": 1}, id="a count in diff's old words"),
-        pytest.param({"move.items.0.change": "newly_failing"}, id="a change in diff's old words"),
+        pytest.param({"move.counts": {"newly_failing": 1}}, id="a count in diff's old words"),
+        pytest.param({"move.counts": {"newly_hit": 1}}, id="a count in version 4's words"),
+        pytest.param({"move.items.0.change": "newly_hit"}, id="a change in version 4's words"),
+        pytest.param({"move.items.0.safety": "newly_hit"}, id="a move in version 4's words"),
+        pytest.param({"upgrade.0.safety": "unsafe"}, id="a safety in version 4's words"),
+        pytest.param({"upgrade.0.safety": "workaround"}, id="a flag change in version 4's words"),
     ],
 )
 def test_the_compat_schema_refuses_the_moves_old_words(

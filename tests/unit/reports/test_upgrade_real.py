@@ -22,7 +22,7 @@ import pytest
 
 from repromatrix.cli import main
 from support import paths
-from support.upgrade import merged_real_run, schema
+from support.upgrade import merged_real_run, move_counts, schema
 
 DATA = paths.DATA / "cpu-run"
 REPO = paths.ROOT
@@ -48,8 +48,8 @@ def test_compat_json_from_real_results(merged: Path) -> None:
     assert kv["safety"] == "safe" and kv["crashes"] == []
     assert kv["staged_interruptions"] == ["cpu-kv-cache-too-small"]
     assert [rows[t, "tiny-moe"]["safety"] for t in ("0.27.0", "0.31.0", "0.32.0")] == [
-        "unsafe",
-        "unsafe",
+        "not_safe",
+        "not_safe",
         "safe",
     ]
     [moe] = [r for r in document["ranges"] if r["scenario"] == MOE]
@@ -59,7 +59,7 @@ def test_compat_json_from_real_results(merged: Path) -> None:
     verdicts = {c["image_tag"]: c["verdict"] for c in document["cells"] if c["scenario"] == MOE}
     assert verdicts == {"0.27.0": "outside_range", "0.31.0": "pass", "0.32.0": "pass"}
     move = document["move"]
-    assert move["counts"]["fixed"] == 1  # the seed-000 probe, avoided on 0.32.0
+    assert move_counts(move["counts"])["not_safe->safe"] == 1  # seed 000's probe, avoided on 0.32.0
 
 
 class _Title(HTMLParser):
@@ -84,7 +84,7 @@ def test_compat_md_and_html_from_real_results(merged: Path) -> None:
     assert markdown.startswith("# vLLM compatibility: runs ci-cpu-matrix, moe\n")
     assert (
         "| 0.31.0 | 🟢 safe; staged crash shown (not held against it): cpu-kv-cache-too-small "
-        "| 🔴 unsafe; hits moe-lora-rank-over-128 |"
+        "| 🔴 not safe; hits moe-lora-rank-over-128 |"
     ) in markdown
     assert "## What changes if we move from 0.31.0 to 0.32.0" in markdown
     parser = _Title()

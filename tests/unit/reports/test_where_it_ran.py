@@ -12,12 +12,12 @@ import jsonschema
 import pytest
 
 from repromatrix.cli import main
+from repromatrix.judgement import Outcome
 from repromatrix.publish.site import cell_page
 from repromatrix.reports.runners import gpu_words, runner_summaries
 from repromatrix.reports.write import write_reports
 from repromatrix.results.store import write_environment
 from repromatrix.results.verdicts import judge_all
-from repromatrix.values import Outcome
 from support import paths
 from support.upgrade import gpu_run, schema, write_gpu_run
 

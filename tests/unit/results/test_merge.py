@@ -10,11 +10,11 @@ from junitparser.xunit2 import JUnitXml
 
 from repromatrix.cli import main
 from repromatrix.errors import UsageError
+from repromatrix.judgement import Outcome
 from repromatrix.reports.write import write_reports
 from repromatrix.results.merge import Copy, choose, gather, merge
 from repromatrix.results.store import cell_dir, read_plan, read_results, write_plan
 from repromatrix.results.verdicts import ProblemKind
-from repromatrix.values import Outcome
 from support.reports import mixed_run, result, with_id, write_run
 
 

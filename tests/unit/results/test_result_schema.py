@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from repromatrix.judgement import Outcome
 from repromatrix.results.schema import SCHEMA_VERSION, ResultProblem, parse_result
 from repromatrix.results.store import read_run, write_result
-from repromatrix.values import Outcome
 from support import paths
 from support.reach import NOT_COMPILED, decided
 

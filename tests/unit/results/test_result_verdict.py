@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.results import store
-from repromatrix.values import Expected, Outcome
 from support.reports import result
 
 

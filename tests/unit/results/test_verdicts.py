@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from repromatrix.judgement import FAILING, Expected, Outcome, Verdict
 from repromatrix.results.store import RootCause
 from repromatrix.results.verdicts import (
-    FAILING,
     Judged,
     ProblemKind,
     RunProblem,
-    Verdict,
     cause_line,
     judge,
     judge_all,
@@ -18,7 +17,7 @@ from repromatrix.results.verdicts import (
     tally,
     unique_problems,
 )
-from repromatrix.values import Expected, Level, Outcome
+from repromatrix.values import Level
 from support.reports import KV_CAUSE, MOE_CAUSE, result
 
 H, A, U, N = Expected.HIT, Expected.AVOIDED, Expected.UNKNOWN, Expected.NOT_REACHED

@@ -21,9 +21,10 @@ from repromatrix.backends.docker.engine import DockerBackend
 from repromatrix.backends.local import LocalBackend, kill_tagged
 from repromatrix.host.idle import IdleWait
 from repromatrix.host.runner import detect_runner
+from repromatrix.judgement import Outcome
 from repromatrix.run.cells import Pacing, capacity_of
 from repromatrix.run.schedule import GIB
-from repromatrix.values import Cell, Lane, Outcome
+from repromatrix.values import Cell, Lane
 from support.pool import GUARD_S, UUIDS, Recorder, at_once, resources, run, saved, together
 from support.runner import cell
 

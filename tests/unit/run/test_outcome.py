@@ -9,6 +9,7 @@ import pytest
 
 from repromatrix.backends.base import Execution
 from repromatrix.harness.harness import RELAYED_MARK
+from repromatrix.judgement import Outcome
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.results.store import RootCause
 from repromatrix.run.outcome import (
@@ -20,7 +21,7 @@ from repromatrix.run.outcome import (
     skipped,
 )
 from repromatrix.triage import Diagnosis, triage_path
-from repromatrix.values import Lane, Level, Outcome
+from repromatrix.values import Lane, Level
 from support import paths
 from support.runner import cell, scenario
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from repromatrix.backends.base import Execution
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.run.outcome import HarnessStatus, decide
 from repromatrix.triage import Diagnosis
-from repromatrix.values import Expected, Level, Outcome, Signature
+from repromatrix.values import Level, Signature
 from support import factories
 from support.reach import (
     COMPILED,

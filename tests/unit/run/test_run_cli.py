@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from repromatrix.backends.docker.calls import RUN_LABEL
+from repromatrix.judgement import Outcome
 from repromatrix.results import store as results
-from repromatrix.values import Outcome
 from support import paths
 from support.cli import repromatrix
 from support.matrix import BASELINE, setup

@@ -14,11 +14,12 @@ from repromatrix.backends.base import Prepared
 from repromatrix.backends.docker import kind as docker_kind
 from repromatrix.errors import UsageError
 from repromatrix.host.runner import Runner
+from repromatrix.judgement import Outcome
 from repromatrix.matrix.config import load_matrix
 from repromatrix.results import store as results
 from repromatrix.run.claim import claim
 from repromatrix.run.folder import pending, resolve_folder
-from repromatrix.values import Image, Lane, Outcome
+from repromatrix.values import Image, Lane
 from support import paths
 from support.pool import Recorder, resources, run
 from support.runner import cell

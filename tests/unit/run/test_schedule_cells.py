@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.results.store import CellResult, Timings
 from repromatrix.run.cells import (
     CPU_ENGINE_PROCESS_BYTES,
@@ -17,7 +18,7 @@ from repromatrix.run.cells import (
 )
 from repromatrix.run.images import image_job
 from repromatrix.run.schedule import GIB, Capacity, Planner
-from repromatrix.values import Expected, Lane, Level, Outcome, frozen_flags
+from repromatrix.values import Lane, Level, frozen_flags
 from support.runner import cell
 
 FREE = 16 * GIB

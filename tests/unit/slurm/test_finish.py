@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from repromatrix.judgement import Outcome
 from repromatrix.results import store
 from repromatrix.slurm.finish import finish_submission, gather_run, task_end
 from repromatrix.slurm.scontrol import JobRecord
 from repromatrix.slurm.submission import TaskEnd, read, write_task_end
-from repromatrix.values import Outcome
 from support.slurm import cells, finish_cell, submission_of
 
 STARTED = TaskEnd(job="41_0", attempt=0, host="node7", started_at="2026-01-01T00:00:00+00:00")

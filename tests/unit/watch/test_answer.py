@@ -7,10 +7,11 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.matrix.images import make_image
 from repromatrix.publish.history import EMPTY, RunInfo, extend
 from repromatrix.results.verdicts import judge_all
-from repromatrix.values import Expected, Lane, Outcome
+from repromatrix.values import Lane
 from repromatrix.watch.answer import (
     ANSWER_SCHEMA,
     ANSWER_SCHEMA_VERSION,
@@ -23,7 +24,7 @@ from repromatrix.watch.answer import (
 )
 from repromatrix.watch.candidates import Candidate
 from support.reports import MOE_CAUSE, result
-from support.upgrade import TRIGGER_FLAGS
+from support.upgrade import TRIGGER_FLAGS, move_counts
 
 REGISTRY = "127.0.0.1:5000/vllm/vllm-openai"
 DIGEST = "sha256:" + "c" * 64
@@ -65,28 +66,37 @@ def answer_of(trigger: Outcome, workaround: Outcome | None = None, baseline: Any
 def test_a_crash_with_a_verified_flag_change_is_safe_with_that_change() -> None:
     answer = answer_of(Outcome.HIT, Outcome.AVOIDED, ("v0.31.0", published("v0.31.0", Outcome.HIT)))
     payload = answer_json(answer)
-    assert (payload["answer"], payload["answer_words"]) == ("workaround", "safe with a flag change")
+    assert payload["schema_version"] == 2
+    assert (payload["safety"], payload["safety_words"]) == (
+        "safe_with_flag_change",
+        "safe with a flag change",
+    )
     [configuration] = payload["configurations"]
     [crash] = configuration["crashes"]
     assert crash["scenario"] == "moe-lora-rank-over-128"
     assert crash["flag_changes"][0]["change"] == "--max-lora-rank 128 (was 320)"
-    assert payload["changes"]["counts"]["still_hit_with_workaround"] == 1
+    assert move_counts(payload["changes"]["counts"])["not_safe->safe_with_flag_change"] == 1
     assert not payload["worse"]
 
 
 def test_a_crash_the_baseline_avoided_is_newly_hit_and_worse() -> None:
     answer = answer_of(Outcome.HIT, baseline=("v0.31.0", published("v0.31.0", Outcome.AVOIDED)))
-    assert answer.worse and answer.safety.value == "unsafe"
+    assert answer.worse and answer.safety.value == "not_safe"
     [item] = answer_json(answer)["changes"]["items"]
-    assert (item["change"], item["level"]) == ("newly_hit", "engine")
+    assert (item["safety"], item["level"]) == (
+        {"baseline": "safe", "candidate": "not_safe"},
+        "engine",
+    )
     assert "avoided → hit" in item["detail"]
 
 
 def test_a_fix_is_named_and_the_answer_is_safe() -> None:
     answer = answer_of(Outcome.AVOIDED, baseline=("v0.31.0", published("v0.31.0", Outcome.HIT)))
     payload = answer_json(answer)
-    assert payload["answer"] == "safe"
-    assert [i["change"] for i in payload["changes"]["items"]] == ["fixed"]
+    assert payload["safety"] == "safe"
+    assert [i["safety"] for i in payload["changes"]["items"]] == [
+        {"baseline": "not_safe", "candidate": "safe"}
+    ]
 
 
 def test_the_baseline_itself_is_answered_without_a_comparison() -> None:
@@ -102,20 +112,20 @@ def test_a_moved_baseline_tag_is_compared_with_its_last_published_digest() -> No
     before = published("v0.32.0", Outcome.HIT)
     answer = answer_of(Outcome.AVOIDED, baseline=("v0.32.0", before))
     assert answer.move is not None and answer.move.baseline.startswith("v0.32.0@")
-    assert [i.change.value for i in answer.move.items] == ["fixed"]
+    assert [i.move.label for i in answer.move.items] == ["not safe → safe"]
 
 
 def test_the_payload_is_versioned_and_the_markdown_leads_with_the_answer() -> None:
     answer = answer_of(Outcome.AVOIDED, baseline=("v0.31.0", published("v0.31.0", Outcome.HIT)))
     payload = answer_json(answer)
     assert (payload["schema"], payload["schema_version"]) == (ANSWER_SCHEMA, ANSWER_SCHEMA_VERSION)
-    keys = ("stage", "lane", "tag", "digest", "image", "answer", "worse", "baseline",
+    keys = ("stage", "lane", "tag", "digest", "image", "safety", "worse", "baseline",
             "configurations", "changes", "cells", "evidence")  # fmt: skip
     assert set(payload) >= set(keys)
     assert payload["digest"] == DIGEST and payload["image"] == f"{REGISTRY}@{DIGEST}"
     text = answer_markdown(answer)
     assert text.startswith("### vLLM v0.32.0 (gpu lane, sha256:cccccccccccc): safe\n")
-    assert "Against v0.31.0: 1 fixed." in text
+    assert "Against v0.31.0: 1 not safe → safe." in text
     assert "SiteLinks: https://compat.example/index.html" in text
 
 

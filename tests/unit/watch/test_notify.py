@@ -97,3 +97,22 @@ def test_a_webhook_that_hangs_is_given_up_on_after_the_rounds_allowed(
     assert "timed out" in said[0][0][0] and said[1][0][0].endswith("; given up")
     assert said[2][0] == ()  # given up: not tried a third time
     assert len(hook.got) == 2
+
+
+def test_an_answer_kept_in_schema_version_1_is_still_delivered_as_it_was_made(
+    tmp_path: Path,
+) -> None:
+    # Kept by a round before the safety words of version 2 (``unsafe``, a ``change`` word),
+    # owed to the webhook: delivered as it was made, never re-read into today's words.
+    folder = WatchFolder(tmp_path / "watch")
+    path = keep(folder)
+    old = {"schema_version": 1, "tag": "v0.33.0", "answer": "unsafe",
+           "changes": {"counts": {"newly_hit": 1}, "items": [{"change": "newly_hit"}]}}  # fmt: skip
+    write_json(path, {**json.loads(path.read_text()), "payload": old})
+    with receiver() as hook:
+        lines, owed = deliver.deliver_all(
+            folder, Channels(webhook=Webhook(hook.url, SECRET)), print
+        )
+    assert owed == 0 and lines[0].startswith("answer sent")
+    [got] = hook.got
+    assert got.json() == old

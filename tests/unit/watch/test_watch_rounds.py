@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 
 from repromatrix.cli import main
+from repromatrix.judgement import Expected, Outcome
 from repromatrix.publish.history import HISTORY_FILE, read_history
-from repromatrix.values import Expected, Outcome
 from support.matrix import BASELINE, write
 from support.registry import StandIn, stand_in_registry
 from support.reports import result, write_run
+from support.upgrade import move_counts
 from support.webhook import Receiver, free_port, receiver
 
 SECRET = "loopback-secret"
@@ -110,11 +111,11 @@ def test_rounds_hand_over_wait_answer_then_find_nothing_then_a_moved_digest(
     world.fleet_results("fleet-2", "v0.32.0")
     assert main(world.argv()) == 0
     first, second = world.answers()
-    assert (first["tag"], first["changes"]["compared"], first["answer"]) == (
+    assert (first["tag"], first["changes"]["compared"], first["safety"]) == (
         "v0.31.0", False, "safe",
     )  # fmt: skip
     assert second["changes"]["baseline"] == "v0.31.0"
-    assert second["changes"]["counts"]["still_avoided"] == 1
+    assert move_counts(second["changes"]["counts"])["safe->safe"] == 1
     assert len(read_history(world.tmp / "site").runs) == 2
 
     # 4. Nothing new: nothing handed over, published or sent.
@@ -149,8 +150,8 @@ def test_a_worse_new_tag_exits_1_with_its_answer_sent(world: World) -> None:
     world.fleet_results("fleet-2", "v0.32.0", outcome=Outcome.OTHER_FAILURE)
     assert main(world.argv()) == 1
     answer = world.answers()[-1]
-    assert answer["worse"] and answer["answer"] == "unsafe"
-    assert answer["changes"]["counts"]["newly_hit"] == 1
+    assert answer["worse"] and answer["safety"] == "not_safe"
+    assert move_counts(answer["changes"]["counts"])["safe->not_safe"] == 1
 
 
 def test_a_dry_run_shows_the_fleet_call_and_sends_nothing(
