@@ -35,7 +35,7 @@ never name them again.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeAlias
@@ -75,6 +75,18 @@ class Safety(enum.StrEnum):
     SAFE_WITH_FLAG_CHANGE = "safe_with_flag_change"
     UNKNOWN = "unknown"
     SAFE = "safe"
+
+
+# The safeties from worst to best: where several configurations answer for one image, the
+# image's answer is the worst of them (one unknown configuration keeps it from "safe with a
+# flag change": nobody knows that flag change is enough). The end-of-run lines and watch's
+# answer both read it, so they never disagree on the same image.
+WORST_FIRST = (Safety.NOT_SAFE, Safety.UNKNOWN, Safety.SAFE_WITH_FLAG_CHANGE, Safety.SAFE)
+
+
+def worst(safeties: Iterable[Safety]) -> Safety:
+    """The worst of ``safeties`` (``unknown`` where there are none)."""
+    return min(safeties, key=WORST_FIRST.index, default=Safety.UNKNOWN)
 
 
 class Verdict(enum.StrEnum):

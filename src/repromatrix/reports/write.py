@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from repromatrix.judgement import FAILING, SEVERITY, Safety, Verdict, label
+from repromatrix.judgement import FAILING, SEVERITY, WORST_FIRST, Verdict, label
 from repromatrix.reports.excerpt import ExcerptLimits, log_excerpt
 from repromatrix.reports.findings import (
     ReportOptions,
@@ -82,8 +82,6 @@ def write_reports(run_dir: Path, options: ReportOptions | None = None) -> Report
     return ReportSummary(run_dir, files, table.cells, table.counts, problems, answer)
 
 
-# The safeties from worst to best: an image's answer is the worst of its configurations.
-WORST_FIRST = (Safety.NOT_SAFE, Safety.UNKNOWN, Safety.SAFE_WITH_FLAG_CHANGE, Safety.SAFE)
 DISAGREEMENTS_SHOWN = 5
 
 
@@ -95,7 +93,7 @@ def answer_lines(view: UpgradeView, judged: Sequence[Judged], compat: Path) -> t
     for lane in view.lanes:
         for tag in lane.tags:
             found = [lane.safeties[key] for key in lane.safeties if key[0] == tag]
-            worst = min(found, key=lambda one: WORST_FIRST.index(one.safety))
+            worst = min(found, key=lambda one: WORST_FIRST.index(one.safety))  # judgement's order
             lines.append(f"{lane.lane} {lane.row_label(tag)}: {worst.words}")
     differ = [j for j in judged if j.verdict in FAILING]
     for item in differ[:DISAGREEMENTS_SHOWN]:

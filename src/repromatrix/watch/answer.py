@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from repromatrix.errors import UsageError
-from repromatrix.judgement import DECISIVE, Safety, label
+from repromatrix.judgement import DECISIVE, Safety, label, worst
 from repromatrix.reports.markdown import escape
 from repromatrix.reports.move import MoveSummary, build_move
 from repromatrix.reports.table import Configuration
@@ -41,7 +41,6 @@ ANSWER_SCHEMA = "repromatrix.watch.answer"
 # moves.
 ANSWER_SCHEMA_VERSION = 2
 # The overall answer of a tag is its most urgent configuration's, in this order.
-URGENCY = (Safety.NOT_SAFE, Safety.SAFE_WITH_FLAG_CHANGE, Safety.UNKNOWN, Safety.SAFE)
 
 
 class Stage(enum.StrEnum):
@@ -119,7 +118,7 @@ def build_answer(
     view = build_upgrade(judged)
     cells = _configurations(view, candidate)
     found = {one.safety for _, one in cells}
-    safety = next((s for s in URGENCY if s in found), Safety.UNKNOWN)
+    safety = worst(found)
     move, no_move = None, "this is the baseline"
     if baseline is not None:
         move, no_move = _move(candidate, judged, view, *baseline)

@@ -18,6 +18,7 @@ from repromatrix.judgement import (
     Verdict,
     label,
     outcome_safety,
+    worst,
 )
 from support import paths
 
@@ -116,3 +117,12 @@ def test_safety_moves_in_report_order() -> None:
     ordered = sorted([STILL_SAFE, undecided, *reversed(MOVES_SHOWN)], key=lambda m: m.rank)
     assert ordered == [*MOVES_SHOWN, undecided, STILL_SAFE]
     assert undecided.to_json() == {"baseline": "safe", "candidate": "unknown"}
+
+
+def test_an_image_answers_with_the_worst_of_its_configurations_in_one_order():
+    # One unknown configuration keeps an image from "safe with a flag change"; the run's
+    # last lines and watch's answer both take judgement.worst (they disagreed before).
+    assert worst([Safety.SAFE_WITH_FLAG_CHANGE, Safety.UNKNOWN]) is Safety.UNKNOWN
+    assert worst([Safety.SAFE, Safety.SAFE_WITH_FLAG_CHANGE]) is Safety.SAFE_WITH_FLAG_CHANGE
+    assert worst([Safety.UNKNOWN, Safety.NOT_SAFE, Safety.SAFE]) is Safety.NOT_SAFE
+    assert worst([]) is Safety.UNKNOWN
