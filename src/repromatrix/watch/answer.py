@@ -40,7 +40,6 @@ ANSWER_SCHEMA = "repromatrix.watch.answer"
 # ``baseline`` and ``candidate`` safety) where 1 had a ``change`` word; ``counts`` lists the
 # moves.
 ANSWER_SCHEMA_VERSION = 2
-# The overall answer of a tag is its most urgent configuration's, in this order.
 
 
 class Stage(enum.StrEnum):
