@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import (
+from repromatrix.commands.arguments import (
     add_selection_arguments,
     check_output_folder,
     load_selected,

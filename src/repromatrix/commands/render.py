@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import (
+from repromatrix.commands.arguments import (
     add_selection_arguments,
     check_output_folder,
     load_selected,
