@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.reports.write import write_reports
-from repromatrix.results.store import CellResult, RootCause, Timings, cell_dir, write_result
+from repromatrix.results.store import CellResult, Timings, cell_dir, write_result
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.values import Expected, Outcome
 from support import factories
 

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from repromatrix.backends.base import Execution
 from repromatrix.harness.harness import STATUS_PREFIX
 from repromatrix.patterns import compile_pattern
-from repromatrix.results.store import RootCause
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.triage.facts import describe
 from repromatrix.triage.signatures import signature_levels
 from repromatrix.values import Cell, FactTest, Level, Outcome, Scenario, Signature

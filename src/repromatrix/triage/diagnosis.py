@@ -11,7 +11,6 @@ import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from repromatrix.results.store import RootCause
 from repromatrix.triage.facts import NO_FACTS, EngineFacts
 from repromatrix.triage.fixes import FlagFix
 from repromatrix.visible import visible
@@ -25,6 +24,19 @@ _LAYERS = {
     "first_request": "the first request (the server was up)",
     "hang": "a hang or time-out",
 }
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """What triage named as the cause of a failure."""
+
+    line: str  # the verbatim log line
+    process: str | None = None  # "EngineCore", "Worker_TP0", "APIServer", None for unprefixed
+    exception: str | None = None  # "ValueError", "AssertionError", ...
+    message: str | None = None
+    category: str | None = None  # catalogue category, e.g. "kv_cache_too_small"
+    scenario: str | None = None  # id of the documented scenario it matches
+    layer: str | None = None  # image_pull | container_start | engine_startup | first_request | hang
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from repromatrix.results.store import RootCause
 from repromatrix.triage.catalogue import Catalogue, Cause, Role
-from repromatrix.triage.diagnosis import Diagnosis, RequestError
+from repromatrix.triage.diagnosis import Diagnosis, RequestError, RootCause
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.facts import NO_FACTS, EngineFacts
 from repromatrix.triage.logmodel import Line, is_compiler_error

@@ -11,8 +11,8 @@ import pytest
 from repromatrix.reports.markdown import MD_LIMIT, escape, format_markdown
 from repromatrix.reports.table import Agreement, Column, Entry, build_table, tag_key
 from repromatrix.reports.write import write_reports
-from repromatrix.results.store import RootCause
 from repromatrix.results.verdicts import ProblemKind, RunProblem, Verdict, judge_all
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.values import Expected, Outcome
 from support.reports import MOE_CAUSE, mixed_run, result, write_run
 

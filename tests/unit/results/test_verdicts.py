@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from repromatrix.results.store import RootCause
 from repromatrix.results.verdicts import (
     FAILING,
     Judged,
@@ -18,6 +17,7 @@ from repromatrix.results.verdicts import (
     tally,
     unique_problems,
 )
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.values import Expected, Level, Outcome
 from support.reports import KV_CAUSE, MOE_CAUSE, result
 

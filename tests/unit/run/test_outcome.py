@@ -10,7 +10,6 @@ import pytest
 from repromatrix.backends.base import Execution
 from repromatrix.harness.harness import RELAYED_MARK
 from repromatrix.matrix.scenarios import load_scenarios
-from repromatrix.results.store import RootCause
 from repromatrix.run.outcome import (
     HarnessStatus,
     ProbeReport,
@@ -20,6 +19,7 @@ from repromatrix.run.outcome import (
     skipped,
 )
 from repromatrix.triage import Diagnosis, triage_path
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.values import Lane, Level, Outcome
 from support import paths
 from support.runner import cell, scenario
