@@ -9,9 +9,11 @@ from pathlib import Path
 
 from repromatrix.errors import UsageError
 from repromatrix.host.runner import parse_gpu_ids
-from repromatrix.upstream.lock import lock_lines
-from repromatrix.upstream.resolve import Locked, Locking, Online, load_locked
-from repromatrix.values import Lane, PullPolicy
+from repromatrix.matrix.config import Matrix
+from repromatrix.matrix.inputs import load_inputs
+from repromatrix.upstream.lock import apply_lock, lock_lines
+from repromatrix.upstream.resolve import Locked, Locking, Online, lock_for
+from repromatrix.values import Lane, PullPolicy, Scenario
 
 # The help of options several commands share.
 MATRIX_HELP = "the matrix file (default: matrix.yaml)"
@@ -69,22 +71,20 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_selected(args: argparse.Namespace, note: Callable[[str], None]) -> Locked:
-    """The matrix and catalogue of ``--matrix``/``--scenarios``, following lanes locked
-    (``--lock``, ``--relock``); ``note`` hears what the lock says."""
+def load_selected(
+    args: argparse.Namespace, note: Callable[[str], None]
+) -> tuple[Matrix, tuple[Scenario, ...], Locked]:
+    """The matrix of ``--matrix``, locked (``--lock``, ``--relock``), its catalogue
+    (``--scenarios``), and the lock; ``note`` hears what the lock says."""
     from repromatrix.images.wheelhouse import CACHE_ROOT  # noqa: PLC0415  (keeps --help fast)
 
-    locked = load_locked(
-        args.matrix,
-        args.scenarios,
-        Locking(args.lock, args.relock),
-        lambda: Online(CACHE_ROOT, note),
-        note,
-    )
+    matrix, scenarios = load_inputs(args.matrix, args.scenarios)
+    locking = Locking(args.lock, args.relock)
+    locked = lock_for(matrix, locking, lambda: Online(CACHE_ROOT, note), note)
     if locked.lock is not None and locked.path is not None:
         for line in lock_lines(locked.lock, locked.path, locked.fresh):
             note(line)
-    return locked
+    return apply_lock(matrix, locked.lock), scenarios, locked
 
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:

@@ -89,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
     Which tags the follow rules gave, and why others were left out, goes first: with the
     table on standard output, else on standard error (the other forms are for machines)."""
     said: list[str] = []
-    locked = load_selected(args, said.append)
-    matrix, scenarios = locked.matrix, locked.scenarios
+    matrix, scenarios, locked = load_selected(args, said.append)
     for line in said if args.format != "table" else ():
         print(f"repromatrix: {line}", file=sys.stderr)
     lane = Lane(args.lane) if args.lane else None

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from repromatrix.errors import EXIT_INFRA, EXIT_OK, InfraError, RepromatrixError, UsageError
 from repromatrix.matrix.expand import expand
+from repromatrix.matrix.inputs import load_inputs
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
 from repromatrix.results.merge import MergeResult, gather
@@ -42,7 +43,8 @@ from repromatrix.slurm.submission import (
     submissions,
     write,
 )
-from repromatrix.upstream.resolve import Locking, Upstream, load_locked
+from repromatrix.upstream.lock import apply_lock
+from repromatrix.upstream.resolve import Locking, Upstream, lock_for
 from repromatrix.values import Cell, Outcome
 
 Records = Mapping[str, Mapping[int, JobRecord]]  # array name -> task index -> its record
@@ -177,8 +179,8 @@ def cells_by_id(submission: Submission) -> dict[str, Cell]:
     """The matrix's cells by id, as the submission's matrix, scenarios and lock plan them."""
     scenarios = tuple(Path(s) for s in submission.scenarios) or None
     lock = Path(submission.lock) if submission.lock else None
-    locked = load_locked(Path(submission.matrix), scenarios, Locking(lock), _no_upstream)
-    matrix, catalogue = locked.matrix, locked.scenarios
+    matrix, catalogue = load_inputs(Path(submission.matrix), scenarios)
+    matrix = apply_lock(matrix, lock_for(matrix, Locking(lock), _no_upstream).lock)
     wanted = {cell for task in submission.tasks for cell in task.cells}
     return {cell.id: cell for cell in expand(matrix, catalogue) if cell.id in wanted}
 
