@@ -27,9 +27,7 @@ from repromatrix.reports.write import write_reports
 from repromatrix.results import store
 from repromatrix.results.merge import MergeResult, gather
 from repromatrix.results.store import now_iso
-from repromatrix.run import outcome
-from repromatrix.run.cell import NOT_RUN, CellRun
-from repromatrix.run.cells import Ran, save
+from repromatrix.run.cell import NOT_RUN, CellRun, Ran, infra_error, save
 from repromatrix.run.claim import claim
 from repromatrix.run.folder import RunFolder
 from repromatrix.slurm import cluster
@@ -123,7 +121,7 @@ def name_unfinished(
             if cell is None:
                 lost.append(cell_id)
                 continue
-            ran = Ran(now_iso(), CellRun(outcome.infra_error(reason), NOT_RUN))
+            ran = Ran(now_iso(), CellRun(infra_error(reason), NOT_RUN))
             save(folder, cell, ran, {})
     return lost
 

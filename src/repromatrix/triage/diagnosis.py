@@ -102,7 +102,7 @@ class Diagnosis:
         True when a line matched one of its signatures (printed by the process the signature
         names) or the root cause is it. It depends only on that scenario's signatures, never
         on which other scenarios triage was given, so ``repromatrix triage`` with the whole
-        catalogue and the runner with a cell's scenarios agree; ``run.outcome`` calls it.
+        catalogue and the runner with a cell's scenarios agree; ``run.cell.decide`` calls it.
         """
         return scenario_id in self.scenarios_seen or self.scenario == scenario_id
 

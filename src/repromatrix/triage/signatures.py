@@ -21,7 +21,7 @@ per-line search finds.
 
 ``signature_levels`` says whether a scenario's signature was seen in a WARNING, INFO or
 DEBUG line and whether in any other: the runner's outcome does not count a signature seen
-only at those levels as the crash of a cell that served (``run.outcome``).
+only at those levels as the crash of a cell that served (``run.cell.decide``).
 """
 
 from __future__ import annotations

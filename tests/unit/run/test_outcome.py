@@ -10,7 +10,7 @@ import pytest
 from repromatrix.backends.base import Execution
 from repromatrix.harness.harness import RELAYED_MARK
 from repromatrix.matrix.scenarios import load_scenarios
-from repromatrix.run.outcome import (
+from repromatrix.run.cell import (
     HarnessStatus,
     ProbeReport,
     decide,
