@@ -7,8 +7,8 @@ device ids the ``Pool`` lends it. The images are jobs of the same pool
 (``images.ImageJobs``): each cell waits for its own image's job only, so a pull
 or build overlaps with the
 cells of images already made, and the pool hands the image job's value to each
-waiting cell. ``on_done`` runs in the calling thread: it writes each ended cell's result at
-once (``cell.save``), so an interrupted run keeps every
+waiting cell. Each job the pool hands back (``Pool.ended``, in the calling
+thread) is saved at once (``cell.save``), so an interrupted run keeps every
 finished cell and ``--resume`` runs the rest. A cell too big for the runner
 ends as skipped with the pool's reason; a job that raised (a bug of ours) or
 whose image job raised ends as an infra error.
@@ -123,14 +123,13 @@ def prepare_images(
     images = ImageJobs(backend, cells, models_root=models_root, note=progress.note)
     made: dict[str, ImageReady] = {}
 
-    def on_done(done: Done[ImageReady]) -> None:
+    pool = Pool(images.jobs(), Capacity(), images.work(), image_slots=image_jobs)
+    for done in pool.ended():
         if done.value is not None:
             made[done.value.prepared.image_key] = done.value
         elif done.error is not None:  # a bug of ours
             progress.note(f"{done.key} failed: {done.error!r}")
-
-    pool = Pool(images.jobs(), Capacity(), images.work(), on_done, image_slots=image_jobs)
-    if pool.run().interrupted:
+    if pool.report.interrupted:
         raise KeyboardInterrupt
     built = sum(1 for ready in made.values() if ready.prepared.built)
     progress.note(f"images ready: {len(made)} ({built} built)")
@@ -190,7 +189,7 @@ def run_pooled(
     by_id = {cell.id: cell for cell in cells}
     down: list[str] = []
 
-    def on_done(done: Done[Ran | ImageReady]) -> None:
+    def end(done: Done[Ran | ImageReady]) -> None:
         if done.image_task:
             if done.error is not None:  # a bug of ours: its cells end as infra errors
                 progress.note(f"{done.key} failed: {done.error!r}")
@@ -202,7 +201,7 @@ def run_pooled(
         )
         failed = not down and _engine_failed(result, ran.context)
         if failed and not backend.alive():
-            down.append(cell.id)  # once: ``Pool`` delivers what had ended after this raise
+            down.append(cell.id)  # once: what had ended is still saved after this raise
             raise BackendDown(cell.id)
 
     models_root = images.models_root
@@ -214,7 +213,6 @@ def run_pooled(
         jobs_for(cells, runner, pacing, images),
         capacity_of(runner, pacing.jobs),
         work,
-        on_done,
         image_slots=pacing.image_jobs,
         on_start=lambda start: None if start.job.image_task else progress.start(start.job.key),
     )
@@ -225,10 +223,17 @@ def run_pooled(
         )
     progress.track(pool.snapshot)
     try:
-        report = pool.run()
+        for done in pool.ended():
+            end(done)
+    except (BackendDown, KeyboardInterrupt) as stopped:
+        for done in pool.stop():  # the cells that had ended are saved all the same
+            end(done)
+        if isinstance(stopped, BackendDown):
+            raise
+        return True
     finally:
         progress.track(None)
-    return report.interrupted
+    return pool.report.interrupted
 
 
 def _engine_failed(result: CellResult, context: CellContext | None) -> bool:
