@@ -54,16 +54,21 @@ from typing import IO, Any
 
 try:  # run as a script inside the image: its siblings are on sys.path
     import hubcache  # type: ignore[import-not-found,unused-ignore]
-    from oomwatch import LINE_PREFIX, OomMonitor  # type: ignore[import-not-found,unused-ignore]
+    from oomwatch import (  # type: ignore[import-not-found,unused-ignore]
+        LINE_PREFIX,
+        RECORD_PREFIX,
+        OomMonitor,
+    )
 except ImportError:  # imported as part of the repromatrix package
     from repromatrix.harness import hubcache
-    from repromatrix.harness.oomwatch import LINE_PREFIX, OomMonitor
+    from repromatrix.harness.oomwatch import LINE_PREFIX, RECORD_PREFIX, OomMonitor
 
 # Lines the harness and probes print for the host to read (never evidence for triage).
 PROTOCOL_PREFIX = "@@repromatrix-"
 STATUS_PREFIX = PROTOCOL_PREFIX + "status "
 PROBE_PREFIX = PROTOCOL_PREFIX + "probe "
 LAUNCH_PREFIX = PROTOCOL_PREFIX + "launch "  # the server's argv, as the harness ran it
+OOM_PREFIX = RECORD_PREFIX  # a process the OOM killer ended, as data (``oomwatch.kill_record``)
 # Put before a relayed line that begins with STATUS_PREFIX: the host takes the status from
 # the start of a line, and only the harness's own status line may start that way.
 RELAYED_MARK = b"[repromatrix harness] relayed: "

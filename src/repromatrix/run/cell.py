@@ -53,7 +53,7 @@ from repromatrix.backends.base import Backend, Execution, Placement, Prepared
 from repromatrix.backends.harness_spec import build_spec, model_path
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.harness.harness import PROTOCOL_PREFIX, STATUS_PREFIX
-from repromatrix.harness.oomwatch import LINE_PREFIX
+from repromatrix.harness.oomwatch import KILL_WORDS, LINE_PREFIX
 from repromatrix.host.identity import driver_shortfall
 from repromatrix.host.idle import NO_WAIT, IdleWait, wait_idle
 from repromatrix.host.runner import Runner
@@ -66,7 +66,7 @@ from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import ImageReady, adapter_rank
 from repromatrix.run.pool import DependencyFailed, Done, Skipped, Ticket, Work
 from repromatrix.run.schedule import Allocation
-from repromatrix.triage.diagnosis import RootCause
+from repromatrix.triage.diagnosis import OomKill, RootCause
 from repromatrix.triage.facts import describe
 from repromatrix.triage.signatures import signature_levels
 from repromatrix.triage.triager import Triager
@@ -590,18 +590,18 @@ def execute_cell(
     watch, triager = make_watcher(cell, lambda: backend.interrupt(cell.id))
     execution = backend.execute(cell, spec, context.prepared, watch, placement)
     # What the backend kept after the watcher last read still counts: the output drained
-    # once an early stop killed the container (the harness's OOM report can come last), or
+    # once an early stop killed the container (the harness's OOM record can come last), or
     # a log read again after the live stream broke.
     triager.feed(execution.log[triager.bytes_read :])
     status = parse_status(execution.log)
     if status is not None and status.oom_killed:
         # Docker's OOMKilled can miss a killed grandchild; the harness's cgroup count does not.
         execution = replace(execution, oom_killed=True)
-    if (report := oom_report(execution)) is not None:
-        triager.feed(report)
-        execution = replace(execution, log=execution.log + report)
-    diagnosis = triager.diagnose(oom_killed=execution.oom_killed)
+    kill = oom_kill(execution, status, triager.kills)
+    diagnosis = triager.diagnose(oom=kill)
     decision = decide(cell, execution, status, diagnosis)
+    if kill is not None and kill.lines and not (status and status.oom_killed):
+        execution = replace(execution, log=execution.log + on_a_line(execution.log, kill.lines[0]))
     return CellRun(decision, execution, status, diagnosis.facts)
 
 
@@ -610,27 +610,37 @@ def execute_cell(
 _SIGKILLED = re.compile(rb"(?:proc|process) (\S+) died unexpectedly \(exit code:? -9\)")
 
 
-_HARNESS_REPORT = (LINE_PREFIX + "Memory cgroup out of memory").encode()
+def oom_kill(
+    execution: Execution, status: HarnessStatus | None, recorded: Sequence[str] = ()
+) -> OomKill | None:
+    """The OOM kill as data for triage; None when nothing was killed for memory.
 
-
-def oom_report(execution: Execution) -> bytes | None:
-    """The OOM kill in the kernel's words when Docker saw it and the harness could not say it
-    (the bytes to append to the log, starting a line of their own).
-
-    The OOM killer can end the harness with the engine (the container's exit code is then
-    137 and its last lines are missing); the container's ``OOMKilled`` state remains, and
-    vLLM's own log names the process that got SIGKILL.
+    The harness's records of each kill (``recorded``: the triager reads them from the
+    stream as data) say it all; without them, the victims its status names. The OOM killer
+    can end the harness with the engine (the container's exit code is then 137 and its last
+    lines are missing): the container's ``OOMKilled`` state remains, and vLLM's own log
+    names the process that got SIGKILL.
     """
-    if not execution.oom_killed or _HARNESS_REPORT in execution.log:
+    if not execution.oom_killed:
         return None
+    if recorded:
+        return OomKill((), container=True)
+    if status is not None and status.oom_killed:
+        return OomKill(tuple(LINE_PREFIX + KILL_WORDS + name for name in status.oom_killed), True)
     named = _SIGKILLED.search(execution.log)
     victim = named.group(1).decode(errors="replace") if named else "(not named in the log)"
-    # On a line of its own: the kill can cut the log in the middle of a line.
-    cut = bool(execution.log) and not execution.log.endswith(b"\n")
-    return (b"\n" if cut else b"") + (
-        f"{LINE_PREFIX}Memory cgroup out of memory: Killed process {victim} "
-        "(the container's State.OOMKilled; the harness did not outlive the kill)\n"
-    ).encode()
+    said = (
+        f"{LINE_PREFIX}{KILL_WORDS}{victim} "
+        "(the container's State.OOMKilled; the harness did not outlive the kill)"
+    )
+    return OomKill((said,), container=True)
+
+
+def on_a_line(log: bytes, line: str) -> bytes:
+    """``line`` as bytes to append to ``log``, on a line of its own (for the people who read
+    the log: a kill can cut it in the middle of a line)."""
+    cut = bool(log) and not log.endswith(b"\n")
+    return (b"\n" if cut else b"") + f"{line}\n".encode()
 
 
 def run_cell(

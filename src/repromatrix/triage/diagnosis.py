@@ -40,6 +40,17 @@ class RootCause:
 
 
 @dataclass(frozen=True)
+class OomKill:
+    """The kernel's OOM killer ended the cell's container or a process in it: data the
+    runner hands triage (``Triager.diagnose``), from the harness's records of each kill, or
+    the container's state where the kill took the harness too. Triage names the cause from
+    it, never from the harness's line in the log."""
+
+    lines: tuple[str, ...]  # each kill in the kernel's words (``oomwatch.kill_line``)
+    container: bool = False  # the container's State.OOMKilled
+
+
+@dataclass(frozen=True)
 class RequestError:
     """A request the running server refused: a failure of that request, not of the server."""
 

@@ -99,6 +99,11 @@ class ScenarioSignatures:
         texts = (line.raw,) if quiet else (line.raw, line.text)
         return self._hits(texts, line.process)
 
+    def text_hits(self, text: str) -> tuple[str, ...]:
+        """Ids of the scenarios whose signature (of any or no process) this text matches: what
+        a kill the runner hands over shows (``OomKill``)."""
+        return self._hits((text,), None)
+
     def scenario_of(self, texts: Iterable[str], process: str | None) -> Scenario | None:
         """The first scenario with a signature found in ``texts`` printed by ``process``."""
         texts = tuple(texts)
