@@ -116,6 +116,283 @@ def cell_context(cell: Cell, ready: ImageReady, models_root: Path) -> CellContex
     return CellContext(image, path, image_version=version, environment=report)
 
 
+# --- In the pool: the callable a pool thread runs for the cell, and what it returns.
+@dataclass(frozen=True)
+class Ran:
+    """What one cell's job returns: when it started, what running it gave, what it ran with."""
+
+    started_at: str
+    run: CellRun
+    context: CellContext | None = None  # None: it never got a usable image
+    gpus: tuple[Mapping[str, GpuFact], ...] = ()  # the runner's GPUs it was given
+
+
+def work_for(
+    backend: Backend,
+    cell: Cell,
+    runner: Runner,
+    models_root: Path,
+    idle_wait: IdleWait = NO_WAIT,
+) -> Work[Ran]:
+    """The callable that runs ``cell`` in a pool thread, on the value of its image's job,
+    once its GPUs are idle (waiting for them as ``idle_wait`` says); cancelling it stops
+    its wait or its container."""
+
+    def work(ticket: Ticket) -> Ran:
+        ticket.on_cancel(lambda: backend.stop(cell.id))
+        started_at = now_iso()
+        if not isinstance(ticket.before, ImageReady):
+            raise TypeError(f"{cell.id} started without its image job's value")  # a bug of ours
+        context = cell_context(cell, ticket.before, models_root)
+        placement = placement_of(ticket.allocation, runner)
+        gpus = lent_gpus(ticket.allocation.gpu_ids, runner)
+        lent = Lent(placement, runner, idle_wait, ticket.wait_cancelled)
+        if (refused := gpu_refusal(backend, cell, context, lent)) is not None:
+            return Ran(started_at, CellRun(infra_error(refused), NOT_RUN), context, gpus)
+        return Ran(started_at, run_cell(backend, cell, context, placement), context, gpus)
+
+    return work
+
+
+@dataclass(frozen=True)
+class Lent:
+    """The GPUs a cell was lent, on which runner, and how long it waits for them to be idle
+    (``pause`` waits up to the seconds given, True when the run is interrupted)."""
+
+    placement: Placement
+    runner: Runner
+    idle_wait: IdleWait = NO_WAIT
+    pause: Callable[[float], bool] = lambda _seconds: True
+
+
+def gpu_refusal(backend: Backend, cell: Cell, context: CellContext, lent: Lent) -> str | None:
+    """Why a GPU cell must not start on its lent GPUs: the driver is older than its image's
+    CUDA (at once: waiting changes nothing), or a GPU is still busy after the wait (the backend
+    names what holds it). Either is the machine's fault, so the cell becomes an
+    infrastructure error, never a verdict. None for a CPU cell, a rehearsal (no device), or
+    an image that is not ready (``run_cell`` says why)."""
+    prepared, runner = context.prepared, lent.runner
+    if cell.lane is not Lane.GPU or runner.rehearse or prepared is None or prepared.error:
+        return None
+    gpus = [gpu for i in lent.placement.gpu_ids or () if (gpu := runner.gpu(i)) is not None]
+    short = driver_shortfall(gpus, prepared.cuda_version, prepared.cuda_requirement)
+    if short is not None:
+        return short
+    return wait_idle(lambda: backend.busy_reason(lent.placement), lent.idle_wait, lent.pause)
+
+
+def placement_of(allocation: Allocation, runner: Runner) -> Placement:
+    """The pool's allocation as the backend takes it: GPU ids as UUIDs where the host has them."""
+    gpus = tuple(runner.uuid_of(i) or i for i in allocation.gpu_ids)
+    return Placement(gpu_ids=gpus if allocation.gpu_ids else None, core_ids=allocation.core_ids)
+
+
+def lent_gpus(gpu_ids: Sequence[str], runner: Runner) -> tuple[dict[str, GpuFact], ...]:
+    """The runner's GPUs ``gpu_ids`` as the runner read each (every field it has); an id it
+    does not list (a MIG id, a GPU named to a runner without nvidia-smi) as the id alone."""
+    listed = {gpu.index: gpu for gpu in runner.gpus}
+    return tuple(asdict(listed[i]) if i in listed else {"index": i} for i in gpu_ids)
+
+
+def ended_run(done: Done[Ran | ImageReady]) -> Ran:
+    """What an ended cell job stands for: its run, or the outcome of why it did not run."""
+    if isinstance(done.value, Ran):
+        return done.value
+    error = done.error
+    if isinstance(error, Skipped):
+        decision = skipped(str(error))
+    elif isinstance(error, DependencyFailed):
+        decision = infra_error(f"image not available: {error}")
+    else:
+        decision = infra_error(f"internal error: {error!r}")
+    return Ran(now_iso(), CellRun(decision, NOT_RUN))
+
+
+# --- The container call.
+@dataclass(frozen=True)
+class CellRun:
+    """What running one cell gave: the decision, the backend's facts, the harness's status,
+    and what the engine stated it chose and sized (``triage.facts``)."""
+
+    decision: Decision
+    execution: Execution
+    status: HarnessStatus | None = None
+    facts: Mapping[str, str] = field(default_factory=dict)
+
+
+def execute_cell(
+    backend: Backend, cell: Cell, context: CellContext, placement: Placement | None = None
+) -> CellRun:
+    """Run one cell on ``backend`` (on ``placement``) and decide its outcome from the facts."""
+    assert context.prepared is not None
+    spec = build_spec(
+        cell,
+        context.model_path,
+        adapter_path=context.adapter_path,
+        launcher=context.prepared.launcher,
+    )
+    watch, triager = make_watcher(cell, lambda: backend.interrupt(cell.id))
+    execution = backend.execute(cell, spec, context.prepared, watch, placement)
+    # What the backend kept after the watcher last read still counts: the output drained
+    # once an early stop killed the container (the harness's OOM record can come last), or
+    # a log read again after the live stream broke.
+    triager.feed(execution.log[triager.bytes_read :])
+    status = parse_status(execution.log)
+    if status is not None and status.oom_killed:
+        # Docker's OOMKilled can miss a killed grandchild; the harness's cgroup count does not.
+        execution = replace(execution, oom_killed=True)
+    kill = oom_kill(execution, status, triager.kills)
+    diagnosis = triager.diagnose(oom=kill)
+    decision = decide(cell, execution, status, diagnosis)
+    if kill is not None and kill.lines and not (status and status.oom_killed):
+        execution = replace(execution, log=execution.log + on_a_line(execution.log, kill.lines[0]))
+    return CellRun(decision, execution, status, diagnosis.facts)
+
+
+# vLLM's executor names the process that got SIGKILL: "Worker proc VllmWorker-0 died
+# unexpectedly (exit code: -9)".
+_SIGKILLED = re.compile(rb"(?:proc|process) (\S+) died unexpectedly \(exit code:? -9\)")
+
+
+def oom_kill(
+    execution: Execution, status: HarnessStatus | None, recorded: Sequence[str] = ()
+) -> OomKill | None:
+    """The OOM kill as data for triage; None when nothing was killed for memory.
+
+    The harness's records of each kill (``recorded``: the triager reads them from the
+    stream as data) say it all; without them, the victims its status names. The OOM killer
+    can end the harness with the engine (the container's exit code is then 137 and its last
+    lines are missing): the container's ``OOMKilled`` state remains, and vLLM's own log
+    names the process that got SIGKILL.
+    """
+    if not execution.oom_killed:
+        return None
+    if recorded:
+        return OomKill((), container=True)
+    if status is not None and status.oom_killed:
+        return OomKill(tuple(LINE_PREFIX + KILL_WORDS + name for name in status.oom_killed), True)
+    named = _SIGKILLED.search(execution.log)
+    victim = named.group(1).decode(errors="replace") if named else "(not named in the log)"
+    said = (
+        f"{LINE_PREFIX}{KILL_WORDS}{victim} "
+        "(the container's State.OOMKilled; the harness did not outlive the kill)"
+    )
+    return OomKill((said,), container=True)
+
+
+def on_a_line(log: bytes, line: str) -> bytes:
+    """``line`` as bytes to append to ``log``, on a line of its own (for the people who read
+    the log: a kill can cut it in the middle of a line)."""
+    cut = bool(log) and not log.endswith(b"\n")
+    return (b"\n" if cut else b"") + f"{line}\n".encode()
+
+
+def run_cell(
+    backend: Backend, cell: Cell, context: CellContext, placement: Placement | None = None
+) -> CellRun:
+    """One cell, every failure mapped to an outcome here; only an interrupt escapes.
+
+    Safe to call from several threads at once: each call has its own triager and log.
+    """
+    if context.prepared is None or context.prepared.error is not None:
+        why = context.prepared.error if context.prepared else "image was not prepared"
+        return CellRun(infra_error(f"image not available: {why}"), NOT_RUN)
+    try:
+        return execute_cell(backend, cell, context, placement)
+    except RepromatrixError as exc:
+        return CellRun(infra_error(str(exc)), NOT_RUN)
+    except Exception as exc:
+        # A bug of ours must not cost the rest of the run; the traceback goes in the log.
+        trace = traceback.format_exc().encode()
+        return CellRun(infra_error(f"internal error: {exc!r}"), Execution(None, trace))
+
+
+# --- Live triage: the watcher on the streamed output.
+NOT_RUN = Execution(exit_code=None, log=b"")
+
+
+# Lines the harness prints itself (its protocol, its own notes): never the engine's, so
+# never the line a scenario interrupts on.
+HARNESS_LINES = (PROTOCOL_PREFIX.encode(), LINE_PREFIX.encode())
+
+
+LONGEST_LINE = 1 << 20  # bytes of an unfinished line kept for the interrupt's match
+
+
+class InterruptOn:
+    """Sends the scenario's interrupt (``send``) the first time a line of the cell's output
+    matches ``interrupt_on``: RE2 (``patterns.py``) on each whole line, on the host, as the
+    output streams; the harness then SIGTERMs the server (``harness.Interrupt``)."""
+
+    def __init__(self, pattern: str, send: Callable[[], None]) -> None:
+        self.pattern = compile_pattern(pattern)
+        self.send = send
+        self.line: str | None = None  # the line that matched, once one has
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        """Read the next chunk of output; send the interrupt at the first matching line."""
+        if self.line is not None:
+            return
+        *lines, rest = (self._partial + chunk).split(b"\n")
+        self._partial = rest[-LONGEST_LINE:]
+        for raw in lines:
+            if raw.startswith(HARNESS_LINES):
+                continue
+            text = raw.decode("utf-8", errors="replace").rstrip("\r")
+            if self.pattern.search(text):
+                self.line, self._partial = text, b""
+                self.send()
+                return
+
+
+class Served:
+    """Whether the harness has said, in a status line of its own, that its engine answered.
+
+    The harness prints that status before it stops a served engine; what follows is that
+    stop's teardown (an engine core killed on purpose, a worker told its parent exited), in
+    which a live triage can see a cause and a consequence. A served cell is never stopped
+    early for them: the harness ends it, and its status is read whole.
+    """
+
+    def __init__(self) -> None:
+        self.answered = False
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        """Read the next chunk of output."""
+        if self.answered:
+            return
+        *lines, rest = (self._partial + chunk).split(b"\n")
+        self._partial = rest[-LONGEST_LINE:]
+        status = parse_status(b"\n".join(lines))
+        self.answered = status is not None and status.ready and status.answered
+
+
+def make_watcher(
+    cell: Cell, interrupt: Callable[[], None] = lambda: None
+) -> tuple[Callable[[bytes], bool], Triager]:
+    """A watcher that feeds a live ``Triager`` and asks to stop once it is terminal (never
+    after the harness said the engine answered: ``Served``); with a scenario's
+    ``interrupt_on``, it calls ``interrupt`` when a line first matches it.
+
+    Triage is given the cell's own scenario only, so ``signature_seen`` means
+    *this* cell's documented crash, never another scenario's.
+    """
+    triager = Triager(cell.watched)
+    interrupt_on = InterruptOn(cell.interrupt_on, interrupt) if cell.interrupt_on else None
+    served = Served()
+
+    def on_output(chunk: bytes) -> bool:
+        if interrupt_on is not None:
+            interrupt_on.feed(chunk)
+        served.feed(chunk)
+        triager.feed(chunk)
+        return triager.terminal and not served.answered
+
+    return on_output, triager
+
+
 # --- The harness's word: its status line, and a probe's report.
 STATUS_MARK = STATUS_PREFIX.encode()
 
@@ -476,283 +753,6 @@ def probe_raised(scenario: Scenario, probe: ProbeReport) -> Decision:
     said = f": {exception}" if exception else ""
     seen = probe.evidence or "the probe saw vLLM raise"
     return Decision(outcome, f"{seen}, {what} of {scenario.id}{said}", cause)
-
-
-# --- Live triage: the watcher on the streamed output.
-NOT_RUN = Execution(exit_code=None, log=b"")
-
-
-# Lines the harness prints itself (its protocol, its own notes): never the engine's, so
-# never the line a scenario interrupts on.
-HARNESS_LINES = (PROTOCOL_PREFIX.encode(), LINE_PREFIX.encode())
-
-
-LONGEST_LINE = 1 << 20  # bytes of an unfinished line kept for the interrupt's match
-
-
-class InterruptOn:
-    """Sends the scenario's interrupt (``send``) the first time a line of the cell's output
-    matches ``interrupt_on``: RE2 (``patterns.py``) on each whole line, on the host, as the
-    output streams; the harness then SIGTERMs the server (``harness.Interrupt``)."""
-
-    def __init__(self, pattern: str, send: Callable[[], None]) -> None:
-        self.pattern = compile_pattern(pattern)
-        self.send = send
-        self.line: str | None = None  # the line that matched, once one has
-        self._partial = b""
-
-    def feed(self, chunk: bytes) -> None:
-        """Read the next chunk of output; send the interrupt at the first matching line."""
-        if self.line is not None:
-            return
-        *lines, rest = (self._partial + chunk).split(b"\n")
-        self._partial = rest[-LONGEST_LINE:]
-        for raw in lines:
-            if raw.startswith(HARNESS_LINES):
-                continue
-            text = raw.decode("utf-8", errors="replace").rstrip("\r")
-            if self.pattern.search(text):
-                self.line, self._partial = text, b""
-                self.send()
-                return
-
-
-class Served:
-    """Whether the harness has said, in a status line of its own, that its engine answered.
-
-    The harness prints that status before it stops a served engine; what follows is that
-    stop's teardown (an engine core killed on purpose, a worker told its parent exited), in
-    which a live triage can see a cause and a consequence. A served cell is never stopped
-    early for them: the harness ends it, and its status is read whole.
-    """
-
-    def __init__(self) -> None:
-        self.answered = False
-        self._partial = b""
-
-    def feed(self, chunk: bytes) -> None:
-        """Read the next chunk of output."""
-        if self.answered:
-            return
-        *lines, rest = (self._partial + chunk).split(b"\n")
-        self._partial = rest[-LONGEST_LINE:]
-        status = parse_status(b"\n".join(lines))
-        self.answered = status is not None and status.ready and status.answered
-
-
-def make_watcher(
-    cell: Cell, interrupt: Callable[[], None] = lambda: None
-) -> tuple[Callable[[bytes], bool], Triager]:
-    """A watcher that feeds a live ``Triager`` and asks to stop once it is terminal (never
-    after the harness said the engine answered: ``Served``); with a scenario's
-    ``interrupt_on``, it calls ``interrupt`` when a line first matches it.
-
-    Triage is given the cell's own scenario only, so ``signature_seen`` means
-    *this* cell's documented crash, never another scenario's.
-    """
-    triager = Triager(cell.watched)
-    interrupt_on = InterruptOn(cell.interrupt_on, interrupt) if cell.interrupt_on else None
-    served = Served()
-
-    def on_output(chunk: bytes) -> bool:
-        if interrupt_on is not None:
-            interrupt_on.feed(chunk)
-        served.feed(chunk)
-        triager.feed(chunk)
-        return triager.terminal and not served.answered
-
-    return on_output, triager
-
-
-# --- The container call.
-@dataclass(frozen=True)
-class CellRun:
-    """What running one cell gave: the decision, the backend's facts, the harness's status,
-    and what the engine stated it chose and sized (``triage.facts``)."""
-
-    decision: Decision
-    execution: Execution
-    status: HarnessStatus | None = None
-    facts: Mapping[str, str] = field(default_factory=dict)
-
-
-def execute_cell(
-    backend: Backend, cell: Cell, context: CellContext, placement: Placement | None = None
-) -> CellRun:
-    """Run one cell on ``backend`` (on ``placement``) and decide its outcome from the facts."""
-    assert context.prepared is not None
-    spec = build_spec(
-        cell,
-        context.model_path,
-        adapter_path=context.adapter_path,
-        launcher=context.prepared.launcher,
-    )
-    watch, triager = make_watcher(cell, lambda: backend.interrupt(cell.id))
-    execution = backend.execute(cell, spec, context.prepared, watch, placement)
-    # What the backend kept after the watcher last read still counts: the output drained
-    # once an early stop killed the container (the harness's OOM record can come last), or
-    # a log read again after the live stream broke.
-    triager.feed(execution.log[triager.bytes_read :])
-    status = parse_status(execution.log)
-    if status is not None and status.oom_killed:
-        # Docker's OOMKilled can miss a killed grandchild; the harness's cgroup count does not.
-        execution = replace(execution, oom_killed=True)
-    kill = oom_kill(execution, status, triager.kills)
-    diagnosis = triager.diagnose(oom=kill)
-    decision = decide(cell, execution, status, diagnosis)
-    if kill is not None and kill.lines and not (status and status.oom_killed):
-        execution = replace(execution, log=execution.log + on_a_line(execution.log, kill.lines[0]))
-    return CellRun(decision, execution, status, diagnosis.facts)
-
-
-# vLLM's executor names the process that got SIGKILL: "Worker proc VllmWorker-0 died
-# unexpectedly (exit code: -9)".
-_SIGKILLED = re.compile(rb"(?:proc|process) (\S+) died unexpectedly \(exit code:? -9\)")
-
-
-def oom_kill(
-    execution: Execution, status: HarnessStatus | None, recorded: Sequence[str] = ()
-) -> OomKill | None:
-    """The OOM kill as data for triage; None when nothing was killed for memory.
-
-    The harness's records of each kill (``recorded``: the triager reads them from the
-    stream as data) say it all; without them, the victims its status names. The OOM killer
-    can end the harness with the engine (the container's exit code is then 137 and its last
-    lines are missing): the container's ``OOMKilled`` state remains, and vLLM's own log
-    names the process that got SIGKILL.
-    """
-    if not execution.oom_killed:
-        return None
-    if recorded:
-        return OomKill((), container=True)
-    if status is not None and status.oom_killed:
-        return OomKill(tuple(LINE_PREFIX + KILL_WORDS + name for name in status.oom_killed), True)
-    named = _SIGKILLED.search(execution.log)
-    victim = named.group(1).decode(errors="replace") if named else "(not named in the log)"
-    said = (
-        f"{LINE_PREFIX}{KILL_WORDS}{victim} "
-        "(the container's State.OOMKilled; the harness did not outlive the kill)"
-    )
-    return OomKill((said,), container=True)
-
-
-def on_a_line(log: bytes, line: str) -> bytes:
-    """``line`` as bytes to append to ``log``, on a line of its own (for the people who read
-    the log: a kill can cut it in the middle of a line)."""
-    cut = bool(log) and not log.endswith(b"\n")
-    return (b"\n" if cut else b"") + f"{line}\n".encode()
-
-
-def run_cell(
-    backend: Backend, cell: Cell, context: CellContext, placement: Placement | None = None
-) -> CellRun:
-    """One cell, every failure mapped to an outcome here; only an interrupt escapes.
-
-    Safe to call from several threads at once: each call has its own triager and log.
-    """
-    if context.prepared is None or context.prepared.error is not None:
-        why = context.prepared.error if context.prepared else "image was not prepared"
-        return CellRun(infra_error(f"image not available: {why}"), NOT_RUN)
-    try:
-        return execute_cell(backend, cell, context, placement)
-    except RepromatrixError as exc:
-        return CellRun(infra_error(str(exc)), NOT_RUN)
-    except Exception as exc:
-        # A bug of ours must not cost the rest of the run; the traceback goes in the log.
-        trace = traceback.format_exc().encode()
-        return CellRun(infra_error(f"internal error: {exc!r}"), Execution(None, trace))
-
-
-# --- In the pool: the callable a pool thread runs for the cell, and what it returns.
-@dataclass(frozen=True)
-class Ran:
-    """What one cell's job returns: when it started, what running it gave, what it ran with."""
-
-    started_at: str
-    run: CellRun
-    context: CellContext | None = None  # None: it never got a usable image
-    gpus: tuple[Mapping[str, GpuFact], ...] = ()  # the runner's GPUs it was given
-
-
-def work_for(
-    backend: Backend,
-    cell: Cell,
-    runner: Runner,
-    models_root: Path,
-    idle_wait: IdleWait = NO_WAIT,
-) -> Work[Ran]:
-    """The callable that runs ``cell`` in a pool thread, on the value of its image's job,
-    once its GPUs are idle (waiting for them as ``idle_wait`` says); cancelling it stops
-    its wait or its container."""
-
-    def work(ticket: Ticket) -> Ran:
-        ticket.on_cancel(lambda: backend.stop(cell.id))
-        started_at = now_iso()
-        if not isinstance(ticket.before, ImageReady):
-            raise TypeError(f"{cell.id} started without its image job's value")  # a bug of ours
-        context = cell_context(cell, ticket.before, models_root)
-        placement = placement_of(ticket.allocation, runner)
-        gpus = lent_gpus(ticket.allocation.gpu_ids, runner)
-        lent = Lent(placement, runner, idle_wait, ticket.wait_cancelled)
-        if (refused := gpu_refusal(backend, cell, context, lent)) is not None:
-            return Ran(started_at, CellRun(infra_error(refused), NOT_RUN), context, gpus)
-        return Ran(started_at, run_cell(backend, cell, context, placement), context, gpus)
-
-    return work
-
-
-@dataclass(frozen=True)
-class Lent:
-    """The GPUs a cell was lent, on which runner, and how long it waits for them to be idle
-    (``pause`` waits up to the seconds given, True when the run is interrupted)."""
-
-    placement: Placement
-    runner: Runner
-    idle_wait: IdleWait = NO_WAIT
-    pause: Callable[[float], bool] = lambda _seconds: True
-
-
-def gpu_refusal(backend: Backend, cell: Cell, context: CellContext, lent: Lent) -> str | None:
-    """Why a GPU cell must not start on its lent GPUs: the driver is older than its image's
-    CUDA (at once: waiting changes nothing), or a GPU is still busy after the wait (the backend
-    names what holds it). Either is the machine's fault, so the cell becomes an
-    infrastructure error, never a verdict. None for a CPU cell, a rehearsal (no device), or
-    an image that is not ready (``run_cell`` says why)."""
-    prepared, runner = context.prepared, lent.runner
-    if cell.lane is not Lane.GPU or runner.rehearse or prepared is None or prepared.error:
-        return None
-    gpus = [gpu for i in lent.placement.gpu_ids or () if (gpu := runner.gpu(i)) is not None]
-    short = driver_shortfall(gpus, prepared.cuda_version, prepared.cuda_requirement)
-    if short is not None:
-        return short
-    return wait_idle(lambda: backend.busy_reason(lent.placement), lent.idle_wait, lent.pause)
-
-
-def placement_of(allocation: Allocation, runner: Runner) -> Placement:
-    """The pool's allocation as the backend takes it: GPU ids as UUIDs where the host has them."""
-    gpus = tuple(runner.uuid_of(i) or i for i in allocation.gpu_ids)
-    return Placement(gpu_ids=gpus if allocation.gpu_ids else None, core_ids=allocation.core_ids)
-
-
-def lent_gpus(gpu_ids: Sequence[str], runner: Runner) -> tuple[dict[str, GpuFact], ...]:
-    """The runner's GPUs ``gpu_ids`` as the runner read each (every field it has); an id it
-    does not list (a MIG id, a GPU named to a runner without nvidia-smi) as the id alone."""
-    listed = {gpu.index: gpu for gpu in runner.gpus}
-    return tuple(asdict(listed[i]) if i in listed else {"index": i} for i in gpu_ids)
-
-
-def ended_run(done: Done[Ran | ImageReady]) -> Ran:
-    """What an ended cell job stands for: its run, or the outcome of why it did not run."""
-    if isinstance(done.value, Ran):
-        return done.value
-    error = done.error
-    if isinstance(error, Skipped):
-        decision = skipped(str(error))
-    elif isinstance(error, DependencyFailed):
-        decision = infra_error(f"image not available: {error}")
-    else:
-        decision = infra_error(f"internal error: {error!r}")
-    return Ran(now_iso(), CellRun(decision, NOT_RUN))
 
 
 # --- The result file, written the moment the cell ends.
