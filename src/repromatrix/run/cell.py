@@ -66,7 +66,7 @@ from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import ImageReady, adapter_rank
 from repromatrix.run.pool import DependencyFailed, Done, Skipped, Ticket, Work
 from repromatrix.run.schedule import Allocation
-from repromatrix.triage.diagnosis import OomKill, RootCause
+from repromatrix.triage.diagnosis import CONTAINER_OOM, OomKill, RootCause
 from repromatrix.triage.facts import describe
 from repromatrix.triage.signatures import signature_levels
 from repromatrix.triage.triager import Triager
@@ -408,16 +408,6 @@ PROBE_OUTCOMES = {
 RAISED = "raised"  # a probe's exception, matched here against the scenario's signatures
 
 
-# What the runner records when the kernel's OOM killer ended the container: triage cannot
-# see it in the log (the process just vanishes), so the fact becomes the root cause.
-OOM_CAUSE = RootCause(
-    line="container killed for memory (OOMKilled)",
-    exception="OOMKilled",
-    category="host_oom",
-    layer="engine_startup",
-)
-
-
 class DiagnosisLike(Protocol):
     """What outcome needs from ``triage.Diagnosis``."""
 
@@ -608,7 +598,7 @@ def _decide_engine(
     if execution.timed_out:
         return _timeout(cell, cause)
     if execution.oom_killed:
-        return Decision(Outcome.OTHER_FAILURE, OOM_CAUSE.line, cause or OOM_CAUSE)
+        return Decision(Outcome.OTHER_FAILURE, CONTAINER_OOM.line, cause or CONTAINER_OOM)
     unreached = not_reached(cell, diagnosis)
     if ready and answered and (warned or not execution.stopped_early):
         if unreached and cell.variant.needs_reach:
@@ -719,7 +709,7 @@ def _decide_probe(
     if execution.timed_out:
         return Decision(Outcome.TIMEOUT, "the probe did not finish within the cell's deadline")
     if execution.oom_killed:
-        return Decision(Outcome.OTHER_FAILURE, OOM_CAUSE.line, OOM_CAUSE)
+        return Decision(Outcome.OTHER_FAILURE, CONTAINER_OOM.line, CONTAINER_OOM)
     probe = status.probe if status is not None else None
     if probe is not None and probe.outcome == RAISED:
         return probe_raised(cell.scenario, probe)

@@ -39,6 +39,16 @@ class RootCause:
     layer: str | None = None  # image_pull | container_start | engine_startup | first_request | hang
 
 
+# The cause where the kernel's OOM killer ended the container and nothing names a process:
+# the log cannot show it (the process just vanishes), so the fact becomes the root cause.
+CONTAINER_OOM = RootCause(
+    line="container killed for memory (OOMKilled)",
+    exception="OOMKilled",
+    category="host_oom",
+    layer="engine_startup",
+)
+
+
 @dataclass(frozen=True)
 class OomKill:
     """The kernel's OOM killer ended the cell's container or a process in it: data the

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from repromatrix.triage.catalogue import Catalogue, Cause, Role
-from repromatrix.triage.diagnosis import Diagnosis, OomKill, RequestError, RootCause
+from repromatrix.triage.diagnosis import CONTAINER_OOM, Diagnosis, OomKill, RequestError, RootCause
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.facts import NO_FACTS, EngineFacts
 from repromatrix.triage.logmodel import Line, is_compiler_error
@@ -264,15 +264,14 @@ def with_oom_kill(
     if diagnosis.root_cause is not None and diagnosis.category not in (None, "killed_by_signal"):
         return diagnosis
     entry = catalogue.category("host_oom")
-    cause = RootCause(
-        line=kill.lines[0] if kill.lines else "container killed for memory (OOMKilled)",
-        exception="OOMKilled",
+    cause = replace(
+        CONTAINER_OOM,
+        line=kill.lines[0] if kill.lines else CONTAINER_OOM.line,
         message="the kernel's OOM killer ended the container"
         if not kill.lines
         else "the kernel's OOM killer ended a process of the container",
-        category="host_oom",
         scenario=shown[0] if shown else None,
-        layer=diagnosis.layer or "engine_startup",
+        layer=diagnosis.layer or CONTAINER_OOM.layer,
     )
     return replace(
         diagnosis,
