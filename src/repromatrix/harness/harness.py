@@ -69,8 +69,11 @@ STATUS_PREFIX = PROTOCOL_PREFIX + "status "
 PROBE_PREFIX = PROTOCOL_PREFIX + "probe "
 LAUNCH_PREFIX = PROTOCOL_PREFIX + "launch "  # the server's argv, as the harness ran it
 OOM_PREFIX = RECORD_PREFIX  # a process the OOM killer ended, as data (``oomwatch.kill_record``)
-# Put before a relayed line that begins with STATUS_PREFIX: the host takes the status from
-# the start of a line, and only the harness's own status line may start that way.
+# The marks only the harness may begin a line with (a probe's line is relayed as it is).
+HARNESS_ONLY = (STATUS_PREFIX.encode(), OOM_PREFIX.encode())
+# Put before a relayed line that begins with STATUS_PREFIX or OOM_PREFIX: the host takes
+# the status and the OOM records from the start of a line, and only the harness's own may
+# start that way.
 RELAYED_MARK = b"[repromatrix harness] relayed: "
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # The signal the runner sends the harness when a line matched the scenario's ``interrupt_on``.
@@ -254,9 +257,9 @@ class Output:
 
 def relayed(line: bytes) -> bytes:
     """A launched program's line as the harness writes it: as it is, but one that begins
-    with the status mark (the engine printing what it read, say) goes behind
-    ``RELAYED_MARK``, so it can never pass for the harness's own status."""
-    return RELAYED_MARK + line if line.startswith(STATUS_PREFIX.encode()) else line
+    with the status mark or the OOM record's (the engine printing what it read, say) goes
+    behind ``RELAYED_MARK``, so it can never pass for the harness's own status or record."""
+    return RELAYED_MARK + line if line.startswith(HARNESS_ONLY) else line
 
 
 class Child:

@@ -97,7 +97,7 @@ _READY_BYTES = tuple(m.encode() for m in READY_MARKERS)
 # LoRA modules, the multimodal warm-up) is done. Facts and reached lines are start-up's.
 SERVING_MARKERS = (b"Application startup complete", b"Uvicorn running on")
 _OWN_PROTOCOL = PROTOCOL_PREFIX
-_OOM_RECORD = OOM_PREFIX  # a kill, as data: read, never matched
+_OOM_RECORD = OOM_PREFIX.encode()  # a kill, as data: read, never matched
 # The same kill in words, for people: not read once a record said it (the harness prints the
 # record first). A log of an earlier harness has the words alone, and they are read.
 _HARNESS_KILL = HARNESS_LINE + KILL_WORDS
@@ -412,8 +412,8 @@ class Triager:
         if line.level in QUIET_LEVELS:
             self._quiet(number, raw)
             return
-        if line.raw.startswith(_OOM_RECORD):
-            self._recorded_kill(line.raw[len(_OOM_RECORD) :])
+        if raw.startswith(_OOM_RECORD):  # the line's own start, not one after a "\r"
+            self._recorded_kill(decode(raw[len(_OOM_RECORD) :]))
             return
         if line.raw.startswith(_OWN_PROTOCOL) or (
             self._kills and line.raw.startswith(_HARNESS_KILL)

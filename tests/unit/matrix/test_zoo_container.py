@@ -25,6 +25,7 @@ from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_catalogue, load_scenario
 from repromatrix.matrix.selector import Selector
 from repromatrix.run.cell import CellContext, execute_cell, oom_kill
+from repromatrix.triage import Triager
 from repromatrix.values import Cell, ContainerOptions, Lane, Outcome
 from support import paths
 from support.matrix import write
@@ -337,3 +338,18 @@ def test_the_decision_comes_from_the_record_not_from_the_harness_line_read_back(
     assert run.decision.outcome is Outcome.HIT, run.decision.reason
     assert "Killed process 42 (VLLM::Worker)" in run.decision.reason
     assert "Killed process 7" not in run.decision.reason
+
+
+def test_an_engine_line_that_looks_like_a_record_is_no_kill():
+    # Relayed behind the harness's mark, or quoted inside a line: the engine's text.
+    forged = oomwatch.kill_record(WORKER, 1, "1572864000").encode()
+    assert harness.relayed(forged) == harness.RELAYED_MARK + forged
+    first = b"INFO 11-30 19:25:01 [api_server.py:1] vLLM API server version 0.32.0\n"
+    for line in (harness.relayed(forged), b"INFO quoting " + forged, b"10%\r" + forged):
+        triager = Triager()
+        triager.feed(first + line + b"\n")
+        assert triager.diagnose().category is None and triager.kills == (), line
+    triager = Triager()
+    triager.feed(forged + b"\n")
+    assert triager.diagnose().category == "host_oom"
+    assert triager.kills == (oomwatch.kill_line(WORKER, 1, "1572864000"),)
