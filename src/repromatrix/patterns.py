@@ -21,7 +21,7 @@ The programs that run inside images have the standard library only, no RE2, and
 match no pattern from data: the runner matches ``interrupt_on`` on each line as
 the output streams and signals the harness (``run/cell.py``), and a probe reports
 what vLLM raised for the runner to match against the scenario's signatures
-(``run/outcome.py``).
+(``run/cell.py``).
 """
 
 from __future__ import annotations

@@ -442,7 +442,7 @@ class Scenario:
     probe: Probe | None = None
     baseline: bool = False  # a healthy baseline: no crash expected anywhere
     # A signature seen only in a WARNING or INFO line is the crash even in a cell that became
-    # ready and answered; by default such a cell is no hit (run.outcome).
+    # ready and answered; by default such a cell is no hit (run.cell.decide).
     warning_is_crash: bool = False
     kind: ScenarioKind = ScenarioKind.DEFECT
     file: str = ""

@@ -18,8 +18,7 @@ from repromatrix.backends.base import Execution
 from repromatrix.judgement import Expected
 from repromatrix.matrix.scenarios import load_scenario
 from repromatrix.results.schema import CellResult
-from repromatrix.run import outcome
-from repromatrix.run.cell import CellRun, cell_result
+from repromatrix.run.cell import CellRun, cell_result, decide, parse_status
 from repromatrix.triage import Diagnosis, Triager
 from repromatrix.values import Cell, Scenario
 from support import factories, paths
@@ -55,9 +54,9 @@ def run_of(cell: Cell, log: Path) -> CellRun:
     """What the runner decides for ``cell`` from a real log: triage, status, outcome."""
     data = log.read_bytes()
     diagnosis = diagnosis_of(cell, log)
-    status = outcome.parse_status(data)
+    status = parse_status(data)
     execution = Execution(exit_code=0 if status else 1, log=data)
-    decision = outcome.decide(cell, execution, status, diagnosis)
+    decision = decide(cell, execution, status, diagnosis)
     return CellRun(decision, execution, status, diagnosis.facts)
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from repromatrix.judgement import Expected, Outcome
 from repromatrix.reports.write import write_reports
-from repromatrix.results.store import CellResult, RootCause, Timings, cell_dir, write_result
+from repromatrix.results.store import CellResult, Timings, cell_dir, write_result
+from repromatrix.triage.diagnosis import RootCause
 from support import factories
 
 KV_CAUSE_LINE = (

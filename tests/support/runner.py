@@ -13,13 +13,7 @@ from pathlib import Path
 import docker
 
 from repromatrix.backends.docker.calls import RUN_LABEL
-from repromatrix.values import (
-    Cell,
-    Lane,
-    Level,
-    Scenario,
-    Signature,
-)
+from repromatrix.values import Cell, Lane, Level, Scenario, Signature
 from support import factories
 
 KV_SIGNATURE = Signature(

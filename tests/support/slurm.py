@@ -7,9 +7,7 @@ from pathlib import Path
 
 from repromatrix.fleet.jobs import JobBudget, estimator
 from repromatrix.results.store import now_iso
-from repromatrix.run import outcome
-from repromatrix.run.cell import NOT_RUN, CellRun
-from repromatrix.run.cells import Ran, save
+from repromatrix.run.cell import NOT_RUN, CellRun, Ran, save, skipped
 from repromatrix.run.folder import RunFolder
 from repromatrix.slurm.arrays import split
 from repromatrix.slurm.submission import (
@@ -42,5 +40,5 @@ def submission_of(run_dir: Path, of: Sequence[Cell], job_id: str = "41") -> Subm
 def finish_cell(submission: Submission, task: TaskEntry, cell: Cell) -> None:
     """Save a result for ``cell`` in ``task``'s shard, as the task's run does."""
     folder = RunFolder(task.shard, submission.shard(task))
-    ran = Ran(now_iso(), CellRun(outcome.skipped("ran in the task"), NOT_RUN))
+    ran = Ran(now_iso(), CellRun(skipped("ran in the task"), NOT_RUN))
     save(folder, cell, ran, {})

@@ -7,7 +7,7 @@ image holds and the environment vLLM reports in it, how it makes a tiny model,
 what a dry run shows, and how it executes one cell's harness under the cell's
 own deadline, streaming the output to a watcher that may stop the cell early,
 and whether a cell's GPUs are idle before it starts. Backends return plain
-values; deciding the outcome is ``run/outcome.py``'s job. ``registry.py``
+values; deciding the outcome is ``run/cell.py``'s job (``decide``). ``registry.py``
 finds them by name; nothing outside ``backends/`` names one.
 """
 

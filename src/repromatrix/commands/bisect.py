@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from repromatrix.backends import kinds
-from repromatrix.commands.plan import BACKEND_HELP, MATRIX_HELP, SCENARIOS_HELP
+from repromatrix.commands.arguments import BACKEND_HELP, MATRIX_HELP, SCENARIOS_HELP
 from repromatrix.errors import EXIT_OK
 from repromatrix.values import Lane, Level
 

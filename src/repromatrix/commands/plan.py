@@ -6,15 +6,15 @@ import argparse
 import io
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from repromatrix.commands.arguments import add_selection_arguments, load_selected
 from repromatrix.errors import UsageError
 from repromatrix.fleet import jobs, listing
 from repromatrix.fleet.buildkite import PipelineInputs, format_buildkite
 from repromatrix.grammars import check_pipeline_text
-from repromatrix.host.runner import parse_gpu_ids
 from repromatrix.matrix.config_facts import cells_models, facts_problems, source_text
 from repromatrix.matrix.expand import expand, path_notices, plan
 from repromatrix.matrix.memory import memory_warning
@@ -23,9 +23,7 @@ from repromatrix.run.folder import resolve_folder
 from repromatrix.run.main import RunOptions
 from repromatrix.slurm.arrays import TaskArray, split
 from repromatrix.slurm.main import planned_scripts, print_scripts
-from repromatrix.upstream.lock import lock_lines
-from repromatrix.upstream.resolve import Locked, Locking, Online, load_locked
-from repromatrix.values import Cell, Lane, PullPolicy
+from repromatrix.values import Cell, Lane
 
 
 def add_parser(subparsers: Any) -> None:
@@ -86,127 +84,12 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# The help of options several commands share.
-MATRIX_HELP = "the matrix file (default: matrix.yaml)"
-SCENARIOS_HELP = (
-    "the folder of scenario files (default: the scenarios shipped with repromatrix, and a "
-    "scenarios/ folder beside the matrix file)"
-)
-SCENARIOS_REPEAT_HELP = (
-    "a folder of scenario files, read instead of the default; repeat to combine folders, e.g. "
-    "--scenarios scenarios --scenarios my-scenarios (default: the scenarios shipped with "
-    "repromatrix, and a scenarios/ folder beside the matrix file)"
-)
-RESULTS_HELP = "where run folders are made (default: results)"
-BACKEND_HELP = (
-    "what runs the cells: docker, local (virtualenvs, CPU lane only), or auto (default: the "
-    "first this host can use, said with why)"
-)
-
-
-def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --matrix, --scenarios, --lane, --only and --skip (shared with other commands)."""
-    parser.add_argument(
-        "--matrix",
-        type=Path,
-        default=Path("matrix.yaml"),
-        metavar="FILE",
-        help=MATRIX_HELP,
-    )
-    parser.add_argument(
-        "--scenarios",
-        type=Path,
-        action="append",
-        metavar="DIR",
-        help=SCENARIOS_REPEAT_HELP,
-    )
-    parser.add_argument("--lane", choices=[lane.value for lane in Lane], help="one lane only")
-    parser.add_argument(
-        "--only", action="append", default=[], metavar="GLOB", help="keep cells whose id matches"
-    )
-    parser.add_argument(
-        "--skip", action="append", default=[], metavar="GLOB", help="drop cells whose id matches"
-    )
-    parser.add_argument(
-        "--lock",
-        type=Path,
-        metavar="FILE",
-        help="the lock of the lanes whose images follow a rule: read when it holds for the "
-        "rules, else resolved from the registry (or pip) and written (default: "
-        "<matrix>.lock.json beside the matrix; a matrix that lists its images has none)",
-    )
-    parser.add_argument(
-        "--relock",
-        action="store_true",
-        help="resolve the follow rules again now and rewrite the lock (new tags, moved digests)",
-    )
-
-
-def load_selected(args: argparse.Namespace, note: Callable[[str], None]) -> Locked:
-    """The matrix and catalogue of ``--matrix``/``--scenarios``, following lanes locked
-    (``--lock``, ``--relock``); ``note`` hears what the lock says."""
-    from repromatrix.images.wheelhouse import CACHE_ROOT  # noqa: PLC0415  (keeps --help fast)
-
-    locked = load_locked(
-        args.matrix,
-        args.scenarios,
-        Locking(args.lock, args.relock),
-        lambda: Online(CACHE_ROOT, note),
-        note,
-    )
-    if locked.lock is not None and locked.path is not None:
-        for line in lock_lines(locked.lock, locked.path, locked.fresh):
-            note(line)
-    return locked
-
-
-def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --pull and --gpus (for ``run``: how this runner pulls images and which GPUs it has)."""
-    parser.add_argument(
-        "--pull",
-        choices=[policy.value for policy in PullPolicy],
-        help="pull GPU images always, only when missing, or never (default: per image: "
-        "always for moving tags such as nightly and release candidates, else missing)",
-    )
-    parser.add_argument(
-        "--gpus",
-        type=gpu_ids_argument,
-        metavar="IDS",
-        help="the GPUs this runner may use, e.g. 0,1 or GPU-<uuid> (default: "
-        "CUDA_VISIBLE_DEVICES, else NVIDIA_VISIBLE_DEVICES, else every GPU of the host)",
-    )
-
-
-def gpu_ids_argument(text: str) -> str:
-    """Check ``--gpus`` as argparse reads it (kept as text: ``runner.detect_runner`` reads it)."""
-    try:
-        parse_gpu_ids(text)
-    except UsageError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-    return text
-
-
-def check_output_folder(path: Path, option: str) -> Path:
-    """Raise ``UsageError`` (one line) where a file is in the way of an output folder.
-
-    The folder itself may not exist yet; the first part of it that does must be a folder.
-    """
-    for part in (path, *path.parents):
-        if part.exists():
-            if not part.is_dir():
-                where = "is" if part == path else f"is under {part}, which is"
-                raise UsageError(f"{option} {path} {where} a file, not a folder")
-            break
-    return path
-
-
 def run(args: argparse.Namespace) -> int:
     """Print the plan in the chosen format; bad input raises (the CLI prints it, exit 2).
     Which tags the follow rules gave, and why others were left out, goes first: with the
     table on standard output, else on standard error (the other forms are for machines)."""
     said: list[str] = []
-    locked = load_selected(args, said.append)
-    matrix, scenarios = locked.matrix, locked.scenarios
+    matrix, scenarios, locked = load_selected(args, said.append)
     for line in said if args.format != "table" else ():
         print(f"repromatrix: {line}", file=sys.stderr)
     lane = Lane(args.lane) if args.lane else None

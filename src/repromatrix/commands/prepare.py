@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import (
+from repromatrix.commands.arguments import (
     add_selection_arguments,
     check_output_folder,
     load_selected,
@@ -62,8 +62,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace, download: Downloader | None = None) -> int:
     """Check folders, then download (or with ``--check`` only check the cache); exit 3 naming
     each repo that could not be fetched (or is not in the cache)."""
-    locked = load_selected(args, lambda line: print(line, file=sys.stderr))
-    matrix, scenarios = locked.matrix, locked.scenarios
+    matrix, scenarios, _lock = load_selected(args, lambda line: print(line, file=sys.stderr))
     lane = Lane(args.lane) if args.lane else None
     cells = plan(matrix, scenarios, lane, Selector(args.only, args.skip))
     problems = check_local(cells, matrix.file)

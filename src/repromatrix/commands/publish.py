@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import check_output_folder
+from repromatrix.commands.arguments import check_output_folder
 from repromatrix.commands.report import require_run_dir
 from repromatrix.errors import EXIT_OK, UsageError
 from repromatrix.secret_env import redact_text

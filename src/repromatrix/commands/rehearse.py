@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import MATRIX_HELP, RESULTS_HELP
+from repromatrix.commands.arguments import MATRIX_HELP, RESULTS_HELP
 from repromatrix.errors import EXIT_FAILURE, EXIT_OK, UsageError
 from repromatrix.matrix.inputs import shipped_scenarios
 from repromatrix.rehearsal.check import problems_of

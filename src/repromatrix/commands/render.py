@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import (
+from repromatrix.commands.arguments import (
     add_selection_arguments,
     check_output_folder,
     load_selected,
@@ -44,8 +44,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Render the plan's images and print one line per image: key, tag, folder."""
     check_output_folder(args.out, "--out")
-    locked = load_selected(args, lambda line: print(line, file=sys.stderr))
-    matrix, scenarios = locked.matrix, locked.scenarios
+    matrix, scenarios, _lock = load_selected(args, lambda line: print(line, file=sys.stderr))
     lane = Lane(args.lane) if args.lane else None
     cells = plan(matrix, scenarios, lane, Selector(args.only, args.skip))
     for name, config in sorted(matrix.lanes.items()):

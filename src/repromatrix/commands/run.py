@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends import kinds
-from repromatrix.commands.plan import (
+from repromatrix.commands.arguments import (
     RESULTS_HELP,
     add_runner_arguments,
     add_selection_arguments,

@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import MATRIX_HELP
+from repromatrix.commands.arguments import MATRIX_HELP
 from repromatrix.drafting.check import (
     CRASH_LOGS,
     HEALTHY_LOGS,

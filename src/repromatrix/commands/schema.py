@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from repromatrix.commands.plan import check_output_folder
+from repromatrix.commands.arguments import check_output_folder
 from repromatrix.files import replace_file
 from repromatrix.matrix.schema import SCHEMA_FILES, schema_text
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from repromatrix.backends import kinds
-from repromatrix.commands.plan import (
+from repromatrix.commands.arguments import (
     BACKEND_HELP,
     MATRIX_HELP,
     RESULTS_HELP,

@@ -24,8 +24,8 @@ import yaml
 
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.matrix.scenarios import load_scenario
-from repromatrix.results.store import RootCause
 from repromatrix.triage import triage_path
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.values import Scenario
 
 HEALTHY_LOGS = Path("tests/data/logs/healthy")  # the healthy starts the project ships

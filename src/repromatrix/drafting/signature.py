@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 
-from repromatrix.results.store import RootCause
 from repromatrix.secret_env import REDACTED, redact_text
+from repromatrix.triage.diagnosis import RootCause
 
 MAX_TEXT = 120  # characters of words kept: enough to tell one crash from another
 _TOKENS = re.compile(

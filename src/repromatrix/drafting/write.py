@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from repromatrix.drafting.defaults import set_in_dump
 from repromatrix.drafting.signature import signature_pattern
-from repromatrix.results.store import RootCause
 from repromatrix.secret_env import redact_text
 from repromatrix.triage import Diagnosis, FlagFix
 from repromatrix.triage.catalogue import Cause, Role, builtin_catalogue
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.triage.facts import LaunchRecord
 from repromatrix.triage.fixes import Bounds, Direction, FlagChange, step
 from repromatrix.vllm_processes import KNOWN_PROCESSES, same_process

@@ -54,18 +54,26 @@ from typing import IO, Any
 
 try:  # run as a script inside the image: its siblings are on sys.path
     import hubcache  # type: ignore[import-not-found,unused-ignore]
-    from oomwatch import LINE_PREFIX, OomMonitor  # type: ignore[import-not-found,unused-ignore]
+    from oomwatch import (  # type: ignore[import-not-found,unused-ignore]
+        LINE_PREFIX,
+        RECORD_PREFIX,
+        OomMonitor,
+    )
 except ImportError:  # imported as part of the repromatrix package
     from repromatrix.harness import hubcache
-    from repromatrix.harness.oomwatch import LINE_PREFIX, OomMonitor
+    from repromatrix.harness.oomwatch import LINE_PREFIX, RECORD_PREFIX, OomMonitor
 
 # Lines the harness and probes print for the host to read (never evidence for triage).
 PROTOCOL_PREFIX = "@@repromatrix-"
 STATUS_PREFIX = PROTOCOL_PREFIX + "status "
 PROBE_PREFIX = PROTOCOL_PREFIX + "probe "
 LAUNCH_PREFIX = PROTOCOL_PREFIX + "launch "  # the server's argv, as the harness ran it
-# Put before a relayed line that begins with STATUS_PREFIX: the host takes the status from
-# the start of a line, and only the harness's own status line may start that way.
+OOM_PREFIX = RECORD_PREFIX  # a process the OOM killer ended, as data (``oomwatch.kill_record``)
+# The marks only the harness may begin a line with (a probe's line is relayed as it is).
+HARNESS_ONLY = (STATUS_PREFIX.encode(), OOM_PREFIX.encode())
+# Put before a relayed line that begins with STATUS_PREFIX or OOM_PREFIX: the host takes
+# the status and the OOM records from the start of a line, and only the harness's own may
+# start that way.
 RELAYED_MARK = b"[repromatrix harness] relayed: "
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # The signal the runner sends the harness when a line matched the scenario's ``interrupt_on``.
@@ -249,9 +257,9 @@ class Output:
 
 def relayed(line: bytes) -> bytes:
     """A launched program's line as the harness writes it: as it is, but one that begins
-    with the status mark (the engine printing what it read, say) goes behind
-    ``RELAYED_MARK``, so it can never pass for the harness's own status."""
-    return RELAYED_MARK + line if line.startswith(STATUS_PREFIX.encode()) else line
+    with the status mark or the OOM record's (the engine printing what it read, say) goes
+    behind ``RELAYED_MARK``, so it can never pass for the harness's own status or record."""
+    return RELAYED_MARK + line if line.startswith(HARNESS_ONLY) else line
 
 
 class Child:

@@ -10,16 +10,21 @@ cgroup v2, ``memory.oom_control`` on v1). When the counter rises, the processes
 that vanished (or became zombies) since the last poll are the victims; with more
 of them than kills, the largest resident sets, as the OOM killer chooses.
 
-Each victim is printed as one line in the kernel's own words, so an operator and
-triage read it like ``dmesg``:
+Each victim is handed over twice: as data, a record the runner reads
+(``@@repromatrix-oom {"pid", "name", "rss_kb", "oom_kill_count", "memory_limit"}``,
+``kill_record``; its decision comes from it), and as one line in the kernel's own
+words, for an operator reading the log like ``dmesg`` (``kill_line``, which the runner
+also makes of a record, so both say the same):
 ``[repromatrix harness] Memory cgroup out of memory: Killed process 57 (VLLM::EngineCore) ...``
+The record comes first, and triage does not read the line after it back.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 COUNTERS = (
@@ -30,6 +35,11 @@ LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_by
 POLL_S = 0.2
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 LINE_PREFIX = "[repromatrix harness] "
+# How every account of a kill for people begins (``kill_line``; the runner's too).
+KILL_WORDS = "Memory cgroup out of memory: Killed process "
+# The record of a kill for the runner: ``harness.PROTOCOL_PREFIX`` + "oom " (this module is
+# the harness's sibling and cannot import it).
+RECORD_PREFIX = "@@repromatrix-oom "
 
 
 @dataclass(frozen=True)
@@ -110,14 +120,38 @@ def kill_line(victim: Proc, counted: int, limit: str | None) -> str:
     """The line printed for one victim (the kernel's words, then where the fact comes from)."""
     rss = victim.rss_bytes // 1024
     where = f"cgroup oom_kill count {counted}, memory limit {limit or 'unknown'}"
-    return (
-        f"{LINE_PREFIX}Memory cgroup out of memory: Killed process {victim.pid} "
-        f"({victim.name}) anon-rss:{rss}kB ({where})"
+    return f"{LINE_PREFIX}{KILL_WORDS}{victim.pid} ({victim.name}) anon-rss:{rss}kB ({where})"
+
+
+def kill_record(victim: Proc, counted: int, limit: str | None) -> str:
+    """The record printed for one victim, for the runner: its facts as JSON."""
+    record = {
+        "pid": victim.pid,
+        "name": victim.name,
+        "rss_kb": victim.rss_bytes // 1024,
+        "oom_kill_count": counted,
+        "memory_limit": limit,
+    }
+    return RECORD_PREFIX + json.dumps(record, sort_keys=True)
+
+
+def line_of(record: Mapping[str, object]) -> str | None:
+    """``kill_line`` of a record read back (None: not a record of a kill)."""
+    pid, name, rss = record.get("pid"), record.get("name"), record.get("rss_kb")
+    count, limit = record.get("oom_kill_count"), record.get("memory_limit")
+    if not isinstance(pid, int) or not isinstance(name, str):
+        return None
+    rss_kb = rss if isinstance(rss, int) else 0
+    counted = count if isinstance(count, int) else 0
+    return kill_line(
+        Proc(pid, name, rss_kb * 1024), counted, limit if isinstance(limit, str) else None
     )
 
 
 class OomMonitor:
-    """A thread that reports each OOM-killed process through ``report`` (one line each)."""
+    """A thread that reports each OOM-killed process through ``report``: its record for the
+    runner, then its line for people (triage reads the line only where no record came first:
+    the log of an earlier harness)."""
 
     def __init__(self, report: Callable[[str], None]) -> None:
         self.report = report
@@ -150,7 +184,9 @@ class OomMonitor:
                     self.counted = count
                 for victim in found:
                     self.killed.append(victim)
-                    self.report(kill_line(victim, count, memory_limit()))
+                    limit = memory_limit()
+                    self.report(kill_record(victim, count, limit))
+                    self.report(kill_line(victim, count, limit))
                 if not found:
                     # The victim may still be exiting: keep the older snapshot to compare.
                     after = {**after, **before}

@@ -16,15 +16,7 @@ from repromatrix.matrix.keys import IMAGE_VARIANTS, REACHED_FACT, section
 from repromatrix.matrix.lanes import SHM_PATTERN
 from repromatrix.matrix.yamlsrc import Reader, YMap, YNode, YScalar, YSeq, describe
 from repromatrix.patterns import regex_problem
-from repromatrix.values import (
-    ContainerOptions,
-    Evidence,
-    FactTest,
-    Lane,
-    Probe,
-    Signature,
-    Source,
-)
+from repromatrix.values import ContainerOptions, Evidence, FactTest, Lane, Probe, Signature, Source
 from repromatrix.vllm_facts import FACTS
 from repromatrix.vllm_processes import KNOWN_PROCESSES, same_process
 

@@ -30,6 +30,7 @@ from repromatrix.matrix.config import ID_PARTS
 from repromatrix.matrix.expand import cell_id
 from repromatrix.matrix.yamlsrc import NAME_PATTERN
 from repromatrix.results.problems import ProblemKind
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.values import Lane, Level
 
 # 2: ``facts`` (what the engine stated it chose and sized), ``reached`` (whether the
@@ -48,19 +49,6 @@ MAX_RESULT_BYTES = 8 * 1024 * 1024  # far above any real result; a bigger file i
 GpuFact = str | int | float | bool | None
 ENVIRONMENT_DIR = "environment"  # environment reports, beside cells/ in a run folder
 ENVIRONMENT_FILE = re.compile(rf"{ENVIRONMENT_DIR}/[A-Za-z0-9][A-Za-z0-9._-]{{0,200}}\.txt")
-
-
-@dataclass(frozen=True)
-class RootCause:
-    """What triage named as the cause of a failure."""
-
-    line: str  # the verbatim log line
-    process: str | None = None  # "EngineCore", "Worker_TP0", "APIServer", None for unprefixed
-    exception: str | None = None  # "ValueError", "AssertionError", ...
-    message: str | None = None
-    category: str | None = None  # catalogue category, e.g. "kv_cache_too_small"
-    scenario: str | None = None  # id of the documented scenario it matches
-    layer: str | None = None  # image_pull | container_start | engine_startup | first_request | hang
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,14 @@
 """The cell stage: a run's cells, as many at once as the runner allows, each saved as it ends.
 
-Each runnable cell becomes a ``Job`` (its ``Need`` and estimate, below) and a
-callable that runs the one-cell code (``cell.run_cell``: its own deadline,
-live triage, early stop at the root cause, OOM detection, cleanup, its own
-log) on the device ids the ``Pool`` lends it, with ``Backend.stop`` as its
-cancel hook; a GPU cell first checks its driver against its image's CUDA and
-its GPUs idle, looking again for the lane's ``gpu_idle_wait_s`` while they are busy
-(``gpu_refusal``). The images are jobs of the same pool
+Each runnable cell becomes a ``Job`` (its ``Need`` and estimate, below) and the
+callable of its life (``cell.work_for``: its GPUs idle and its driver checked,
+then its container with live triage, its outcome; ``run/cell.py``) on the
+device ids the ``Pool`` lends it. The images are jobs of the same pool
 (``images.ImageJobs``): each cell waits for its own image's job only, so a pull
 or build overlaps with the
 cells of images already made, and the pool hands the image job's value to each
-waiting cell. ``on_done`` runs in the calling thread: it turns each ended job
-into a result and writes it at once, so an interrupted run keeps every
+waiting cell. Each job the pool hands back (``Pool.ended``, in the calling
+thread) is saved at once (``cell.save``), so an interrupted run keeps every
 finished cell and ``--resume`` runs the rest. A cell too big for the runner
 ends as skipped with the pool's reason; a job that raised (a bug of ours) or
 whose image job raised ends as an infra error.
@@ -19,29 +16,34 @@ whose image job raised ends as an infra error.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from repromatrix.backends.base import Backend, Placement
-from repromatrix.errors import InfraError, UsageError
+from repromatrix.backends.base import Backend
+from repromatrix.errors import UsageError
 from repromatrix.heartbeat import duration
-from repromatrix.host.identity import driver_shortfall
-from repromatrix.host.idle import NO_WAIT, IdleWait, wait_idle
+from repromatrix.host.idle import NO_WAIT, IdleWait
 from repromatrix.host.runner import Runner
 from repromatrix.judgement import Expected, Outcome
-from repromatrix.results import store
-from repromatrix.results.schema import GpuFact
 from repromatrix.results.store import CellResult, now_iso
-from repromatrix.run import outcome
-from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, cell_result, run_cell
+from repromatrix.run.cell import (
+    NOT_RUN,
+    CellContext,
+    CellRun,
+    Ran,
+    ended_run,
+    save,
+    skipped,
+    work_for,
+)
 from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.folder import RunFolder
-from repromatrix.run.images import IMAGE_ESTIMATE_S, ImageJobs, ImageReady, cell_context
-from repromatrix.run.pool import DependencyFailed, Done, Pool, Skipped, Ticket, Work
+from repromatrix.run.images import IMAGE_ESTIMATE_S, ImageJobs, ImageReady
+from repromatrix.run.pool import Done, Pool, Work
 from repromatrix.run.progress import Progress
-from repromatrix.run.schedule import GIB, Allocation, Capacity, Job, Need
+from repromatrix.run.schedule import GIB, Capacity, Job, Need
 from repromatrix.values import Cell, Lane, Level
 
 
@@ -53,16 +55,6 @@ class Pacing:
     image_jobs: int = 1  # image builds and pulls at once, apart from the cells
     measured: Mapping[str, float] | None = None  # seconds each cell took in an earlier run
     idle_wait: IdleWait = NO_WAIT  # how long a GPU cell waits for its GPUs to be idle
-
-
-@dataclass(frozen=True)
-class Ran:
-    """What one cell's job returns: when it started, what running it gave, what it ran with."""
-
-    started_at: str
-    run: CellRun
-    context: CellContext | None = None  # None: it never got a usable image
-    gpus: tuple[Mapping[str, GpuFact], ...] = ()  # the runner's GPUs it was given
 
 
 class BackendDown(Exception):
@@ -132,14 +124,13 @@ def prepare_images(
     images = ImageJobs(backend, cells, models_root=models_root, note=progress.note)
     made: dict[str, ImageReady] = {}
 
-    def on_done(done: Done[ImageReady]) -> None:
+    pool = Pool(images.jobs(), Capacity(), images.work(), image_slots=image_jobs)
+    for done in pool.ended():
         if done.value is not None:
             made[done.value.prepared.image_key] = done.value
         elif done.error is not None:  # a bug of ours
             progress.note(f"{done.key} failed: {done.error!r}")
-
-    pool = Pool(images.jobs(), Capacity(), images.work(), on_done, image_slots=image_jobs)
-    if pool.run().interrupted:
+    if pool.report.interrupted:
         raise KeyboardInterrupt
     built = sum(1 for ready in made.values() if ready.prepared.built)
     progress.note(f"images ready: {len(made)} ({built} built)")
@@ -156,9 +147,7 @@ def save_skipped(
     """Save each of ``cells`` as skipped with its reason, in one progress line (the run's first
     lines said why, per reason: ``run.outlook``)."""
     for cell in cells:
-        save(
-            folder, cell, Ran(now_iso(), CellRun(outcome.skipped(skips[cell.id]), NOT_RUN)), counts
-        )
+        save(folder, cell, Ran(now_iso(), CellRun(skipped(skips[cell.id]), NOT_RUN)), counts)
     if cells:
         progress.note(f"{len(cells)} cell(s) this host cannot run saved as skipped")
 
@@ -170,19 +159,6 @@ def capacity_of(runner: Runner, jobs: int | None = None) -> Capacity:
     return Capacity(runner.gpu_ids, runner.core_ids, runner.free_memory, jobs, runner.gpu_groups)
 
 
-def placement_of(allocation: Allocation, runner: Runner) -> Placement:
-    """The pool's allocation as the backend takes it: GPU ids as UUIDs where the host has them."""
-    gpus = tuple(runner.uuid_of(i) or i for i in allocation.gpu_ids)
-    return Placement(gpu_ids=gpus if allocation.gpu_ids else None, core_ids=allocation.core_ids)
-
-
-def lent_gpus(gpu_ids: Sequence[str], runner: Runner) -> tuple[dict[str, GpuFact], ...]:
-    """The runner's GPUs ``gpu_ids`` as the runner read each (every field it has); an id it
-    does not list (a MIG id, a GPU named to a runner without nvidia-smi) as the id alone."""
-    listed = {gpu.index: gpu for gpu in runner.gpus}
-    return tuple(asdict(listed[i]) if i in listed else {"index": i} for i in gpu_ids)
-
-
 def jobs_for(cells: Sequence[Cell], runner: Runner, pacing: Pacing, images: ImageJobs) -> list[Job]:
     """One job per cell (after its image's job) and one per image; in a rehearsal GPU cells
     run on the CPU and need the host to themselves."""
@@ -192,95 +168,6 @@ def jobs_for(cells: Sequence[Cell], runner: Runner, pacing: Pacing, images: Imag
     alone = Need(cores=1, memory=runner.free_memory)
     gpu = {cell.id for cell in cells if cell.lane is Lane.GPU}
     return [replace(job, need=alone) if job.key in gpu else job for job in jobs]
-
-
-def work_for(
-    backend: Backend,
-    cell: Cell,
-    runner: Runner,
-    models_root: Path,
-    idle_wait: IdleWait = NO_WAIT,
-) -> Work[Ran]:
-    """The callable that runs ``cell`` in a pool thread, on the value of its image's job,
-    once its GPUs are idle (waiting for them as ``idle_wait`` says); cancelling it stops
-    its wait or its container."""
-
-    def work(ticket: Ticket) -> Ran:
-        ticket.on_cancel(lambda: backend.stop(cell.id))
-        started_at = now_iso()
-        if not isinstance(ticket.before, ImageReady):
-            raise TypeError(f"{cell.id} started without its image job's value")  # a bug of ours
-        context = cell_context(cell, ticket.before, models_root)
-        placement = placement_of(ticket.allocation, runner)
-        gpus = lent_gpus(ticket.allocation.gpu_ids, runner)
-        lent = Lent(placement, runner, idle_wait, ticket.wait_cancelled)
-        if (refused := gpu_refusal(backend, cell, context, lent)) is not None:
-            return Ran(started_at, CellRun(outcome.infra_error(refused), NOT_RUN), context, gpus)
-        return Ran(started_at, run_cell(backend, cell, context, placement), context, gpus)
-
-    return work
-
-
-@dataclass(frozen=True)
-class Lent:
-    """The GPUs a cell was lent, on which runner, and how long it waits for them to be idle
-    (``pause`` waits up to the seconds given, True when the run is interrupted)."""
-
-    placement: Placement
-    runner: Runner
-    idle_wait: IdleWait = NO_WAIT
-    pause: Callable[[float], bool] = lambda _seconds: True
-
-
-def gpu_refusal(backend: Backend, cell: Cell, context: CellContext, lent: Lent) -> str | None:
-    """Why a GPU cell must not start on its lent GPUs: the driver is older than its image's
-    CUDA (at once: waiting changes nothing), or a GPU is still busy after the wait (the backend
-    names what holds it). Either is the machine's fault, so the cell becomes an
-    infrastructure error, never a verdict. None for a CPU cell, a rehearsal (no device), or
-    an image that is not ready (``run_cell`` says why)."""
-    prepared, runner = context.prepared, lent.runner
-    if cell.lane is not Lane.GPU or runner.rehearse or prepared is None or prepared.error:
-        return None
-    gpus = [gpu for i in lent.placement.gpu_ids or () if (gpu := runner.gpu(i)) is not None]
-    short = driver_shortfall(gpus, prepared.cuda_version, prepared.cuda_requirement)
-    if short is not None:
-        return short
-    return wait_idle(lambda: backend.busy_reason(lent.placement), lent.idle_wait, lent.pause)
-
-
-def ended_run(done: Done[Ran | ImageReady]) -> Ran:
-    """What an ended cell job stands for: its run, or the outcome of why it did not run."""
-    if isinstance(done.value, Ran):
-        return done.value
-    error = done.error
-    if isinstance(error, Skipped):
-        decision = outcome.skipped(str(error))
-    elif isinstance(error, DependencyFailed):
-        decision = outcome.infra_error(f"image not available: {error}")
-    else:
-        decision = outcome.infra_error(f"internal error: {error!r}")
-    return Ran(now_iso(), CellRun(decision, NOT_RUN))
-
-
-def save(folder: RunFolder, cell: Cell, ran: Ran, counts: dict[str, int]) -> CellResult:
-    """Write one cell's result and log now, and count its outcome."""
-    result = cell_result(
-        cell,
-        ran.run,
-        context=ran.context,
-        run_id=folder.run_id,
-        started_at=ran.started_at,
-        gpus=ran.gpus,
-    )
-    try:
-        store.write_result(folder.path, result, ran.run.execution.log)
-    except OSError as exc:
-        # A full disk or a read-only folder: the write left nothing half-done (it renames a
-        # finished file), and the run must stop here with one clear line.
-        why = exc.strerror or str(exc)
-        raise InfraError(f"cannot save the result of {cell.id} under {folder.path}: {why}") from exc
-    counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1
-    return result
 
 
 def run_pooled(
@@ -303,7 +190,7 @@ def run_pooled(
     by_id = {cell.id: cell for cell in cells}
     down: list[str] = []
 
-    def on_done(done: Done[Ran | ImageReady]) -> None:
+    def end(done: Done[Ran | ImageReady]) -> None:
         if done.image_task:
             if done.error is not None:  # a bug of ours: its cells end as infra errors
                 progress.note(f"{done.key} failed: {done.error!r}")
@@ -315,7 +202,7 @@ def run_pooled(
         )
         failed = not down and _engine_failed(result, ran.context)
         if failed and not backend.alive():
-            down.append(cell.id)  # once: ``Pool`` delivers what had ended after this raise
+            down.append(cell.id)  # once: what had ended is still saved after this raise
             raise BackendDown(cell.id)
 
     models_root = images.models_root
@@ -327,7 +214,6 @@ def run_pooled(
         jobs_for(cells, runner, pacing, images),
         capacity_of(runner, pacing.jobs),
         work,
-        on_done,
         image_slots=pacing.image_jobs,
         on_start=lambda start: None if start.job.image_task else progress.start(start.job.key),
     )
@@ -338,10 +224,17 @@ def run_pooled(
         )
     progress.track(pool.snapshot)
     try:
-        report = pool.run()
+        for done in pool.ended():
+            end(done)
+    except (BackendDown, KeyboardInterrupt) as stopped:
+        for done in pool.stop():  # the cells that had ended are saved all the same
+            end(done)
+        if isinstance(stopped, BackendDown):
+            raise
+        return True
     finally:
         progress.track(None)
-    return report.interrupted
+    return pool.report.interrupted
 
 
 def _engine_failed(result: CellResult, context: CellContext | None) -> bool:

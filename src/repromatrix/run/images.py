@@ -3,11 +3,11 @@
 An image job builds or pulls one image (``Backend.prepare``), reads vLLM's
 version inside it, saves vLLM's environment report of it on this runner (a real
 run only: ``environment.EnvironmentReports``), makes the tiny models its CPU
-engine cells need (each
-model once, by whichever image job gets to it first, with every adapter rank
-and broken folder any cell of the run asks for) and then gives each of its
-cells its ``CellContext``. The pool starts a cell only once its image job has
-ended, so a cell's context is always there when it starts; image jobs run
+engine cells need (each model once, by whichever image job gets to it first,
+with every adapter rank and broken folder any cell of the run asks for); each
+of its cells takes its ``CellContext`` from the job's value (``cell.cell_context``).
+The pool starts a cell only once its image job has ended, so a cell's context
+is always there when it starts; image jobs run
 ``--image-jobs`` at once, apart from the cells' GPUs, cores and memory, so a
 slow pull or build overlaps with the cells of images already made.
 
@@ -24,17 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from repromatrix.backends.base import Backend, Prepared
-from repromatrix.backends.harness_spec import model_path
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.heartbeat import duration, heartbeat
 from repromatrix.models.tinymodel import (
     LORA_RANK,
     TinyModel,
-    content_hash,
     ensure_model_files,
     tiny_model_for,
 )
-from repromatrix.run.cell import CellContext
 from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.pool import Ticket, Work
 from repromatrix.run.schedule import Job, Need
@@ -230,29 +227,3 @@ def _make_model(
     what = f"the tiny model {model.name} (LoRA ranks {', '.join(map(str, ranks))})"
     with heartbeat(note, f"generating {what} (once, cached in {tiny.path})"):
         return backend.make_model(model, image, models_root, ranks)
-
-
-def cell_context(cell: Cell, ready: ImageReady, models_root: Path) -> CellContext:
-    """What ``cell`` runs with, from its image job's value: the image, model and adapter paths
-    (with the tiny model's content hashes), vLLM's version and the environment report (a
-    failed model of its own makes its image unusable for it)."""
-    image, version, report = ready.prepared, ready.version, ready.environment
-    model = ready.models.get(cell.model.name) if cell.level is Level.ENGINE else None
-    if isinstance(model, str) and image.error is None:
-        return CellContext(Prepared(image.image_key, image.ref, error=model), "")
-    if isinstance(model, TinyModel):
-        served = model.files_path(cell.model_files)
-        adapter = (
-            model.adapter_path(adapter_rank(cell)) if cell.scenario.launch.lora_adapter else None
-        )
-        return CellContext(
-            image,
-            str(served),
-            str(adapter) if adapter else None,
-            image_version=version,
-            environment=report,
-            model_revision=content_hash(served),
-            adapter_revision=content_hash(adapter) if adapter else None,
-        )
-    path = model_path(cell, models_root)
-    return CellContext(image, path, image_version=version, environment=report)

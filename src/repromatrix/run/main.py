@@ -35,6 +35,7 @@ from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.config_facts import cells_models, facts_problems
 from repromatrix.matrix.expand import plan
+from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.lanes import Runtime
 from repromatrix.matrix.memory import infeasible_reason, memory_warning
 from repromatrix.matrix.selector import Selector
@@ -56,8 +57,8 @@ from repromatrix.run.folder import (
 from repromatrix.run.images import ImageReady, distinct_images
 from repromatrix.run.outlook import outlook
 from repromatrix.run.progress import Progress
-from repromatrix.upstream.lock import lock_lines
-from repromatrix.upstream.resolve import Locked, Locking, Online, load_locked
+from repromatrix.upstream.lock import apply_lock, lock_lines
+from repromatrix.upstream.resolve import Locked, Locking, Online, lock_for
 from repromatrix.values import Cell, Image, Lane
 
 REHEARSAL_RUNNER = (
@@ -204,15 +205,11 @@ def execute_run(
     )
 
 
-def locked_inputs(options: RunOptions, note: Callable[[str], None]) -> Locked:
-    """The matrix and scenarios of ``options``, each following lane's images from the lock
-    (read, or resolved now), and a note of what the lock holds."""
-    locked = load_locked(
-        options.matrix,
-        options.scenarios,
-        Locking(options.lock, options.relock),
-        lambda: Online(options.cache, note),
-        note,
+def lock_of(matrix: Matrix, options: RunOptions, note: Callable[[str], None]) -> Locked:
+    """The lock of the loaded ``matrix``'s following lanes (read, or resolved now and
+    written: ``--lock``, ``--relock``), and a note of what it holds."""
+    locked = lock_for(
+        matrix, Locking(options.lock, options.relock), lambda: Online(options.cache, note), note
     )
     if locked.lock is not None and locked.path is not None:
         for line in lock_lines(locked.lock, locked.path, locked.fresh):
@@ -227,11 +224,12 @@ def plan_run(
     *,
     announce: bool = True,
 ) -> RunPlan:
-    """Load and expand the matrix (unless ``planned``), apply the selection, name the run
-    folder and drop the cells a resumed run finished."""
+    """Load the matrix, lock it and expand it (unless ``planned``), apply the selection, name
+    the run folder and drop the cells a resumed run finished."""
     if planned is None:
-        locked = locked_inputs(options, progress.note)
-        matrix, scenarios = locked.matrix, locked.scenarios
+        matrix, scenarios = load_inputs(options.matrix, options.scenarios)
+        locked = lock_of(matrix, options, progress.note)
+        matrix = apply_lock(matrix, locked.lock)
         cells = plan(matrix, scenarios, options.lane, Selector(options.only, options.skip))
     else:
         matrix, cells = planned[0], tuple(planned[1])

@@ -1,16 +1,19 @@
 """Running cells at the same time: one thread per running job, the ``Planner`` decides who starts.
 
-The main thread owns the planner: it starts jobs, waits for any to end, hands
-each ended job to ``on_done`` at once (so a result is written the moment its
-cell ends) and starts whatever now fits. A job's callable runs in its own
-thread and gets a ``Ticket``: the device ids it holds and a place to hang a
-cancel hook (stop its container). A callable that raises becomes that job's
-error; one that hangs holds only its own ids, and each cell's deadline is the
-backend's to enforce. On Ctrl-C (``KeyboardInterrupt`` in the main thread) the
-pool stops starting jobs, calls every running job's cancel hooks, waits for
-their threads and returns: cells that had ended are in the report, cells cut
-short are listed as cancelled (never handed to ``on_done``: ``--resume`` runs
-them again). An image job still running then is not waited for.
+The caller's thread owns the planner: iterating ``Pool.ended`` starts jobs,
+waits for any to end, hands each ended job to the caller at once (so a result
+is written the moment its cell ends, by the caller: the pool calls no one back)
+and starts whatever now fits. A job's callable runs in its own thread and gets
+a ``Ticket``: the device ids it holds and a place to hang a cancel hook (stop
+its container). A callable that raises becomes that job's error; one that
+hangs holds only its own ids, and each cell's deadline is the backend's to
+enforce. On Ctrl-C (``KeyboardInterrupt`` while the pool waits) the pool stops
+starting jobs, calls every running job's cancel hooks, waits for their threads,
+hands over the jobs that had ended and ends: cells cut short are listed as
+cancelled (never handed over: ``--resume`` runs them again). A caller that
+stops for a reason of its own (its own Ctrl-C, a backend that died) calls
+``Pool.stop`` for the same, and gets the ended jobs back. An image job still
+running then is not waited for.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -131,7 +134,7 @@ class PoolProgress:
 
 @dataclass(frozen=True)
 class PoolReport(Generic[R]):
-    """How a pool run ended: every job handed to ``on_done``, and those cut short."""
+    """How a pool run ended: every job handed over, those cut short, whether it was stopped."""
 
     done: tuple[Done[R], ...]
     cancelled: tuple[str, ...]  # running when interrupted; no ``Done`` was delivered
@@ -155,7 +158,6 @@ class Pool(Generic[R]):
         jobs: Sequence[Job],
         capacity: Capacity,
         work: Mapping[str, Work[R]],
-        on_done: Callable[[Done[R]], object],
         *,
         image_slots: int = 1,
         on_start: Callable[[Start], None] | None = None,
@@ -166,7 +168,6 @@ class Pool(Generic[R]):
             raise ValueError(f"no callable for job(s): {', '.join(missing)}")
         self._planner = Planner(jobs, capacity, image_slots)
         self._work = work
-        self._on_done = on_done
         self._on_start = on_start
         self._clock = clock
         self._image_tasks = {job.key for job in jobs if job.image_task}
@@ -178,28 +179,46 @@ class Pool(Generic[R]):
         self._estimates = {job.key: job.estimate_s for job in jobs}
         self._paced: list[tuple[float, float]] = []  # (took, estimate) of each finished job
         self._lock = threading.Lock()
+        self._cancelled: tuple[str, ...] = ()
+        self._interrupted = False
 
     @property
     def skipped(self) -> Mapping[str, str]:
         """Jobs that can never run here, and why (each is also delivered as ``Skipped``)."""
         return dict(self._planner.skipped)
 
-    def run(self) -> PoolReport[R]:
-        """Run every job to its end, or until ``KeyboardInterrupt``; see the module doc."""
+    def ended(self) -> Iterator[Done[R]]:
+        """Each job as it ends, in the caller's thread, until every job has ended or
+        ``KeyboardInterrupt``; see the module doc. A job counts as handed over once the
+        caller asks for the next one."""
         try:
             now = self._clock()
             for key, reason in sorted(self._planner.skipped.items()):
-                self._deliver(Done(key, None, Skipped(reason), now, now))
+                yield from self._hand_over(Done(key, None, Skipped(reason), now, now))
             self._dispatch()
             while self._threads:
-                self._complete(self._ended.get())
+                yield from self._complete(self._ended.get())
         except KeyboardInterrupt:
-            cancelled = self._stop_all()
-            return PoolReport(tuple(self._delivered), cancelled, interrupted=True)
-        except BaseException:
+            yield from self.stop()
+        except BaseException:  # the caller's own exception, or it dropped the iteration
             self._stop_all()
             raise
-        return PoolReport(tuple(self._delivered), (), interrupted=False)
+
+    def stop(self) -> tuple[Done[R], ...]:
+        """End the run early: cancel every running job, wait for its thread, and return the
+        jobs that had ended, not yet handed over (the caller handles them: each counts as
+        handed over); those cut short are the report's ``cancelled``."""
+        left = self._stop_all()
+        with self._lock:
+            self._delivered.extend(left)
+        return left
+
+    @property
+    def report(self) -> PoolReport[R]:
+        """How the run went so far: every job handed over, those cut short, and whether it
+        was stopped early."""
+        with self._lock:
+            return PoolReport(tuple(self._delivered), self._cancelled, self._interrupted)
 
     def cancel(self, key: str) -> bool:
         """Cancel the running job ``key`` (its hooks run in this thread); False if not running."""
@@ -252,7 +271,7 @@ class Pool(Generic[R]):
             Done(ticket.key, value, error, started, ended, ticket.allocation, image_task, cancelled)
         )
 
-    def _complete(self, done: Done[R]) -> None:
+    def _complete(self, done: Done[R]) -> Iterator[Done[R]]:
         with self._lock:
             self._threads.pop(done.key, None)
             if done.image_task and done.error is not None:
@@ -264,23 +283,24 @@ class Pool(Generic[R]):
                 self._values[done.key] = done.value
             if not done.image_task and done.error is None and done.ended > done.started:
                 self._paced.append((done.ended - done.started, self._estimates[done.key]))
-        self._deliver(done)
+        yield from self._hand_over(done)
         for job in dropped:
             why = DependencyFailed(f"{done.key} failed: {done.error!r}")
-            self._deliver(Done(job.key, None, why, done.ended, done.ended))
+            yield from self._hand_over(Done(job.key, None, why, done.ended, done.ended))
         self._dispatch()
 
-    def _deliver(self, done: Done[R]) -> None:
-        # Counted once ``on_done`` has returned: a result cut off by Ctrl-C while it is being
-        # written is not reported as kept (``--resume`` runs that cell again).
-        self._on_done(done)
+    def _hand_over(self, done: Done[R]) -> Iterator[Done[R]]:
+        # Counted once the caller has handled it: a result cut off by Ctrl-C while it is
+        # being written is not reported as kept (``--resume`` runs that cell again).
+        yield done
         with self._lock:
             self._delivered.append(done)
 
-    def _stop_all(self) -> tuple[str, ...]:
-        """Cancel every running job, wait for its thread, deliver what had ended before."""
+    def _stop_all(self) -> tuple[Done[R], ...]:
+        """Cancel every running job, wait for its thread; the jobs that had ended before."""
         with self._lock:
             running = dict(self._threads)
+            self._threads.clear()
         for ticket, _ in running.values():
             ticket.cancel()
         try:
@@ -292,17 +312,21 @@ class Pool(Generic[R]):
                     thread.join()
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: stop waiting; the backend's close() removes what is left
-        cancelled = []
+        cancelled: list[str] = []
+        left: list[Done[R]] = []
         while not self._ended.empty():
             done = self._ended.get()
             if done.cancelled:
                 cancelled.append(done.key)
             else:
-                self._deliver(done)
-        ended = {d.key for d in self._delivered}
+                left.append(done)
+        ended = {d.key for d in (*self._delivered, *left)}
         cancelled += [
             key
             for key in running
             if key not in ended and key not in cancelled and key not in self._image_tasks
         ]
-        return tuple(sorted(cancelled))
+        with self._lock:
+            self._cancelled = tuple(sorted({*self._cancelled, *cancelled}))
+            self._interrupted = True
+        return tuple(left)

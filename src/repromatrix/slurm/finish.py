@@ -23,13 +23,12 @@ from pathlib import Path
 from repromatrix.errors import EXIT_INFRA, EXIT_OK, InfraError, RepromatrixError, UsageError
 from repromatrix.judgement import Outcome
 from repromatrix.matrix.expand import expand
+from repromatrix.matrix.inputs import load_inputs
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
 from repromatrix.results.merge import MergeResult, gather
 from repromatrix.results.store import now_iso
-from repromatrix.run import outcome
-from repromatrix.run.cell import NOT_RUN, CellRun
-from repromatrix.run.cells import Ran, save
+from repromatrix.run.cell import NOT_RUN, CellRun, Ran, infra_error, save
 from repromatrix.run.claim import claim
 from repromatrix.run.folder import RunFolder
 from repromatrix.slurm import cluster
@@ -43,7 +42,8 @@ from repromatrix.slurm.submission import (
     submissions,
     write,
 )
-from repromatrix.upstream.resolve import Locking, Upstream, load_locked
+from repromatrix.upstream.lock import apply_lock
+from repromatrix.upstream.resolve import Locking, Upstream, lock_for
 from repromatrix.values import Cell
 
 Records = Mapping[str, Mapping[int, JobRecord]]  # array name -> task index -> its record
@@ -122,7 +122,7 @@ def name_unfinished(
             if cell is None:
                 lost.append(cell_id)
                 continue
-            ran = Ran(now_iso(), CellRun(outcome.infra_error(reason), NOT_RUN))
+            ran = Ran(now_iso(), CellRun(infra_error(reason), NOT_RUN))
             save(folder, cell, ran, {})
     return lost
 
@@ -178,8 +178,8 @@ def cells_by_id(submission: Submission) -> dict[str, Cell]:
     """The matrix's cells by id, as the submission's matrix, scenarios and lock plan them."""
     scenarios = tuple(Path(s) for s in submission.scenarios) or None
     lock = Path(submission.lock) if submission.lock else None
-    locked = load_locked(Path(submission.matrix), scenarios, Locking(lock), _no_upstream)
-    matrix, catalogue = locked.matrix, locked.scenarios
+    matrix, catalogue = load_inputs(Path(submission.matrix), scenarios)
+    matrix = apply_lock(matrix, lock_for(matrix, Locking(lock), _no_upstream).lock)
     wanted = {cell for task in submission.tasks for cell in task.cells}
     return {cell.id: cell for cell in expand(matrix, catalogue) if cell.id in wanted}
 

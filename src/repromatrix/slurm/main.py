@@ -32,6 +32,7 @@ from typing import TextIO
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.fleet.jobs import DEFAULT_JOB_MINUTES, JobBudget, estimator
 from repromatrix.matrix.expand import expand, plan
+from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.reports.write import write_reports
 from repromatrix.run.cells import save_skipped
@@ -45,7 +46,7 @@ from repromatrix.run.main import (
     durations_folder,
     infeasible_reasons,
     interrupts_as_keyboard_interrupt,
-    locked_inputs,
+    lock_of,
     measured_s,
     plan_run,
     uninterruptible,
@@ -77,6 +78,7 @@ from repromatrix.slurm.submission import (
     submitted,
     write,
 )
+from repromatrix.upstream.lock import apply_lock
 from repromatrix.values import Cell
 
 CANCEL_WAIT_S = 180.0  # Slurm's kill wait (30 s by default) and the tasks' container removal
@@ -99,10 +101,11 @@ def execute_slurm_run(options: RunOptions, slurm: SlurmRun, progress: Progress) 
         raise UsageError("--gpus names this host's GPUs; Slurm gives each task its own")
     if options.mode is Mode.RUN and (why := cluster.missing()):
         raise InfraError(f"--executor slurm: {why}")
-    locked = locked_inputs(options, progress.note)
+    matrix, catalogue = load_inputs(options.matrix, options.scenarios)
+    locked = lock_of(matrix, options, progress.note)
+    matrix = apply_lock(matrix, locked.lock)
     # Every task reads the lock resolved here, so all of them run the same images.
     options = replace(options, lock=locked.path, relock=False)
-    matrix, catalogue = locked.matrix, locked.scenarios
     cells = plan(matrix, catalogue, options.lane, Selector(options.only, options.skip))
     everything = frozenset(cell.id for cell in expand(matrix, catalogue))
     budget = budget_of(slurm)

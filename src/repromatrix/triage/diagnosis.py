@@ -11,7 +11,6 @@ import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from repromatrix.results.store import RootCause
 from repromatrix.triage.facts import NO_FACTS, EngineFacts
 from repromatrix.triage.fixes import FlagFix
 from repromatrix.visible import visible
@@ -25,6 +24,40 @@ _LAYERS = {
     "first_request": "the first request (the server was up)",
     "hang": "a hang or time-out",
 }
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """What triage named as the cause of a failure."""
+
+    line: str  # the verbatim log line
+    process: str | None = None  # "EngineCore", "Worker_TP0", "APIServer", None for unprefixed
+    exception: str | None = None  # "ValueError", "AssertionError", ...
+    message: str | None = None
+    category: str | None = None  # catalogue category, e.g. "kv_cache_too_small"
+    scenario: str | None = None  # id of the documented scenario it matches
+    layer: str | None = None  # image_pull | container_start | engine_startup | first_request | hang
+
+
+# The cause where the kernel's OOM killer ended the container and nothing names a process:
+# the log cannot show it (the process just vanishes), so the fact becomes the root cause.
+CONTAINER_OOM = RootCause(
+    line="container killed for memory (OOMKilled)",
+    exception="OOMKilled",
+    category="host_oom",
+    layer="engine_startup",
+)
+
+
+@dataclass(frozen=True)
+class OomKill:
+    """The kernel's OOM killer ended the cell's container or a process in it: data the
+    runner hands triage (``Triager.diagnose``), from the harness's records of each kill, or
+    the container's state where the kill took the harness too. Triage names the cause from
+    it, never from the harness's line in the log."""
+
+    lines: tuple[str, ...]  # each kill in the kernel's words (``oomwatch.kill_line``)
+    container: bool = False  # the container's State.OOMKilled
 
 
 @dataclass(frozen=True)
@@ -90,7 +123,7 @@ class Diagnosis:
         True when a line matched one of its signatures (printed by the process the signature
         names) or the root cause is it. It depends only on that scenario's signatures, never
         on which other scenarios triage was given, so ``repromatrix triage`` with the whole
-        catalogue and the runner with a cell's scenarios agree; ``run.outcome`` calls it.
+        catalogue and the runner with a cell's scenarios agree; ``run.cell.decide`` calls it.
         """
         return scenario_id in self.scenarios_seen or self.scenario == scenario_id
 

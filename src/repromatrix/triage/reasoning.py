@@ -32,9 +32,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from repromatrix.results.store import RootCause
 from repromatrix.triage.catalogue import Catalogue, Cause, Role
-from repromatrix.triage.diagnosis import Diagnosis, RequestError
+from repromatrix.triage.diagnosis import CONTAINER_OOM, Diagnosis, OomKill, RequestError, RootCause
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.facts import NO_FACTS, EngineFacts
 from repromatrix.triage.logmodel import Line, is_compiler_error
@@ -255,17 +254,24 @@ def _after_a_good_start(findings: Sequence[Finding], reading: LogReading) -> lis
     return [f for f in findings if f.line.number > reading.serving_line]
 
 
-def with_oom_kill(diagnosis: Diagnosis, catalogue: Catalogue) -> Diagnosis:
-    """Fold in the container's OOMKilled fact: it is the cause unless a strong one was found."""
+def with_oom_kill(
+    diagnosis: Diagnosis, catalogue: Catalogue, kill: OomKill, shown: tuple[str, ...] = ()
+) -> Diagnosis:
+    """Fold in an OOM kill (data: the harness's records, the container's state), and the
+    scenarios its words ``shown``: it is the cause unless a strong one was found."""
+    seen = tuple(dict.fromkeys((*diagnosis.scenarios_seen, *shown)))
+    diagnosis = replace(diagnosis, scenarios_seen=seen, signature_seen=bool(seen))
     if diagnosis.root_cause is not None and diagnosis.category not in (None, "killed_by_signal"):
         return diagnosis
     entry = catalogue.category("host_oom")
-    cause = RootCause(
-        line="container killed for memory (OOMKilled)",
-        exception="OOMKilled",
-        message="the kernel's OOM killer ended the container",
-        category="host_oom",
-        layer=diagnosis.layer or "engine_startup",
+    cause = replace(
+        CONTAINER_OOM,
+        line=kill.lines[0] if kill.lines else CONTAINER_OOM.line,
+        message="the kernel's OOM killer ended the container"
+        if not kill.lines
+        else "the kernel's OOM killer ended a process of the container",
+        scenario=shown[0] if shown else None,
+        layer=diagnosis.layer or CONTAINER_OOM.layer,
     )
     return replace(
         diagnosis,

@@ -21,7 +21,7 @@ per-line search finds.
 
 ``signature_levels`` says whether a scenario's signature was seen in a WARNING, INFO or
 DEBUG line and whether in any other: the runner's outcome does not count a signature seen
-only at those levels as the crash of a cell that served (``run.outcome``).
+only at those levels as the crash of a cell that served (``run.cell.decide``).
 """
 
 from __future__ import annotations
@@ -98,6 +98,11 @@ class ScenarioSignatures:
         """Ids of the scenarios whose signature this line matches (quiet lines: verbatim only)."""
         texts = (line.raw,) if quiet else (line.raw, line.text)
         return self._hits(texts, line.process)
+
+    def text_hits(self, text: str) -> tuple[str, ...]:
+        """Ids of the scenarios whose signature (of any or no process) this text matches: what
+        a kill the runner hands over shows (``OomKill``)."""
+        return self._hits((text,), None)
 
     def scenario_of(self, texts: Iterable[str], process: str | None) -> Scenario | None:
         """The first scenario with a signature found in ``texts`` printed by ``process``."""

@@ -37,6 +37,7 @@ read line by line, and the rest of the current block is searched for it.
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections import Counter, deque
@@ -47,12 +48,13 @@ from operator import is_not, not_
 from pathlib import Path
 from typing import BinaryIO
 
-from repromatrix.harness.harness import PROTOCOL_PREFIX
+from repromatrix.harness.harness import OOM_PREFIX, PROTOCOL_PREFIX
+from repromatrix.harness.oomwatch import KILL_WORDS, line_of
 from repromatrix.harness.oomwatch import LINE_PREFIX as HARNESS_LINE
 from repromatrix.patterns import LiteralSet
 from repromatrix.triage import facts, reasoning, repeats
 from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue, required_literals
-from repromatrix.triage.diagnosis import Diagnosis, RequestError
+from repromatrix.triage.diagnosis import Diagnosis, OomKill, RequestError
 from repromatrix.triage.dumps import MIN_WRAP, is_dump_piece
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
 from repromatrix.triage.logmodel import (
@@ -95,6 +97,10 @@ _READY_BYTES = tuple(m.encode() for m in READY_MARKERS)
 # LoRA modules, the multimodal warm-up) is done. Facts and reached lines are start-up's.
 SERVING_MARKERS = (b"Application startup complete", b"Uvicorn running on")
 _OWN_PROTOCOL = PROTOCOL_PREFIX
+_OOM_RECORD = OOM_PREFIX.encode()  # a kill, as data: read, never matched
+# The same kill in words, for people: not read once a record said it (the harness prints the
+# record first). A log of an earlier harness has the words alone, and they are read.
+_HARNESS_KILL = HARNESS_LINE + KILL_WORDS
 _LISTING = re.compile(r"-+> *\d+ ")
 READ_CHUNK = 1 << 20  # what a whole log is read in: memory stays bounded
 MAX_CACHED = 4096  # WARNING lines the filter remembers its answer for
@@ -182,6 +188,12 @@ class Triager:
         self._last_errors: deque[str] = deque(maxlen=MAX_LAST_ERRORS)
         self._scenarios_seen: dict[str, None] = {}
         self._reached_seen: dict[str, None] = {}
+        self._kills: list[str] = []  # the harness's records of OOM kills, in the kernel's words
+
+    @property
+    def kills(self) -> tuple[str, ...]:
+        """Each OOM kill the harness recorded (``@@repromatrix-oom``), in the kernel's words."""
+        return tuple(self._kills)
 
     @property
     def terminal(self) -> bool:
@@ -200,11 +212,14 @@ class Triager:
         if text:
             self._split(text)
 
-    def diagnose(self, *, oom_killed: bool = False) -> Diagnosis:
+    def diagnose(self, *, oom: OomKill | None = None) -> Diagnosis:
         """The diagnosis of everything fed so far; a partial last line is read as complete.
 
-        ``oom_killed`` is the container's OOMKilled fact: the kernel ended it, so
-        the host running out of memory is the cause unless the log names another.
+        An OOM kill, as the harness recorded it (its ``@@repromatrix-oom`` records, read as
+        data) and as the runner hands it over (``oom``: the container's OOMKilled state, a
+        kill the harness did not outlive), makes the host running out of memory the cause
+        unless the log names another; the scenarios whose signatures the kill's words match
+        are shown.
         """
         rest = self._source.finish()
         if rest:
@@ -216,7 +231,15 @@ class Triager:
         findings = [*self._findings, *self._truncated()]
         reading = self._reading()
         diagnosis = reasoning.diagnose(findings, reading, self._catalogue, self._signatures)
-        return reasoning.with_oom_kill(diagnosis, self._catalogue) if oom_killed else diagnosis
+        kill = OomKill(
+            (*self._kills, *(oom.lines if oom else ())), container=oom is not None and oom.container
+        )
+        if not kill.lines and not kill.container:
+            return diagnosis
+        shown = tuple(
+            dict.fromkeys(hit for line in kill.lines for hit in self._signatures.text_hits(line))
+        )
+        return reasoning.with_oom_kill(diagnosis, self._catalogue, kill, shown)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -344,6 +367,17 @@ class Triager:
             before = raw
         self._number, self._last_raw = number, before
 
+    def _recorded_kill(self, text: str) -> None:
+        """Read one of the harness's records of an OOM kill (JSON; a broken one is no kill)."""
+        try:
+            record = json.loads(text)
+        except ValueError:
+            return
+        said = line_of(record) if isinstance(record, dict) else None
+        if said is not None:
+            self._kills.append(said)
+            self._cause_seen = True  # a cause: a live triage may stop once the engine ends
+
     def _skippable_warning(self, raw: bytes) -> bool:
         if not self._warnings.skippable(raw):
             return False
@@ -378,8 +412,13 @@ class Triager:
         if line.level in QUIET_LEVELS:
             self._quiet(number, raw)
             return
-        if line.raw.startswith(_OWN_PROTOCOL):
+        if raw.startswith(_OOM_RECORD):  # the line's own start, not one after a "\r"
+            self._recorded_kill(decode(raw[len(_OOM_RECORD) :]))
             return
+        if line.raw.startswith(_OWN_PROTOCOL) or (
+            self._kills and line.raw.startswith(_HARNESS_KILL)
+        ):
+            return  # a kill recorded as data is not read again from its words for people
         if self._ready_line is None and any(m in line.raw for m in READY_MARKERS):
             self._ready_line = number
         self._note_serving(number, raw)

@@ -115,11 +115,13 @@ def stale_lanes(matrix: Matrix, lock: Lock) -> tuple[Lane, ...]:
     return tuple(stale)
 
 
-def apply_lock(matrix: Matrix, lock: Lock) -> Matrix:
+def apply_lock(matrix: Matrix, lock: Lock | None) -> Matrix:
     """The matrix with each following lane's images taken from the lock (GPU images pinned
     to the digest it names). A lane that lists its images is left as it is, unless the lock
     pins them (``listed_lock``: what ``watch`` hands the fleet), then each pinned image is
-    pulled by its digest."""
+    pulled by its digest. No lock: the matrix as it is."""
+    if lock is None:
+        return matrix
     lanes = dict(matrix.lanes)
     for lane, config in matrix.lanes.items():
         locked = lock.lanes.get(lane)

@@ -7,9 +7,10 @@ is an ``InfraError`` (exit 3), never an empty matrix that passes; a rule that
 takes none of the tags offered is a ``ConfigError`` at the rule (exit 2),
 naming what was offered and why each was left out.
 
-``load_locked`` is what a command calls instead of ``load_inputs``: the matrix
-and the catalogue, with each following lane's images from the lock file (read
-when it holds for the matrix's rules, else resolved and written).
+``lock_for`` is what a run asks once the matrix is loaded (``load_inputs``): the
+lock of its following lanes (read when it holds for the matrix's rules, else
+resolved and written); the run then applies it (``lock.apply_lock``), a step of
+its own.
 """
 
 from __future__ import annotations
@@ -24,13 +25,11 @@ from typing import Protocol
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.matrix.config import LaneConfig, Matrix
 from repromatrix.matrix.follow import Follow, LeftOut, choose
-from repromatrix.matrix.inputs import load_inputs
 from repromatrix.upstream import registry
 from repromatrix.upstream.lock import (
     LaneLock,
     Lock,
     LockedImage,
-    apply_lock,
     default_lock_path,
     read_lock,
     source_of,
@@ -38,7 +37,7 @@ from repromatrix.upstream.lock import (
     write_lock,
 )
 from repromatrix.upstream.versions import PipIndex, cpu_versions
-from repromatrix.values import Lane, Scenario
+from repromatrix.values import Lane
 
 MAX_LEFT_OUT_NAMED = 12  # in the message of a rule that matches no tag
 # What a caller keeps of the tags a rule took before any digest is asked (``watch``: at most
@@ -153,30 +152,27 @@ class Locking:
 
 @dataclass(frozen=True)
 class Locked:
-    """The inputs as a run uses them: following lanes' images from the lock."""
+    """The lock a run uses: what it pins, where it is, and whether it was resolved now."""
 
-    matrix: Matrix
-    scenarios: tuple[Scenario, ...]
-    lock: Lock | None  # None: no lane follows a rule (no lock read or written)
+    lock: Lock | None  # None: no lane follows a rule and none was given (nothing to pin)
     path: Path | None
     fresh: bool = False  # resolved now (and written), not read
 
 
-def load_locked(
-    matrix_path: Path,
-    scenarios: Path | Sequence[Path] | None,
+def lock_for(
+    matrix: Matrix,
     locking: Locking,
     upstream: Callable[[], Upstream],
     note: Callable[[str], None] | None = None,
 ) -> Locked:
-    """The matrix and the catalogue, each following lane's images from the lock: read when
-    it holds for the rules (and ``relock`` is not asked), else resolved now and written.
-    A matrix that lists its images is never resolved (it plans offline); a lock given for
-    it (``--lock``, as ``watch`` hands the fleet) pins the listed images it names."""
-    matrix, catalogue = load_inputs(matrix_path, scenarios)
+    """The lock of a loaded ``matrix`` (``matrix.inputs.load_inputs``): read when it holds for
+    the rules (and ``relock`` is not asked), else resolved now and written. A matrix that
+    lists its images is never resolved (it plans offline); a lock given for it (``--lock``,
+    as ``watch`` hands the fleet) pins the listed images it names. ``apply_lock`` applies
+    it: a step of its own, in the run."""
     if not any(config.follow for config in matrix.lanes.values()):
-        return _listed(matrix, catalogue, locking.path)
-    path = locking.path or default_lock_path(matrix_path)
+        return _listed(locking.path)
+    path = locking.path or default_lock_path(Path(matrix.file))
     lock = None
     if not locking.relock and path.is_file():
         lock = read_lock(path)
@@ -186,15 +182,14 @@ def load_locked(
                 note(f"{path} was resolved for other rules (lanes {names}): resolving again")
             lock = None
     if lock is not None:
-        return Locked(apply_lock(matrix, lock), catalogue, lock, path)
+        return Locked(lock, path)
     lock = resolve(matrix, upstream())
     write_lock(path, lock)
-    return Locked(apply_lock(matrix, lock), catalogue, lock, path, fresh=True)
+    return Locked(lock, path, fresh=True)
 
 
-def _listed(matrix: Matrix, catalogue: tuple[Scenario, ...], path: Path | None) -> Locked:
-    """A matrix that lists its images: as it is, or pinned by a lock given for it."""
+def _listed(path: Path | None) -> Locked:
+    """A matrix that lists its images: no lock, or the pins of a lock given for it."""
     if path is None or not path.is_file():
-        return Locked(matrix, catalogue, None, None)
-    pins = read_lock(path)
-    return Locked(apply_lock(matrix, pins), catalogue, pins, path)
+        return Locked(None, None)
+    return Locked(read_lock(path), path)

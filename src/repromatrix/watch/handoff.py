@@ -12,7 +12,7 @@ from repromatrix.fleet.dispatch import Handoff
 from repromatrix.fleet.jobs import brace_glob
 from repromatrix.matrix.inputs import scenario_dirs
 from repromatrix.results import store
-from repromatrix.run import outcome
+from repromatrix.run import cell as outcome
 from repromatrix.run.cell import NOT_RUN, CellRun, cell_result
 from repromatrix.run.folder import RunFolder
 from repromatrix.upstream.lock import Lock, restricted

@@ -20,7 +20,7 @@ import pytest
 from repromatrix.judgement import Outcome
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.probes import DIRECTORY, probekit
-from repromatrix.run.outcome import ProbeReport, probe_raised
+from repromatrix.run.cell import ProbeReport, probe_raised
 from repromatrix.values import Scenario
 from support import paths
 from support.machine import venv

@@ -66,7 +66,10 @@ def test_ctrl_c_stops_and_removes_every_running_container(backend: DockerBackend
 
     jobs = [Job(c.id, Need(cores=1), 600.0) for c in sleepers] + [Job("ctrl-c", Need(), 1.0)]
     work = {c.id: sleeper for c in sleepers} | {"ctrl-c": interrupter}
-    report = Pool(jobs, Capacity(core_ids=(0, 1, 2)), work, lambda _d: None).run()
+    pool = Pool(jobs, Capacity(core_ids=(0, 1, 2)), work)
+    for _done in pool.ended():
+        pass
+    report = pool.report
 
     assert report.interrupted
     # The interrupter may still be returning when the pool cancels what runs: not a cell.

@@ -34,7 +34,7 @@ from repromatrix.errors import InfraError
 from repromatrix.host.runner import Runner, detect_runner
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.lanes import Runtime
-from repromatrix.run.cells import placement_of
+from repromatrix.run.cell import placement_of
 from repromatrix.run.schedule import Allocation
 from repromatrix.secret_env import REDACTED, redact
 from repromatrix.values import Adapter, Lane, Launch

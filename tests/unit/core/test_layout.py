@@ -3,13 +3,13 @@ their interface."""
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
 import pytest
 
 from support import paths
+from support.imports import imports_of
 
 PACKAGE = paths.PACKAGE
 BACKEND_NAMES = re.compile(
@@ -24,22 +24,6 @@ def module_name(path: Path) -> str:
 
 def modules() -> dict[str, Path]:
     return {module_name(p): p for p in PACKAGE.rglob("*.py") if "harness" not in p.parts}
-
-
-def imports_of(path: Path, known: set[str]) -> set[str]:
-    """Every repromatrix module ``path`` imports, wherever in the file the import is."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            # `from pkg import submodule` imports the submodule; `from mod import name`, mod.
-            subs = [f"{node.module}.{alias.name}" for alias in node.names]
-            names = [s for s in subs if s in known] or [node.module]
-        else:
-            continue
-        found.update(name for name in names if name in known)
-    return found
 
 
 def graph() -> dict[str, set[str]]:
@@ -88,8 +72,8 @@ ORDER = (
     "upstream",
     "images",
     "models",
-    "results",
     "triage",
+    "results",
     "backends",
     "reports",
     "run",

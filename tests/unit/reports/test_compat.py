@@ -12,8 +12,8 @@ from repromatrix.judgement import Expected, Outcome, Verdict
 from repromatrix.reports.markdown import MD_LIMIT, escape, format_markdown
 from repromatrix.reports.table import Agreement, Column, Entry, build_table, tag_key
 from repromatrix.reports.write import write_reports
-from repromatrix.results.store import RootCause
 from repromatrix.results.verdicts import ProblemKind, RunProblem, judge_all
+from repromatrix.triage.diagnosis import RootCause
 from support.reports import MOE_CAUSE, mixed_run, result, write_run
 
 

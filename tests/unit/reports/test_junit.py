@@ -16,8 +16,8 @@ from junitparser.xunit2 import JUnitXml, TestCase
 from repromatrix.judgement import Expected, Outcome
 from repromatrix.reports.junit import build_junit, read_facts, xml_text
 from repromatrix.reports.write import write_reports
-from repromatrix.results.store import RootCause
 from repromatrix.results.verdicts import ProblemKind, judge_all
+from repromatrix.triage.diagnosis import RootCause
 from support.reports import KV_CAUSE_LINE, MOE_CAUSE, mixed_run, result, write_run
 
 

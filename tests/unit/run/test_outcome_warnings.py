@@ -17,8 +17,15 @@ from repromatrix.backends.base import Execution, Prepared
 from repromatrix.errors import ConfigError
 from repromatrix.judgement import Outcome
 from repromatrix.matrix.scenarios import load_scenario
-from repromatrix.run.cell import CellContext, cell_result, execute_cell
-from repromatrix.run.outcome import HarnessStatus, decide, parse_status, served
+from repromatrix.run.cell import (
+    CellContext,
+    HarnessStatus,
+    cell_result,
+    decide,
+    execute_cell,
+    parse_status,
+    served,
+)
 from repromatrix.triage import triage_path
 from repromatrix.triage.signatures import signature_levels
 from repromatrix.values import Scenario, Signature

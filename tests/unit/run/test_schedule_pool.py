@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from repromatrix.run.pool import DependencyFailed, Done, Pool, Skipped, Ticket
+from repromatrix.run.pool import DependencyFailed, Done, Pool, PoolReport, Skipped, Ticket
 from repromatrix.run.schedule import Allocation, Capacity, Job, Need
 
 GUARD_S = 60.0
@@ -45,11 +45,20 @@ def hangs(started: threading.Event | None = None) -> Callable[[Ticket], str]:
     return work
 
 
-def test_every_job_ends_through_on_done_with_its_value() -> None:
+def drain(
+    pool: Pool[str], on_done: Callable[[Done[str]], object] = lambda _d: None
+) -> PoolReport[str]:
+    """Take every job the pool hands back, as the cell stage does, and the pool's report."""
+    for done in pool.ended():
+        on_done(done)
+    return pool.report
+
+
+def test_every_job_is_handed_back_with_its_value() -> None:
     seen: list[Done[str]] = []
     jobs = [job("a", 2), job("b", 1), job("c", 1)]
-    pool = Pool(jobs, gpus(2), {j.key: returns(j.key.upper()) for j in jobs}, seen.append)
-    report = pool.run()
+    pool = Pool(jobs, gpus(2), {j.key: returns(j.key.upper()) for j in jobs})
+    report = drain(pool, seen.append)
     assert sorted((d.key, d.value) for d in seen) == [("a", "A"), ("b", "B"), ("c", "C")]
     assert not report.interrupted and report.done == tuple(seen)
 
@@ -59,9 +68,8 @@ def test_a_callable_that_raises_becomes_that_jobs_error() -> None:
         raise OSError("engine gone")
 
     seen: dict[str, Done[str]] = {}
-    pool = Pool([job("bad"), job("good")], gpus(1), {"bad": boom, "good": returns("ok")},
-                lambda d: seen.setdefault(d.key, d))  # fmt: skip
-    pool.run()
+    pool = Pool([job("bad"), job("good")], gpus(1), {"bad": boom, "good": returns("ok")})
+    drain(pool, lambda d: seen.setdefault(d.key, d))
     assert isinstance(seen["bad"].error, OSError) and seen["bad"].value is None
     assert seen["good"].value == "ok" and seen["good"].error is None
 
@@ -78,8 +86,8 @@ def test_a_hung_cell_does_not_block_the_others() -> None:
 
     work = {"hung": hangs(), "a": returns("a"), "b": returns("b"), "c": returns("c")}
     jobs = [job("hung", 1, 1000), job("a"), job("b"), job("c")]
-    pool = Pool(jobs, gpus(2), work, on_done)
-    report = pool.run()
+    pool = Pool(jobs, gpus(2), work)
+    report = drain(pool, on_done)
     assert order[-1] == "hung" and sorted(order[:3]) == ["a", "b", "c"]
     assert report.done[-1].cancelled and report.done[-1].value == "stopped"
 
@@ -110,7 +118,7 @@ def test_ctrl_c_cancels_every_running_cell_and_returns_the_finished_ones() -> No
     seen: list[Done[str]] = []
     jobs = [job("a", 1, 10), job("b", 1, 100), job("c", 1, 100), job("d", 1, 1)]
     work = {"a": first, "b": hung("b"), "c": hung("c"), "d": returns("never")}
-    report = Pool(jobs, gpus(3), work, seen.append).run()
+    report = drain(Pool(jobs, gpus(3), work), seen.append)
     assert report.interrupted
     assert [d.key for d in seen] == ["a"] and report.done == tuple(seen)
     assert report.cancelled == ("b", "c")
@@ -131,8 +139,8 @@ def test_too_big_cells_end_as_skipped_without_being_called() -> None:
     def never(_ticket: Ticket) -> str:
         raise AssertionError("called")
 
-    Pool([job("wide", 8), job("ok")], gpus(2), {"wide": never, "ok": returns("ok")},
-         seen.append).run()  # fmt: skip
+    drain(Pool([job("wide", 8), job("ok")], gpus(2), {"wide": never, "ok": returns("ok")}),
+          seen.append)  # fmt: skip
     wide = next(d for d in seen if d.key == "wide")
     assert isinstance(wide.error, Skipped) and "needs 8 GPU(s)" in str(wide.error)
 
@@ -159,7 +167,7 @@ def test_a_cell_starts_only_after_its_image_task() -> None:
     image = Job("image:x", Need(slots=0), 100.0, image_task=True)
     jobs = [image, job("needs-x", after="image:x"), job("free")]
     work = {"image:x": image_work, "needs-x": cell_work, "free": cell_work}
-    Pool(jobs, gpus(2), work, on_done).run()
+    drain(Pool(jobs, gpus(2), work), on_done)
     assert events.index("image:x ended") < events.index("needs-x")
 
 
@@ -171,7 +179,7 @@ def test_a_failed_image_task_fails_its_cells_and_spares_the_rest() -> None:
     image = Job("image:x", Need(slots=0), 1.0, image_task=True)
     jobs = [image, job("needs-x", after="image:x"), job("free")]
     work = {"image:x": broken, "needs-x": returns("never"), "free": returns("ok")}
-    Pool(jobs, gpus(1), work, lambda d: seen.setdefault(d.key, d)).run()
+    drain(Pool(jobs, gpus(1), work), lambda d: seen.setdefault(d.key, d))
     assert isinstance(seen["needs-x"].error, DependencyFailed)
     assert "image:x failed: RuntimeError('pull failed')" in str(seen["needs-x"].error)
     assert seen["free"].value == "ok"
@@ -181,9 +189,9 @@ def test_progress_shows_running_cells_finished_count_and_eta() -> None:
     snapshots = []
     pool: Pool[str]
     jobs = [job("a", 1, 100), job("b", 1, 50)]
-    pool = Pool(jobs, gpus(1), {"a": returns("a"), "b": returns("b")}, lambda _d: None,
+    pool = Pool(jobs, gpus(1), {"a": returns("a"), "b": returns("b")},
                 on_start=lambda _s: snapshots.append(pool.snapshot()))  # fmt: skip
-    pool.run()
+    drain(pool)
     first = snapshots[0]
     assert first.running == ("a",) and first.finished == 0 and first.total == 2
     assert 149.0 <= first.eta_s <= 150.0  # a then b by their estimates, less a moment
@@ -217,7 +225,7 @@ def test_threads_never_hold_the_same_gpu_id(widths: list[int], runner: int, seed
 
     jobs = [job(f"c{i}", w, pauses.uniform(1, 600)) for i, w in enumerate(widths)]
     seen: list[Done[str]] = []
-    Pool(jobs, gpus(runner), dict.fromkeys((j.key for j in jobs), work), seen.append).run()
+    drain(Pool(jobs, gpus(runner), dict.fromkeys((j.key for j in jobs), work)), seen.append)
     assert clashes == []
     assert sorted(d.key for d in seen) == sorted(j.key for j in jobs)
 
@@ -235,3 +243,23 @@ def test_a_job_that_returned_before_the_cancel_counts_as_ended_on_its_own() -> N
     stopped.on_cancel(lambda: hooks.append("stopped"))
     stopped.cancel()
     assert stopped.returned() is True and hooks == ["stopped"]
+
+
+def test_a_caller_that_stops_on_its_own_cancels_what_runs() -> None:
+    # The cell stage stops when the backend dies: the job still running is cancelled and
+    # never handed over; the one being handled when the caller stopped counts as handed over
+    # only once the caller asks for the next (a result cut off while written is not kept).
+    def hung(ticket: Ticket) -> str:
+        assert ticket.wait_cancelled(GUARD_S), "never cancelled"
+        return "stopped"
+
+    pool = Pool([job("first", 1, 100), job("hung", 1, 90)], gpus(2),
+                {"first": returns("first"), "hung": hung})  # fmt: skip
+    taken = []
+    for done in pool.ended():
+        taken.append(done.key)
+        break  # the caller's own reason to stop
+    assert pool.stop() == ()
+    report = pool.report
+    assert taken == ["first"] and report.done == ()
+    assert report.interrupted and report.cancelled == ("hung",)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from repromatrix.triage import Diagnosis, Triager
+from repromatrix.triage.diagnosis import OomKill
 from repromatrix.triage.reasoning import MAX_EXCERPT, MAX_EXCERPT_LINE
 
 
 def diagnose(log: str, *, oom_killed: bool = False) -> Diagnosis:
     triager = Triager()
     triager.feed(log.encode())
-    return triager.diagnose(oom_killed=oom_killed)
+    return triager.diagnose(oom=OomKill((), container=True) if oom_killed else None)
 
 
 def root_line(log: str) -> str | None:

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from repromatrix.cli import main
 from repromatrix.errors import ConfigError, InfraError, UsageError
+from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.follow import LeftOut
+from repromatrix.matrix.inputs import load_inputs
 from repromatrix.upstream.lock import apply_lock, read_lock, restricted, stale_lanes, write_lock
-from repromatrix.upstream.resolve import Locking, load_locked, resolve
+from repromatrix.upstream.resolve import Locked, Locking, lock_for, resolve
 from repromatrix.values import Lane, PullPolicy
 from support.matrix import BASELINE, GPU_LANE, MOE_SCENARIO, setup, write
 
@@ -145,33 +147,41 @@ def test_a_lock_this_tool_did_not_write_is_named(tmp_path: Path, text: str) -> N
         read_lock(tmp_path / "bad.lock.json")
 
 
+def load_locked(
+    folder: Path,
+    locking: Locking,
+    upstream: Callable[[], Answers],
+    note: Callable[[str], None] | None = None,
+) -> tuple[Matrix, Locked]:
+    """The run's steps: the matrix loaded, its lock read or resolved, the lock applied."""
+    matrix, _scenarios = load_inputs(folder / "matrix.yaml", folder / "scenarios")
+    locked = lock_for(matrix, locking, upstream, note)
+    return apply_lock(matrix, locked.lock), locked
+
+
 def test_a_shard_reads_the_lock_and_asks_upstream_nothing(tmp_path: Path) -> None:
     setup(tmp_path, FOLLOWING, {"moe-rank": MOE_SCENARIO})
     first = Answers()
-    planned = load_locked(tmp_path / "matrix.yaml", tmp_path / "scenarios", Locking(),
-                          lambda: first)  # fmt: skip
-    assert planned.fresh and planned.path == tmp_path / "matrix.lock.json"
+    planned, lock = load_locked(tmp_path, Locking(), lambda: first)
+    assert lock.fresh and lock.path == tmp_path / "matrix.lock.json"
     assert first.asked  # the plan asked
     # A tag appears upstream: the shard still sees what the plan locked.
     later = Answers(tags=(*TAGS, "v0.33.0"))
-    shard = load_locked(tmp_path / "matrix.yaml", tmp_path / "scenarios", Locking(),
-                        lambda: later)  # fmt: skip
-    assert later.asked == [] and not shard.fresh
-    assert shard.matrix.lanes[Lane.GPU].images == planned.matrix.lanes[Lane.GPU].images
-    relocked = load_locked(tmp_path / "matrix.yaml", tmp_path / "scenarios",
-                           Locking(relock=True), lambda: later)  # fmt: skip
-    assert "v0.33.0" in {i.tag for i in relocked.matrix.lanes[Lane.GPU].images}
+    shard, again = load_locked(tmp_path, Locking(), lambda: later)
+    assert later.asked == [] and not again.fresh
+    assert shard.lanes[Lane.GPU].images == planned.lanes[Lane.GPU].images
+    relocked, _ = load_locked(tmp_path, Locking(relock=True), lambda: later)
+    assert "v0.33.0" in {i.tag for i in relocked.lanes[Lane.GPU].images}
 
 
 def test_a_lock_for_another_rule_is_resolved_again(tmp_path: Path) -> None:
     setup(tmp_path, FOLLOWING, {"moe-rank": MOE_SCENARIO})
-    load_locked(tmp_path / "matrix.yaml", tmp_path / "scenarios", Locking(), Answers)
+    load_locked(tmp_path, Locking(), Answers)
     write(tmp_path, "matrix.yaml", FOLLOWING.replace(">=0.31", ">=0.32"))
     said: list[str] = []
-    again = load_locked(tmp_path / "matrix.yaml", tmp_path / "scenarios", Locking(), Answers,
-                        said.append)  # fmt: skip
+    matrix, again = load_locked(tmp_path, Locking(), Answers, said.append)
     assert again.fresh and "resolved for other rules (lanes gpu)" in said[0]
-    assert {i.tag for i in again.matrix.lanes[Lane.GPU].images} == {"v0.32.0", "nightly"}
+    assert {i.tag for i in matrix.lanes[Lane.GPU].images} == {"v0.32.0", "nightly"}
 
 
 def test_a_matrix_that_lists_its_images_never_touches_a_lock(tmp_path: Path) -> None:
@@ -180,7 +190,7 @@ def test_a_matrix_that_lists_its_images_never_touches_a_lock(tmp_path: Path) -> 
     def never() -> Answers:
         raise AssertionError("a listed matrix plans offline")
 
-    listed = load_locked(tmp_path / "matrix.yaml", tmp_path / "scenarios", Locking(), never)
+    _matrix, listed = load_locked(tmp_path, Locking(), never)
     assert listed.lock is None and not (tmp_path / "matrix.lock.json").exists()
 
 
