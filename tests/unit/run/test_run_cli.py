@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from repromatrix.backends.docker.calls import RUN_LABEL
+from repromatrix.backends.docker.preflight import engine_fix
 from repromatrix.judgement import Outcome
 from repromatrix.results import store as results
 from support import paths
@@ -320,7 +321,7 @@ def test_backend_docker_fails_fast_naming_why_and_auto_says_which_backend_and_wh
     )
     assert done.returncode == 3, done.stderr
     assert "--backend docker cannot run here: no Docker engine answers" in done.stderr
-    assert "to enable it: `start a Docker engine" in done.stderr
+    assert f"to enable it: `{engine_fix()}`" in done.stderr
     assert "wheelhouse" not in done.stderr and not results.exists()  # nothing was made
     # auto: the local backend, said once in the first lines with why Docker was not taken.
     dry = repromatrix("run", "--dry-run", "--lane", "cpu", "--results", str(results), env=env)
