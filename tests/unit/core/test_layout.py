@@ -4,6 +4,7 @@ their interface."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
     return found
 
 
+@functools.cache  # the sources do not change during a run; each test reads, none writes
 def graph() -> dict[str, set[str]]:
     mods = modules()
     return {name: imports_of(path, set(mods)) - {name} for name, path in mods.items()}
