@@ -6,6 +6,8 @@ Arguments after ``--`` go to the command, e.g. ``nox -s plan -- --lane gpu``.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.sessions = ["lint", "tests"]
@@ -18,13 +20,35 @@ def _install(session: nox.Session, *extras: str) -> None:
     session.install("-e", spec)
 
 
+UNIT = "tests/unit"
+INTEGRATION = "tests/integration"
+# pytest-xdist: one worker per core, each taking more tests when it runs out.
+SPREAD = ("-n", "auto", "--dist", "worksteal")
+
+
+def pytest_runs(posargs: list[str]) -> list[list[str]]:
+    """The pytest command lines of ``nox -s tests -- POSARGS``: the fast tests (tests/unit)
+    spread over every core, then the real ones (tests/integration: Docker, vLLM, Slurm, a
+    browser) one at a time, as they share the engine, the cluster and the machine's memory.
+    Arguments that start with a path under tests/unit run spread too, unless they choose
+    the workers themselves; any others run as given, in one process."""
+    if not posargs:
+        return [["pytest", *SPREAD, UNIT], ["pytest", INTEGRATION]]
+    first = Path(posargs[0].split("::")[0])
+    chosen = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in posargs)
+    if first.parts[:2] == Path(UNIT).parts and not chosen and "no:xdist" not in posargs:
+        return [["pytest", *SPREAD, *posargs]]
+    return [["pytest", *posargs]]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (real Docker and real vLLM where the host has them)."""
-    # `prepare`'s file patterns and cache checks are tested against huggingface_hub's own code.
-    _install(session, "test", "prepare")
-    # pytest exits 5 when a selection collects nothing; that is not a failure of the suite.
-    session.run("pytest", *session.posargs, success_codes=[0, 5])
+    """Run the test suite (real Docker and real vLLM where the host has them): the fast
+    tests on every core, then the real ones one at a time (``pytest_runs``)."""
+    _install(session, "test")
+    for command in pytest_runs(session.posargs):
+        # pytest exits 5 when a selection collects nothing; that is not a failure of the suite.
+        session.run(*command, success_codes=[0, 5])
 
 
 @nox.session

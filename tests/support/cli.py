@@ -68,7 +68,7 @@ def repromatrix(
         given = None if input is None else stack.enter_context(_pipe_from(input))
         with (
             _process_state(env, cwd or paths.ROOT),
-            _deadline(args, timeout),
+            deadline(argv(*args), timeout),
             _standard_streams(given, out, err),
         ):
             code = _main(args)
@@ -231,9 +231,10 @@ class _Overran(BaseException):
 
 
 @contextmanager
-def _deadline(args: Sequence[str], timeout: float) -> Iterator[None]:
-    """``subprocess.TimeoutExpired`` when the command is still running after ``timeout``:
-    a guard against a hang (a FIFO read), as the process's timeout was."""
+def deadline(command: Sequence[str], timeout: float) -> Iterator[None]:
+    """``subprocess.TimeoutExpired`` (naming ``command``) when the block is still running after
+    ``timeout``: a guard against a hang (a FIFO read, a regular expression that backtracks
+    for ever: Python's ``re`` checks for signals as it goes), as a process's timeout was."""
 
     def overran(signum: int, frame: FrameType | None) -> None:
         raise _Overran
@@ -243,7 +244,7 @@ def _deadline(args: Sequence[str], timeout: float) -> Iterator[None]:
     try:
         yield
     except _Overran:
-        raise subprocess.TimeoutExpired(argv(*args), timeout) from None
+        raise subprocess.TimeoutExpired(list(command), timeout) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -13,6 +13,7 @@ because the pinned versions in the Dockerfile already name them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -214,6 +215,7 @@ def _package_files(folder: str) -> dict[str, bytes]:
     }
 
 
+@functools.cache  # compiled once for the process; rendering leaves it as it was
 def _template(name: str) -> jinja2.Template:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("repromatrix.images", "templates"),

@@ -19,6 +19,7 @@ exhausts the interpreter's stack.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -38,6 +39,9 @@ Scalar: TypeAlias = str | int | float | bool | None
 MAX_NODES = 200_000
 MAX_DEPTH = 64
 MAX_BYTES = 4 << 20  # a matrix or scenario file is a few kilobytes
+# Texts up to this size are parsed once per process (the reports read the scenarios on every
+# write, a run once per cell): the nodes are frozen, so one parse serves every reader.
+_REMEMBERED_BYTES = 64 << 10
 
 _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {f"{_TAG}{name}" for name in ("str", "int", "float", "bool", "null")}
@@ -176,6 +180,17 @@ def read_bounded(path: Path, limit: int = MAX_BYTES) -> bytes:
 
 def parse_yaml(text: str, file: str) -> YNode:
     """Parse YAML text into located nodes; raise ``ConfigError`` listing every problem found."""
+    if len(text) <= _REMEMBERED_BYTES:
+        return _parse_remembered(text, file)
+    return _parse(text, file)
+
+
+@functools.lru_cache(maxsize=256)  # a problem raises, and is never remembered
+def _parse_remembered(text: str, file: str) -> YNode:
+    return _parse(text, file)
+
+
+def _parse(text: str, file: str) -> YNode:
     if len(text) > MAX_BYTES:
         raise ConfigError([Problem(file, 0, 0, f"is larger than {MAX_BYTES >> 20} MiB")])
     try:

@@ -8,6 +8,7 @@ turns the table into plain values for the template; the template lays them out.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -77,9 +78,10 @@ class SectionView:
     rows: tuple[RowView, ...]
 
 
+@functools.cache  # one for the process: jinja2 compiles each template once per environment
 def environment() -> jinja2.Environment:
-    """The templates' environment: autoescaped, strict, with the judgement words (``Safety``)
-    and their one label table (the ``label`` filter)."""
+    """The reports' templates (``reports/templates``), autoescaped, strict, with the judgement
+    words (``Safety``) and their one label table (the ``label`` filter); never changed once made."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("repromatrix.reports", "templates"),
         autoescape=True,

@@ -311,6 +311,7 @@ def required_literal(pattern: str) -> str:
     return max(required_literals(pattern), key=len, default="")
 
 
+@functools.lru_cache(maxsize=4096)  # each triager asks again of every catalogue pattern
 def required_literals(pattern: str) -> tuple[str, ...]:
     """Every literal run that each match of ``pattern`` contains, longest first."""
     if _top_level_alternation(pattern):

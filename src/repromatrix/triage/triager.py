@@ -37,6 +37,7 @@ read line by line, and the rest of the current block is searched for it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import zlib
@@ -53,7 +54,13 @@ from repromatrix.harness.oomwatch import KILL_WORDS, line_of
 from repromatrix.harness.oomwatch import LINE_PREFIX as HARNESS_LINE
 from repromatrix.patterns import LiteralSet
 from repromatrix.triage import facts, reasoning, repeats
-from repromatrix.triage.catalogue import Catalogue, Role, builtin_catalogue, required_literals
+from repromatrix.triage.catalogue import (
+    Catalogue,
+    Cause,
+    Role,
+    builtin_catalogue,
+    required_literals,
+)
 from repromatrix.triage.diagnosis import Diagnosis, OomKill, RequestError
 from repromatrix.triage.dumps import MIN_WRAP, is_dump_piece
 from repromatrix.triage.evidence import Finding, Kind, Relation, Tier
@@ -894,14 +901,8 @@ class WarningFilter:
     progress bars (which state no cause whatever their label says)."""
 
     def __init__(self, catalogue: Catalogue) -> None:
-        self._patterns = _warning_literals(catalogue)
-        runs = sorted({run for runs in self._patterns or () for run in runs})
-        self._literals = LiteralSet(tuple(_STRUCTURAL) + tuple(runs))
+        self._patterns, self._literals, self._runs = _warning_tests(catalogue.causes)
         self._structural = frozenset(range(len(_STRUCTURAL)))
-        self._runs = tuple(
-            tuple(len(_STRUCTURAL) + runs.index(run) for run in group)
-            for group in self._patterns or ()
-        )
         self._seen: dict[bytes, bool] = {}
 
     def skippable(self, raw: bytes) -> bool:
@@ -946,13 +947,28 @@ class WarningFilter:
         return any(present.issuperset(group) for group in self._runs)
 
 
-def _warning_literals(catalogue: Catalogue) -> tuple[tuple[bytes, ...], ...] | None:
+@functools.lru_cache(maxsize=16)  # a triager for each log, most with the same catalogue
+def _warning_tests(
+    causes: tuple[Cause, ...],
+) -> tuple[tuple[tuple[bytes, ...], ...] | None, LiteralSet, tuple[tuple[int, ...], ...]]:
+    """The warning literals of ``causes``, one set of every literal (the structural ones
+    first) and each pattern's literals as indices into it; none of them ever changes."""
+    patterns = _warning_literals(causes)
+    runs = sorted({run for runs in patterns or () for run in runs})
+    literals = LiteralSet(tuple(_STRUCTURAL) + tuple(runs))
+    groups = tuple(
+        tuple(len(_STRUCTURAL) + runs.index(run) for run in group) for group in patterns or ()
+    )
+    return patterns, literals, groups
+
+
+def _warning_literals(causes: Sequence[Cause]) -> tuple[tuple[bytes, ...], ...] | None:
     """For each pattern that applies at warning level, the literals a match must contain.
 
     None when one of them has no literal of three characters or more to tell it by.
     """
     found: set[tuple[bytes, ...]] = set()
-    for cause in catalogue.causes:
+    for cause in causes:
         if cause.role is Role.CAUSE and not cause.as_warning:
             continue
         for pattern in cause.patterns:

@@ -3,6 +3,7 @@ their interface."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in PACKAGE.rglob("*.py") if "harness" not in p.parts}
 
 
+@functools.cache  # the sources do not change during a run; each test reads, none writes
 def graph() -> dict[str, set[str]]:
     mods = modules()
     return {name: imports_of(path, set(mods)) - {name} for name, path in mods.items()}

@@ -15,6 +15,7 @@ import pytest
 
 from repromatrix.drafting.check import (
     HEALTHY_LOGS,
+    CheckReport,
     check_draft,
     crash_logs,
     healthy_logs,
@@ -26,6 +27,7 @@ from repromatrix.drafting.write import draft_id, render_draft
 from repromatrix.triage import triage_path
 from repromatrix.triage.diagnosis import RootCause
 from repromatrix.triage.facts import read_launch
+from repromatrix.values import Scenario
 from support import paths
 
 LOGS = paths.ROOT / "tests" / "data" / "logs"
@@ -93,6 +95,25 @@ def others(crash: Crash) -> tuple[Path, ...]:
     return other_causes(LABELLED, crash.path, crash.cause)
 
 
+# Each check triages about 130 logs: the figures and each crash's own test share the answers.
+@cache
+def draft(crash: Crash) -> Scenario:
+    """The crash's draft, as the scenario loader reads it."""
+    return load_draft(crash.scenario_id, crash.text)
+
+
+@cache
+def report(crash: Crash) -> CheckReport:
+    """``--check`` of the crash's draft: its own log, the healthy logs, the logs of others."""
+    return check_draft(draft(crash), crash.path, HEALTHY, others(crash))
+
+
+@cache
+def shown(crash: Crash, log: Path) -> bool:
+    """Whether the crash's draft shows in ``log``."""
+    return shows(draft(crash), log)
+
+
 def test_there_are_real_crash_logs_and_healthy_logs():
     assert len(crashes()) >= 50
     assert len(HEALTHY) >= 20
@@ -100,32 +121,31 @@ def test_there_are_real_crash_logs_and_healthy_logs():
 
 @pytest.mark.parametrize("crash", crashes(), ids=lambda c: c.path.name)
 def test_each_draft_matches_its_log_its_siblings_and_no_healthy_log(crash: Crash):
-    scenario = load_draft(crash.scenario_id, crash.text)
-    report = check_draft(scenario, crash.path, HEALTHY, others(crash))
-    assert report.source_matched, crash.text
-    assert report.healthy_matched == (), crash.text
-    assert len(report.others) >= 50
+    checked = report(crash)
+    assert checked.source_matched, crash.text
+    assert checked.healthy_matched == (), crash.text
+    assert len(checked.others) >= 50
     if crash.cause.category in NOT_SPECIFIC:
-        assert not report.passed
+        assert not checked.passed
     else:
-        assert report.others_matched == (), crash.text
-        assert report.passed
-    missed = [p.name for p in siblings(crash) if not shows(scenario, p)]
+        assert checked.others_matched == (), crash.text
+        assert checked.passed
+    missed = [p.name for p in siblings(crash) if not shown(crash, p)]
     assert missed == [], crash.text
 
 
 def test_the_figures():
-    loaded = [(c, load_draft(c.scenario_id, c.text)) for c in crashes()]
-    own = [c for c, s in loaded if shows(s, c.path)]
+    loaded = [(c, draft(c)) for c in crashes()]
+    own = [c for c in crashes() if report(c).source_matched]
     with_sibling = [c for c in crashes() if siblings(c)]
     sibling_matched = [
-        c for c, s in loaded if siblings(c) and all(shows(s, p) for p in siblings(c))
+        c for c in crashes() if siblings(c) and all(shown(c, p) for p in siblings(c))
     ]
     numbers = [c for c in crashes() if other_numbers(c)]
-    clean = [c for c, s in loaded if not any(shows(s, h) for h in HEALTHY)]
+    clean = [c for c in crashes() if not report(c).healthy_matched]
     # Issue 32, class 7: drafts that match a log of another cause (before: 3 of the drafts
     # of the test logs, and --check passed them all).
-    wrong = [c for c, s in loaded if any(shows(s, p) for p in others(c))]
+    wrong = [c for c in crashes() if report(c).others_matched]
     figures = {
         "crash logs": len(crashes()),
         "load": len(loaded),

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from repromatrix.judgement import Expected, Outcome, Verdict
 from repromatrix.reports.markdown import MD_LIMIT, escape, format_markdown
-from repromatrix.reports.table import Agreement, Column, Entry, build_table, tag_key
+from repromatrix.reports.table import Agreement, Column, Entry, Table, build_table, tag_key
 from repromatrix.reports.write import write_reports
-from repromatrix.results.verdicts import ProblemKind, RunProblem, judge_all
+from repromatrix.results.store import CellResult
+from repromatrix.results.verdicts import Judged, ProblemKind, RunProblem, judge_all
 from repromatrix.triage.diagnosis import RootCause
 from support.reports import MOE_CAUSE, mixed_run, result, write_run
 
@@ -132,10 +134,23 @@ def big_matrix(tags: int, gpus: int, models: int, variants: int) -> list:
     return cells
 
 
-def test_a_large_matrix_stays_under_a_mebibyte() -> None:
-    cells = big_matrix(tags=40, gpus=8, models=8, variants=12)  # 61 440 results
-    judged = judge_all(cells)
-    table = build_table(judged)
+@dataclass(frozen=True)
+class Big:
+    cells: tuple[CellResult, ...]
+    judged: tuple[Judged, ...]
+    table: Table
+
+
+@pytest.fixture(scope="module")
+def big() -> Big:
+    """61 440 results, judged and tabled once for the two tests that format them."""
+    cells = tuple(big_matrix(tags=40, gpus=8, models=8, variants=12))
+    judged = tuple(judge_all(cells))
+    return Big(cells, judged, build_table(judged))
+
+
+def test_a_large_matrix_stays_under_a_mebibyte(big: Big) -> None:
+    cells, judged, table = big.cells, big.judged, big.table
     text = format_markdown(table, judged, [], "big")
     assert len(text.encode("utf-8")) <= MD_LIMIT < 1024 * 1024
     assert "does not fit in a job summary" in text
@@ -187,11 +202,10 @@ def test_an_empty_run_still_gets_every_report(tmp_path: Path, name: str) -> None
     assert (tmp_path / name).stat().st_size > 0
 
 
-def test_a_huge_upgrade_view_keeps_to_its_marks() -> None:
-    cells = big_matrix(tags=40, gpus=8, models=8, variants=12)
-    judged = judge_all(cells)
+def test_a_huge_upgrade_view_keeps_to_its_marks(big: Big) -> None:
+    judged = big.judged
     limit = 40 * 1024  # the upgrade view in words (64 configurations) takes more than half
-    text = format_markdown(build_table(judged), judged, [], "big", limit)
+    text = format_markdown(big.table, judged, [], "big", limit)
     assert len(text.encode("utf-8")) <= limit
     assert "## Can we upgrade?" in text
     assert "| v0.39.0 | 🟢 | 🟢 |" in text  # marks, no words

@@ -21,7 +21,7 @@ from repromatrix.run.cell import (
 )
 from repromatrix.triage import Diagnosis, triage_path
 from repromatrix.triage.diagnosis import RootCause
-from repromatrix.values import Lane, Level
+from repromatrix.values import Lane, Level, Scenario
 from support import paths
 from support.runner import cell, scenario
 
@@ -107,9 +107,17 @@ def test_another_scenarios_signature_is_no_hit():
 LOGS = sorted((paths.DATA / "logs").glob("*/*.log"))
 
 
+@pytest.fixture(scope="module")
+def shipped() -> tuple[Scenario, ...]:
+    """The shipped scenarios, read once for the module (frozen values)."""
+    return tuple(load_scenarios(paths.ROOT / "scenarios"))
+
+
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: p.name)
-def test_the_hit_rule_does_not_depend_on_the_other_scenarios_triage_knows(log: Path) -> None:
-    catalogue = load_scenarios(paths.ROOT / "scenarios")
+def test_the_hit_rule_does_not_depend_on_the_other_scenarios_triage_knows(
+    log: Path, shipped: tuple[Scenario, ...]
+) -> None:
+    catalogue = shipped
     everything = triage_path(log, catalogue)
     for each in catalogue:
         assert triage_path(log, [each]).shows(each.id) is everything.shows(each.id), each.id
