@@ -297,6 +297,13 @@ def main() -> None:
     parser.add_argument(
         "--results", type=Path, action="append", default=[], help="results folder (repeatable)"
     )
+    parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        help="time only this line shape (repeatable; a name as printed, such as '1 MiB lines');"
+        " the INFO and WARNING logs and the precision figure are then left out",
+    )
     parser.add_argument("--triage-only", type=Path, help=argparse.SUPPRESS)
     args = quick_mode.parse_args(parser, QUICK)
     if args.triage_only:
@@ -304,39 +311,40 @@ def main() -> None:
         return
     if shutil.which("grep") is None:
         sys.exit("grep is needed for the comparison")
-    info = compare("INFO lines", parse_size(args.size), info_lines(), args.dir, args.repeat)
-    warned = compare(
-        "WARNING lines", parse_size(args.warning_size), warning_lines(), args.dir, args.repeat
-    )
-    print(
-        f"== ratios to grep -E: INFO log {info:.2f} (floor 0.67), WARNING log {warned:.2f}", end=""
-    )
-    print(" (floor 0.33)")
-    shape_size, line_size = parse_size(args.shape_size), parse_size(args.line_size)
+    shapes = line_shapes(parse_size(args.shape_size), parse_size(args.line_size))
+    unknown = [name for name in args.shape if name not in shapes]
+    if unknown:
+        sys.exit(f"no line shape {unknown[0]!r}; the shapes: {', '.join(shapes)}")
+    if not args.shape:
+        info = compare("INFO lines", parse_size(args.size), info_lines(), args.dir, args.repeat)
+        warned = compare(
+            "WARNING lines", parse_size(args.warning_size), warning_lines(), args.dir, args.repeat
+        )
+        print(f"== ratios to grep -E: INFO log {info:.2f} (floor 0.67), WARNING log", end="")
+        print(f" {warned:.2f} (floor 0.33)")
     ratios = {
-        name: compare(name, shape_size, pool, args.dir, args.repeat)
-        for name, pool in shape_pools().items()
+        name: compare_on(name, write, args.dir, args.repeat)
+        for name, write in shapes.items()
+        if not args.shape or name in args.shape
     }
-    ratios["progress bars, carriage returns only"] = compare_on(
-        "progress bars, carriage returns only",
-        lambda log: write_bars(log, shape_size),
-        args.dir,
-        args.repeat,
-    )
-    ratios["UTF-16 with a BOM"] = compare_on(
-        "UTF-16 with a BOM",
-        lambda log: write_utf16(log, shape_size, info_lines()),
-        args.dir,
-        args.repeat,
-    )
-    one_line = f"one {line_size >> 20} MiB line"
-    ratios[one_line] = compare_on(
-        one_line, lambda log: write_one_line(log, line_size), args.dir, args.repeat
-    )
     print("== ratios to grep -E by line shape (floor 0.33):")
     for name, ratio in ratios.items():
         print(f"   {name}: {ratio:.2f}{'' if ratio >= 0.33 else '  BELOW THE FLOOR'}")
-    precision(args.results)
+    if not args.shape:
+        precision(args.results)
+
+
+def line_shapes(shape_size: int, line_size: int) -> dict[str, Callable[[Path], int]]:
+    """Each line shape's name and the function that writes its log (returning its lines)."""
+
+    def pooled(pool: list[bytes]) -> Callable[[Path], int]:
+        return lambda log: synthesise(log, shape_size, pool)
+
+    shapes = {name: pooled(pool) for name, pool in shape_pools().items()}
+    shapes["progress bars, carriage returns only"] = lambda log: write_bars(log, shape_size)
+    shapes["UTF-16 with a BOM"] = lambda log: write_utf16(log, shape_size, info_lines())
+    shapes[f"one {line_size >> 20} MiB line"] = lambda log: write_one_line(log, line_size)
+    return shapes
 
 
 if __name__ == "__main__":

@@ -311,8 +311,10 @@ def required_literal(pattern: str) -> str:
     return max(required_literals(pattern), key=len, default="")
 
 
+@functools.lru_cache(maxsize=4096)
 def required_literals(pattern: str) -> tuple[str, ...]:
     """Every literal run that each match of ``pattern`` contains, longest first."""
+    # Cached: every triager's warning filter asks it of every pattern of the catalogue.
     if _top_level_alternation(pattern):
         return ()
     runs: list[str] = []

@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress, repeat
 from operator import is_not, not_
@@ -276,9 +276,8 @@ class Triager:
         # The fast path: only the lines that are not INFO or DEBUG reach Python code, and
         # of those, WARNING lines that cannot matter go no further (no signature can hit).
         base, previous = self._number, self._last_raw
-        loud = compress(range(len(lines)), map(not_, map(QUIET.match, lines)))
         answer: tuple[int, int | None] = (-1, None)  # the next access line: index, status
-        for index in self._warnings.unskipped(lines, loud):
+        for index in self._warnings.loud(block, lines):
             self._line(base + index + 1, lines[index], lines[index - 1] if index else previous)
             if self._unanswered:
                 if answer[0] <= index:
@@ -864,6 +863,7 @@ class WarningFilter:
             for group in self._patterns or ()
         )
         self._seen: dict[bytes, bool] = {}
+        self._mostly_loud = False  # most lines of the last block were neither INFO nor DEBUG
 
     def skippable(self, raw: bytes) -> bool:
         """Whether ``raw`` is a WARNING line that cannot matter to the diagnosis."""
@@ -871,15 +871,38 @@ class WarningFilter:
         known = self._seen.get(key)
         return self._decide(key) if known is None else known
 
-    def unskipped(self, lines: Sequence[bytes], indices: Iterable[int]) -> list[int]:
-        """The ``indices`` of ``lines`` that are not skippable, in order.
+    def loud(self, block: bytes, lines: Sequence[bytes]) -> list[int]:
+        """The indices of ``lines`` (``block`` split at its line feeds) that are neither INFO
+        or DEBUG lines nor skippable, in order.
 
-        Lines already decided cost a translation and a dictionary look-up, both
-        run by C code over the whole list; only the others reach ``_decide``.
+        Lines already decided cost a translation and a dictionary look-up, both run by C
+        code over the whole list; only the others reach ``_decide``. Where most lines of the
+        last block were loud (a log of warnings or of progress bars), the look-up comes
+        first: a line whose key is known skippable is loud too (whether a line is INFO does
+        not depend on its digits), and is not tried by the INFO expression (a microsecond
+        a line on a progress bar, which it reads far into).
         """
-        chosen = list(indices)
-        if len(chosen) * 4 > len(lines):  # most lines: translate the block in one call
-            translated = b"\n".join(lines).translate(_DIGITS).split(b"\n")
+        return (
+            self._loud_by_key(block, lines)
+            if self._mostly_loud
+            else self._loud_by_level(block, lines)
+        )
+
+    def _loud_by_key(self, block: bytes, lines: Sequence[bytes]) -> list[int]:
+        keys = block.translate(_DIGITS).split(b"\n")
+        unsure = list(
+            compress(range(len(lines)), map(is_not, map(self._seen.get, keys), repeat(True)))
+        )
+        chosen = [index for index in unsure if not QUIET.match(lines[index])]
+        quiet = len(unsure) - len(chosen)  # the lines known skippable are loud ones
+        self._mostly_loud = (len(lines) - quiet) * 4 > len(lines)
+        return [index for index in chosen if not self._decide(keys[index])]
+
+    def _loud_by_level(self, block: bytes, lines: Sequence[bytes]) -> list[int]:
+        chosen = list(compress(range(len(lines)), map(not_, map(QUIET.match, lines))))
+        self._mostly_loud = len(chosen) * 4 > len(lines)
+        if self._mostly_loud:  # most lines: translate the block in one call
+            translated = block.translate(_DIGITS).split(b"\n")
             keys = list(map(translated.__getitem__, chosen))
         else:
             keys = list(map(bytes.translate, map(lines.__getitem__, chosen), repeat(_DIGITS)))
