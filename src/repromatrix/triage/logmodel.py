@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import AnyStr
 
-MAX_LINE_BYTES = 32 * 1024  # longer lines are cut: a gigantic line must not fill memory
+MAX_LINE_BYTES = 16 * 1024  # longer lines are cut: a gigantic line must not fill memory
 
 # Lines at these levels never state a cause; they are only searched for scenario
 # signatures and readiness markers.
