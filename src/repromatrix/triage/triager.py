@@ -94,6 +94,9 @@ _READY_BYTES = tuple(m.encode() for m in READY_MARKERS)
 # The API server is up and start-up is over: uvicorn says so once everything (the engine, the
 # LoRA modules, the multimodal warm-up) is done. Facts and reached lines are start-up's.
 SERVING_MARKERS = (b"Application startup complete", b"Uvicorn running on")
+# The engine core ended its own loop in order (vLLM 0.22.1 v1/engine/core.py:1289, after
+# "Shutdown initiated" at :1266): a process's end reported after it is that shutdown's.
+SHUTDOWN_MARKER = b"Shutdown complete"
 _OWN_PROTOCOL = PROTOCOL_PREFIX
 _LISTING = re.compile(r"-+> *\d+ ")
 READ_CHUNK = 1 << 20  # what a whole log is read in: memory stays bounded
@@ -175,6 +178,7 @@ class Triager:
         self._bytes_read = 0
         self._ready_line: int | None = None
         self._serving_line: int | None = None  # the line that says the server serves
+        self._shutdown_line: int | None = None  # the engine's own orderly shutdown ended
         self._died_line: int | None = None  # the engine's first fatal end after that line
         self._fatal_seen = False
         self._cause_seen = False
@@ -296,6 +300,8 @@ class Triager:
             return True
         if self._starting and any(m in block for m in SERVING_MARKERS):
             return True
+        if self._shutdown_line is None and SHUTDOWN_MARKER in block:
+            return True
         return self._watched and self._may_hit(block.decode("utf-8", "replace"))
 
     @property
@@ -351,6 +357,8 @@ class Triager:
     def _quiet(self, number: int, raw: bytes) -> None:
         if self._ready_line is None and any(m in raw for m in _READY_BYTES):
             self._ready_line = number
+        if self._shutdown_line is None and SHUTDOWN_MARKER in raw:
+            self._shutdown_line = number
         if self._unanswered:
             status = http_status(raw)
             if status is not None:
@@ -562,6 +570,8 @@ class Triager:
             return
         level = line.level
         cause = self._catalogue.match(line.text, warning=level == "WARNING")
+        if cause is not None and cause.after_shutdown_noise and self._shutdown_line is not None:
+            return  # the engine's own orderly shutdown ended it
         if cause is not None and cause.role in (Role.CONSEQUENCE, Role.NOISE):
             if cause.role is Role.CONSEQUENCE:
                 self._consequence(line, fatal=cause.fatal)

@@ -119,6 +119,31 @@ def test_a_gigantic_single_line_is_read_in_bounded_memory() -> None:
     assert diagnosis.category == "gpu_oom"
 
 
+# The real lines of tests/data/logs/public/vllm-ascend-offline-run-ends-engine-died-after-
+# shutdown-complete.log (a healthy offline run's end) and the INFO lines of a real CPU log.
+SHUTDOWN = (
+    b"(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1201] Shutdown initiated (timeout=0)\n"
+    b"(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1224] Shutdown complete\n"
+)
+DIED = (
+    b"ERROR 05-12 11:36:01 [core_client.py:704] Engine core proc EngineCore died unexpectedly,"
+    b" shutting down client.\n"
+)
+
+
+@pytest.mark.parametrize("chunk", [61, 1 << 20])
+def test_an_engine_ended_after_its_own_orderly_shutdown_is_no_cause(chunk: int) -> None:
+    info = b"".join(line + b"\n" for line in CPU_LOG.read_bytes().split(b"\n") if is_quiet(line))
+    for log, category in (
+        (info + SHUTDOWN + info + DIED, None),
+        (info + DIED, "engine_died_silently"),
+    ):
+        triager = Triager()
+        for start in range(0, len(log), chunk):
+            triager.feed(log[start : start + chunk])
+        assert triager.diagnose().category == category
+
+
 def test_a_gigantic_line_of_noise_names_nothing() -> None:
     diagnosis = triage_stream(io.BytesIO(b"y" * (8 * MAX_LINE_BYTES)))
     assert diagnosis.root_cause is None
