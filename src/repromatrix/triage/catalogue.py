@@ -52,7 +52,16 @@ BUILTIN = "triage_causes.yaml"
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 LAYERS = ("image_pull", "container_start", "engine_startup", "first_request", "hang")
 _REQUIRED = ("category", "title", "role", "explanation", "fix")
-_OPTIONAL = ("patterns", "frames", "exceptions", "layer", "fatal", "as_warning", FIX_FLAGS)
+_OPTIONAL = (
+    "patterns",
+    "frames",
+    "exceptions",
+    "layer",
+    "fatal",
+    "as_warning",
+    "after_shutdown_noise",
+    FIX_FLAGS,
+)
 # How the prefilter reads a pattern's characters.
 _SPECIAL = set(".^$*+?{}[]()|\\")
 _BREAKING_ESCAPES = set("bBdDsSwWAZ")  # classes and anchors, not characters
@@ -92,6 +101,9 @@ class Cause:
     layer: str | None = None  # fixed layer; None: from where in the log it happened
     fatal: bool = False  # a consequence that means the engine start is over
     as_warning: bool = False  # a cause even when vLLM logs it only as a WARNING
+    # A report that a process ended: once the engine has logged its own orderly shutdown
+    # (``Shutdown complete``), it is that shutdown, never a cause.
+    after_shutdown_noise: bool = False
     fix_flags: tuple[FlagFix, ...] = ()  # the fix as flag and environment changes (fixes.py)
     regex: Pattern | None = field(default=None, compare=False, repr=False)
     frame_regex: Pattern | None = field(default=None, compare=False, repr=False)
@@ -260,7 +272,7 @@ def _entry(item: Any, where: _Located, problems: list[Problem]) -> Cause | None:
     if item.get("layer") not in (None, *LAYERS):
         message = f"`layer` must be one of {', '.join(LAYERS)}"
         problems.append(where.at(("layer",)).problem(message))
-    for key in ("fatal", "as_warning"):
+    for key in ("fatal", "as_warning", "after_shutdown_noise"):
         if not isinstance(item.get(key, False), bool):
             problems.append(where.at((key,)).problem(f"`{key}` must be true or false"))
     fix_flags, issues = parse_fix_flags(item.get(FIX_FLAGS))
@@ -281,6 +293,7 @@ def _entry(item: Any, where: _Located, problems: list[Problem]) -> Cause | None:
         layer=item.get("layer"),
         fatal=item.get("fatal", False),
         as_warning=item.get("as_warning", False),
+        after_shutdown_noise=item.get("after_shutdown_noise", False),
         fix_flags=fix_flags,
         regex=regex,
         frame_regex=frame_regex,
@@ -314,6 +327,7 @@ def required_literal(pattern: str) -> str:
 @functools.lru_cache(maxsize=4096)  # each triager asks again of every catalogue pattern
 def required_literals(pattern: str) -> tuple[str, ...]:
     """Every literal run that each match of ``pattern`` contains, longest first."""
+    # Cached: every triager's warning filter asks it of every pattern of the catalogue.
     if _top_level_alternation(pattern):
         return ()
     runs: list[str] = []

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import AnyStr
 
-MAX_LINE_BYTES = 256 * 1024  # longer lines are cut: a gigantic line must not fill memory
+MAX_LINE_BYTES = 16 * 1024  # longer lines are cut: a gigantic line must not fill memory
 
 # Lines at these levels never state a cause; they are only searched for scenario
 # signatures and readiness markers.
@@ -356,12 +356,12 @@ class LineSplitter:
         if first_end < 0:
             self._hold(data)
             return None, None
-        head = self._take(data[:first_end])
+        head = self._take(data[: min(first_end, self._max)])
         last_end = data.rfind(b"\n")
-        self._hold(data[last_end + 1 :])
+        self._hold(data[last_end + 1 : last_end + 2 + self._max])  # a copy of what is kept
         if last_end == first_end:
             return head, None
-        return head, data[first_end + 1 : last_end]
+        return head, self._cut(data[first_end + 1 : last_end])
 
     def flush(self) -> bytes | None:
         """End of input: return the unfinished last line, if there is one."""
@@ -369,13 +369,29 @@ class LineSplitter:
             return None
         return self._take(b"")
 
+    def _cut(self, block: bytes) -> bytes:
+        """``block`` with each line longer than ``max_line`` bytes cut to its first ones.
+
+        Whatever reads the block after this (the facts, the filters, the triager) then reads
+        a long line's first ``max_line`` bytes only, as it reads a line that came in pieces.
+        A line longer than the limit holds a whole window of half of it without a line break:
+        a search for a break in each such window finds one (a memchr) or the long line.
+        """
+        half = max(self._max // 2, 1)
+        windows = range(0, len(block) - half + 1, half)
+        if all(block.find(b"\n", start, start + half) >= 0 for start in windows):
+            return block
+        return b"\n".join([line[: self._max] for line in block.split(b"\n")])
+
     def _hold(self, data: bytes) -> None:
         if self._overflow:
             return
-        self._pending += data
-        if len(self._pending) > self._max:
-            self._pending = self._pending[: self._max]
+        room = self._max - len(self._pending)
+        if len(data) > room:  # only what is kept is copied
+            self._pending += data[:room]
             self._overflow = True
+        else:
+            self._pending += data
 
     def _take(self, tail: bytes) -> bytes:
         line = self._pending + tail if not self._overflow else self._pending

@@ -42,7 +42,7 @@ import json
 import re
 import zlib
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import compress, repeat
 from operator import is_not, not_
@@ -103,6 +103,9 @@ _READY_BYTES = tuple(m.encode() for m in READY_MARKERS)
 # The API server is up and start-up is over: uvicorn says so once everything (the engine, the
 # LoRA modules, the multimodal warm-up) is done. Facts and reached lines are start-up's.
 SERVING_MARKERS = (b"Application startup complete", b"Uvicorn running on")
+# The engine core ended its own loop in order (vLLM 0.22.1 v1/engine/core.py:1289, after
+# "Shutdown initiated" at :1266): a process's end reported after it is that shutdown's.
+SHUTDOWN_MARKER = b"Shutdown complete"
 _OWN_PROTOCOL = PROTOCOL_PREFIX
 _OOM_RECORD = OOM_PREFIX.encode()  # a kill, as data: read, never matched
 # The same kill in words, for people: not read once a record said it (the harness prints the
@@ -188,6 +191,7 @@ class Triager:
         self._bytes_read = 0
         self._ready_line: int | None = None
         self._serving_line: int | None = None  # the line that says the server serves
+        self._shutdown_line: int | None = None  # the engine's own orderly shutdown ended
         self._died_line: int | None = None  # the engine's first fatal end after that line
         self._fatal_seen = False
         self._cause_seen = False
@@ -306,9 +310,8 @@ class Triager:
         # The fast path: only the lines that are not INFO or DEBUG reach Python code, and
         # of those, WARNING lines that cannot matter go no further (no signature can hit).
         base, previous = self._number, self._last_raw
-        loud = compress(range(len(lines)), map(not_, map(QUIET.match, lines)))
         answer: tuple[int, int | None] = (-1, None)  # the next access line: index, status
-        for index in self._warnings.unskipped(lines, loud):
+        for index in self._warnings.loud(block, lines):
             self._line(base + index + 1, lines[index], lines[index - 1] if index else previous)
             if self._unanswered:
                 if answer[0] <= index:
@@ -326,6 +329,8 @@ class Triager:
         if self._unanswered and b"HTTP/" in block:
             return True
         if self._starting and any(m in block for m in SERVING_MARKERS):
+            return True
+        if self._shutdown_line is None and SHUTDOWN_MARKER in block:
             return True
         return self._watched and self._may_hit(block.decode("utf-8", "replace"))
 
@@ -393,6 +398,8 @@ class Triager:
     def _quiet(self, number: int, raw: bytes) -> None:
         if self._ready_line is None and any(m in raw for m in _READY_BYTES):
             self._ready_line = number
+        if self._shutdown_line is None and SHUTDOWN_MARKER in raw:
+            self._shutdown_line = number
         if self._unanswered:
             status = http_status(raw)
             if status is not None:
@@ -609,6 +616,8 @@ class Triager:
             return
         level = line.level
         cause = self._catalogue.match(line.text, warning=level == "WARNING")
+        if cause is not None and cause.after_shutdown_noise and self._shutdown_line is not None:
+            return  # the engine's own orderly shutdown ended it
         if cause is not None and cause.role in (Role.CONSEQUENCE, Role.NOISE):
             if cause.role is Role.CONSEQUENCE:
                 self._consequence(line, fatal=cause.fatal)
@@ -904,6 +913,7 @@ class WarningFilter:
         self._patterns, self._literals, self._runs = _warning_tests(catalogue.causes)
         self._structural = frozenset(range(len(_STRUCTURAL)))
         self._seen: dict[bytes, bool] = {}
+        self._mostly_loud = False  # most lines of the last block were neither INFO nor DEBUG
 
     def skippable(self, raw: bytes) -> bool:
         """Whether ``raw`` is a WARNING line that cannot matter to the diagnosis."""
@@ -911,15 +921,38 @@ class WarningFilter:
         known = self._seen.get(key)
         return self._decide(key) if known is None else known
 
-    def unskipped(self, lines: Sequence[bytes], indices: Iterable[int]) -> list[int]:
-        """The ``indices`` of ``lines`` that are not skippable, in order.
+    def loud(self, block: bytes, lines: Sequence[bytes]) -> list[int]:
+        """The indices of ``lines`` (``block`` split at its line feeds) that are neither INFO
+        or DEBUG lines nor skippable, in order.
 
-        Lines already decided cost a translation and a dictionary look-up, both
-        run by C code over the whole list; only the others reach ``_decide``.
+        Lines already decided cost a translation and a dictionary look-up, both run by C
+        code over the whole list; only the others reach ``_decide``. Where most lines of the
+        last block were loud (a log of warnings or of progress bars), the look-up comes
+        first: a line whose key is known skippable is loud too (whether a line is INFO does
+        not depend on its digits), and is not tried by the INFO expression (a microsecond
+        a line on a progress bar, which it reads far into).
         """
-        chosen = list(indices)
-        if len(chosen) * 4 > len(lines):  # most lines: translate the block in one call
-            translated = b"\n".join(lines).translate(_DIGITS).split(b"\n")
+        return (
+            self._loud_by_key(block, lines)
+            if self._mostly_loud
+            else self._loud_by_level(block, lines)
+        )
+
+    def _loud_by_key(self, block: bytes, lines: Sequence[bytes]) -> list[int]:
+        keys = block.translate(_DIGITS).split(b"\n")
+        unsure = list(
+            compress(range(len(lines)), map(is_not, map(self._seen.get, keys), repeat(True)))
+        )
+        chosen = [index for index in unsure if not QUIET.match(lines[index])]
+        quiet = len(unsure) - len(chosen)  # the lines known skippable are loud ones
+        self._mostly_loud = (len(lines) - quiet) * 4 > len(lines)
+        return [index for index in chosen if not self._decide(keys[index])]
+
+    def _loud_by_level(self, block: bytes, lines: Sequence[bytes]) -> list[int]:
+        chosen = list(compress(range(len(lines)), map(not_, map(QUIET.match, lines))))
+        self._mostly_loud = len(chosen) * 4 > len(lines)
+        if self._mostly_loud:  # most lines: translate the block in one call
+            translated = block.translate(_DIGITS).split(b"\n")
             keys = list(map(translated.__getitem__, chosen))
         else:
             keys = list(map(bytes.translate, map(lines.__getitem__, chosen), repeat(_DIGITS)))

@@ -235,8 +235,8 @@ def test_other_lines_are_not_quiet(raw: str) -> None:
     assert not is_quiet(raw.encode())
 
 
-def _split_all(chunks: list[bytes]) -> list[str]:
-    splitter = LineSplitter()
+def _split_all(chunks: list[bytes], max_line: int | None = None) -> list[str]:
+    splitter = LineSplitter() if max_line is None else LineSplitter(max_line=max_line)
     lines: list[bytes] = []
     for chunk in chunks:
         head, block = splitter.split(chunk)
@@ -260,6 +260,23 @@ def test_any_chunking_gives_the_lines_of_the_whole(parts: list[str], cuts: list[
     if data.endswith(b"\n") or not data:
         expected.pop()
     assert _split_all(chunks) == expected
+
+
+@given(
+    st.lists(st.text(alphabet="ab\n", max_size=40), max_size=8),
+    st.lists(st.integers(min_value=0, max_value=300), max_size=6),
+)
+def test_every_line_is_cut_alike_whatever_the_chunks(parts: list[str], cuts: list[int]) -> None:
+    # A long line is cut at the same length whether it came in pieces or whole inside a
+    # chunk (issue 32: what reads a block after the splitter reads a long line's first
+    # bytes only, as it reads one that came in pieces).
+    data = "".join(parts).encode("utf-8")
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    expected = [line[:5] for line in data.decode("utf-8").split("\n")]
+    if data.endswith(b"\n") or not data:
+        expected.pop()
+    assert _split_all(chunks, max_line=5) == expected
 
 
 def test_a_gigantic_line_is_cut_and_never_held_whole() -> None:

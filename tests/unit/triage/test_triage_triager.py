@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from repromatrix.triage import Triager, builtin_catalogue, triage_path, triage_stream
-from repromatrix.triage.logmodel import MAX_LINE_BYTES, after_progress_bar, decode, parse_line
+from repromatrix.triage.logmodel import (
+    MAX_LINE_BYTES,
+    after_progress_bar,
+    decode,
+    is_quiet,
+    parse_line,
+)
 from repromatrix.triage.triager import WarningFilter
 from repromatrix.values import Signature, Variant, frozen_flags
 from support.triage import LOGS, case_id, labelled, scenario
@@ -106,11 +112,36 @@ def test_a_gigantic_single_line_is_read_in_bounded_memory() -> None:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak < 16 * MAX_LINE_BYTES  # 64 MiB went through
+    assert peak < 4 << 20  # 64 MiB went through, a 1 MiB chunk at a time
     assert diagnosis.root_cause is not None
     assert diagnosis.root_cause.line.startswith("RuntimeError: CUDA error: out of memory xxx")
     assert len(diagnosis.root_cause.line) == MAX_LINE_BYTES
     assert diagnosis.category == "gpu_oom"
+
+
+# The real lines of tests/data/logs/public/vllm-ascend-offline-run-ends-engine-died-after-
+# shutdown-complete.log (a healthy offline run's end) and the INFO lines of a real CPU log.
+SHUTDOWN = (
+    b"(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1201] Shutdown initiated (timeout=0)\n"
+    b"(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1224] Shutdown complete\n"
+)
+DIED = (
+    b"ERROR 05-12 11:36:01 [core_client.py:704] Engine core proc EngineCore died unexpectedly,"
+    b" shutting down client.\n"
+)
+
+
+@pytest.mark.parametrize("chunk", [61, 1 << 20])
+def test_an_engine_ended_after_its_own_orderly_shutdown_is_no_cause(chunk: int) -> None:
+    info = b"".join(line + b"\n" for line in CPU_LOG.read_bytes().split(b"\n") if is_quiet(line))
+    for log, category in (
+        (info + SHUTDOWN + info + DIED, None),
+        (info + DIED, "engine_died_silently"),
+    ):
+        triager = Triager()
+        for start in range(0, len(log), chunk):
+            triager.feed(log[start : start + chunk])
+        assert triager.diagnose().category == category
 
 
 def test_a_gigantic_line_of_noise_names_nothing() -> None:
@@ -286,7 +317,11 @@ def test_skipping_changes_no_diagnosis(
     fast = triage_path(path)
     # Both ways in: one line at a time, and a whole block of lines at once.
     monkeypatch.setattr(WarningFilter, "skippable", lambda self, raw: False)
-    monkeypatch.setattr(WarningFilter, "unskipped", lambda self, lines, indices: list(indices))
+    monkeypatch.setattr(
+        WarningFilter,
+        "loud",
+        lambda self, block, lines: [i for i, r in enumerate(lines) if not is_quiet(r)],
+    )
     slow = triage_path(path)
     assert fast.root_cause == slow.root_cause
     assert fast.final_error == slow.final_error
