@@ -101,10 +101,18 @@ def check(wanted: Sequence[Download], cache: Path) -> int:
 def hf_home(given: Path | None, matrix: Matrix) -> Path:
     """``--hf-cache``, else the GPU lane's ``runtime.hf_cache``; ``UsageError`` with neither."""
     if given is not None:
-        return check_output_folder(given.expanduser(), "--hf-cache")
+        return check_output_folder(_home_expanded(given, "--hf-cache"), "--hf-cache")
     config = matrix.lanes.get(Lane.GPU)
     if config is None or config.runtime.hf_cache is None:
         raise UsageError(
             f"{matrix.file}: the GPU lane sets no runtime.hf_cache: pass --hf-cache DIR"
         )
-    return check_output_folder(Path(config.runtime.hf_cache).expanduser(), "runtime.hf_cache")
+    folder = _home_expanded(Path(config.runtime.hf_cache), "runtime.hf_cache")
+    return check_output_folder(folder, "runtime.hf_cache")
+
+
+def _home_expanded(path: Path, what: str) -> Path:
+    try:
+        return path.expanduser()
+    except RuntimeError:  # `~name/...` for a user this host does not have
+        raise UsageError(f"{what} {str(path)!r}: no home folder for its `~` here") from None

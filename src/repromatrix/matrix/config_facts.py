@@ -102,7 +102,10 @@ def snapshot_folder(model: Model, hf_cache: str | None) -> tuple[Path | None, st
         return Path(model.path), str(Path(model.path) / CONFIG), ""
     if hf_cache is None:
         return None, "", "the GPU lane sets no runtime.hf_cache"
-    hub = Path(hf_cache).expanduser() / HUB
+    try:
+        hub = Path(hf_cache).expanduser() / HUB
+    except RuntimeError:  # `~name/...` for a user this host does not have
+        return None, "", f"the HF cache {hf_cache}: no home folder for its `~` on this host"
     revision = model.revision or hubcache.MAIN
     snapshot = hubcache.resolve(str(hub), model.source, model.revision)
     if snapshot is None:

@@ -544,3 +544,10 @@ def test_packed_quantized_weights_give_bytes_but_no_parameter_count(tmp_path: Pa
     assert "num_parameters" not in found.values and "dtype" not in found.values
     assert any("'awq'" in note for note in found.notes)
     assert any("elements are not its parameters" in note for note in found.notes)
+
+
+def test_an_hf_cache_under_a_home_this_host_lacks_leaves_the_facts_unknown() -> None:
+    # `~.cache/huggingface` reads as the home of a user named `.cache` (found by Hypothesis).
+    model = Model("m", Lane.GPU, source="org/m")
+    folder, _config, why = config_facts.snapshot_folder(model, "~.cache/huggingface")
+    assert folder is None and why.endswith("no home folder for its `~` on this host")
