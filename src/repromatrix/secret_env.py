@@ -11,7 +11,7 @@ still redacted wherever output goes, should a program print one.
 A process may print a token in two writes, so redaction works on the joined
 stream, never chunk by chunk: ``StreamRedactor`` holds back the end of what it
 has seen for as long as that end could still be the start of a secret, and
-``redacting_watcher`` puts it in front of a backend's watcher (and so of
+``redacting_listener`` puts it in front of a backend's listener (and so of
 triage, whose root cause and reason go into ``result.json``). ``redact_text``
 is the one rule every writer of results and reports, and the progress lines,
 pass their text through.
@@ -368,23 +368,26 @@ class StreamRedactor:
         return cut
 
 
-Watcher = Callable[[bytes], bool]
+# Called with each chunk of a cell's output as it arrives; returns True to stop the cell now
+# (triage has seen a terminal root cause, so waiting for vLLM to exit or hang gains nothing).
+# Backends take one (``backends.base``); the redaction below wraps one.
+OutputListener = Callable[[bytes], bool]
 
 
-class RedactingWatcher:
-    """A watcher that passes the joined stream on redacted (see ``StreamRedactor``).
+class RedactingListener:
+    """A listener that passes the joined stream on redacted (see ``StreamRedactor``).
 
-    A backend calls it with each chunk, as it would the watcher it wraps, and
+    A backend calls it with each chunk, as it would the listener it wraps, and
     calls ``flush`` once the stream has ended so the last bytes kept back
-    reach the watcher too.
+    reach the listener too.
     """
 
-    def __init__(self, watch: Watcher, secrets: Mapping[str, str]) -> None:
-        self._watch = watch
+    def __init__(self, listener: OutputListener, secrets: Mapping[str, str]) -> None:
+        self._listener = listener
         self._redactor = StreamRedactor(secrets)
 
     def __call__(self, chunk: bytes) -> bool:
-        """Pass the redacted part of ``chunk`` that is safe now; return the watcher's answer."""
+        """Pass the redacted part of ``chunk`` that is safe now; return the listener's answer."""
         return self._pass(self._redactor.feed(chunk))
 
     def flush(self) -> bool:
@@ -392,14 +395,14 @@ class RedactingWatcher:
         return self._pass(self._redactor.flush())
 
     def _pass(self, data: bytes) -> bool:
-        return self._watch(data) if data else False
+        return self._listener(data) if data else False
 
 
-def redacting_watcher(watch: Watcher, secrets: Mapping[str, str]) -> RedactingWatcher:
+def redacting_listener(listener: OutputListener, secrets: Mapping[str, str]) -> RedactingListener:
     """``watch``, given the stream with every secret replaced, across chunk boundaries:
     line by line (``StreamRedactor``), so a token's shape is seen whole.
 
     Call ``flush()`` on the result once the stream has ended: it passes on the last
     line, where the stream did not end with a line break.
     """
-    return RedactingWatcher(watch, secrets)
+    return RedactingListener(listener, secrets)

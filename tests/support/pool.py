@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repromatrix.backends.base import EnvironmentReport, Execution, Placement, Prepared, Watcher
+from repromatrix.backends.base import EnvironmentReport, Execution, Placement, Prepared
 from repromatrix.host.runner import Runner, RunnerGpu
 from repromatrix.models.tinymodel import TinyModel, tiny_model_for
 from repromatrix.results import store
@@ -26,6 +26,7 @@ from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import ModelNeed, model_needs
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB
+from repromatrix.secret_env import OutputListener
 from repromatrix.values import Cell, Image, Model
 
 GUARD_S = 120.0  # only a broken test waits this long; it decides nothing
@@ -59,7 +60,7 @@ class Recorder:
         cell: Cell,
         spec: Mapping[str, Any],
         prepared: Prepared,
-        watch: Watcher,
+        watch: OutputListener,
         placement: Placement | None = None,
     ) -> Execution:
         stop = self.events.setdefault(cell.id, threading.Event())

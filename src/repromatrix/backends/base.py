@@ -5,7 +5,7 @@ available on this host, which cells it can run, how it prepares images (a
 render and a build, a pull, or a virtualenv per vLLM version), which vLLM an
 image holds and the environment vLLM reports in it, how it makes a tiny model,
 what a dry run shows, and how it executes one cell's harness under the cell's
-own deadline, streaming the output to a watcher that may stop the cell early,
+own deadline, streaming the output to a listener that may stop the cell early,
 and whether a cell's GPUs are idle before it starts. Backends return plain
 values; deciding the outcome is ``run/cell.py``'s job (``decide``). ``registry.py``
 finds them by name; nothing outside ``backends/`` names one.
@@ -20,15 +20,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from repromatrix.host.runner import Runner
 from repromatrix.models.tinymodel import LORA_RANK
+from repromatrix.secret_env import OutputListener
 from repromatrix.values import Cell, Image, Lane, Model
 
 if TYPE_CHECKING:
     from repromatrix.matrix.lanes import Runtime
     from repromatrix.models.tinymodel import TinyModel
-
-# Called with each chunk of a cell's output as it arrives; returns True to stop the cell now
-# (triage has seen a terminal root cause, so waiting for vLLM to exit or hang gains nothing).
-Watcher = Callable[[bytes], bool]
 
 
 @dataclass(frozen=True)
@@ -66,7 +63,7 @@ class Execution:
     log: bytes
     oom_killed: bool = False
     timed_out: bool = False  # the cell's own deadline passed and it was stopped
-    stopped_early: bool = False  # the watcher asked to stop: a terminal root cause was seen
+    stopped_early: bool = False  # the listener asked to stop: a terminal root cause was seen
     infra_error: str | None = None  # the engine or host failed (not vLLM): container never ran
     start_s: float = 0.0
     total_s: float = 0.0
@@ -163,7 +160,7 @@ class Backend(Protocol):
         cell: Cell,
         spec: Mapping[str, Any],
         prepared: Prepared,
-        watch: Watcher,
+        listener: OutputListener,
         placement: Placement | None = None,
     ) -> Execution:
         """Run the harness for ``cell`` with ``spec`` under ``cell.deadline_s`` on ``placement``.
@@ -176,7 +173,7 @@ class Backend(Protocol):
         """Send the running harness of ``cell_id`` its interrupt (``harness.INTERRUPT_SIGNAL``,
         SIGUSR1): it SIGTERMs the server it launched, as the scenario's ``interrupt_on`` asks.
 
-        Called from the watcher, on the cell's own thread, the moment the line is read; the
+        Called from the listener, on the cell's own thread, the moment the line is read; the
         cell goes on to its end as usual. Safe when nothing runs.
         """
         ...

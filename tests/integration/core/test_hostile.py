@@ -11,7 +11,7 @@ import pytest
 from repromatrix.backends.base import Prepared
 from repromatrix.backends.docker.calls import ContainerSettings
 from repromatrix.backends.docker.engine import DockerBackend
-from repromatrix.run.cell import make_watcher
+from repromatrix.run.cell import make_listener
 from repromatrix.values import Lane
 from support.runner import cell, tool_rootfs_tar
 
@@ -41,7 +41,7 @@ def test_a_container_that_prints_its_token_in_two_writes_is_redacted_for_triage(
     settings = {Lane.CPU: ContainerSettings(entrypoint=("/bin/sh", "/harness"), shm_size="64m")}
     backend = DockerBackend("test-split-token", settings, environ={"HF_TOKEN": TOKEN})
     chunks: list[bytes] = []
-    watch, triager = make_watcher(cell())
+    watch, triager = make_listener(cell())
 
     def keep(chunk: bytes) -> bool:
         chunks.append(chunk)

@@ -16,7 +16,7 @@ from typing import Any
 import docker
 import pytest
 
-from repromatrix.backends.base import Execution, Placement, Prepared, Setup, Watcher
+from repromatrix.backends.base import Execution, Placement, Prepared, Setup
 from repromatrix.backends.docker import kind as docker_kind
 from repromatrix.backends.docker.calls import RUN_LABEL, ContainerSettings
 from repromatrix.backends.docker.engine import DockerBackend
@@ -35,6 +35,7 @@ from repromatrix.run.cells import Pacing, run_cells
 from repromatrix.run.folder import RunFolder, pending
 from repromatrix.run.images import ImageJobs
 from repromatrix.run.progress import Progress
+from repromatrix.secret_env import OutputListener
 from repromatrix.values import Cell, Image, Lane, Model
 from support import paths
 from support.runner import cell, fake_image
@@ -75,7 +76,7 @@ class GivenImage:
         cell: Cell,
         spec: Mapping[str, Any],
         prepared: Prepared,
-        watch: Watcher,
+        watch: OutputListener,
         placement: Placement | None = None,
     ) -> Execution:
         return self.backend.execute(cell, spec, prepared, watch, placement)

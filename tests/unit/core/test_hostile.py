@@ -32,14 +32,14 @@ from repromatrix.images.render import dockerfile
 from repromatrix.matrix.config import load_matrix
 from repromatrix.matrix.scenarios import load_scenario
 from repromatrix.matrix.yamlsrc import MAX_BYTES, parse_yaml
-from repromatrix.run.cell import make_watcher
+from repromatrix.run.cell import make_listener
 from repromatrix.run.progress import Progress
 from repromatrix.secret_env import (
     REDACTED,
     StreamRedactor,
     redact,
     redact_text,
-    redacting_watcher,
+    redacting_listener,
 )
 from repromatrix.triage.catalogue import parse_catalogue
 from repromatrix.values import Image, Lane
@@ -66,8 +66,8 @@ CRASH_LOG = (
 
 
 def _triage_in_chunks(chunks: list[bytes]) -> str:
-    watch, triager = make_watcher(cell())
-    redacted = redacting_watcher(watch, {"HF_TOKEN": TOKEN})
+    watch, triager = make_listener(cell())
+    redacted = redacting_listener(watch, {"HF_TOKEN": TOKEN})
     for chunk in chunks:
         redacted(chunk)
     redacted.flush()

