@@ -147,3 +147,23 @@ def test_no_module_outside_backends_names_a_backend():
         text = path.read_text(encoding="utf-8")
         assert not BACKEND_NAMES.search(text), f"{name} names a backend"
         assert not re.search(r"""["'](docker|local)["']""", text), f"{name} switches on a name"
+
+
+def class_names(text: str) -> list[str]:
+    """The names of the classes ``text`` defines, at any depth."""
+    return re.findall(r"^\s*class (\w+)\b", text, re.M)
+
+
+def test_no_class_name_is_defined_twice():
+    # One name per meaning: two classes of one name in the package are two concepts a reader
+    # has to tell apart by their module (issue 33). The in-image programs count too.
+    where: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for name in class_names(path.read_text(encoding="utf-8")):
+            where.setdefault(name, []).append(str(path.relative_to(PACKAGE)))
+    twice = {name: files for name, files in where.items() if len(files) > 1}
+    assert not twice, twice
+
+
+def test_the_class_name_reader_finds_nested_classes():
+    assert class_names("class A:\n    class B(Base):\n        pass\n") == ["A", "B"]
