@@ -146,7 +146,9 @@ def containers_of(run_id: str) -> list[str]:
     """Names of the containers, running or not, that carry the run label ``run_id``."""
     client = docker.from_env()
     try:
-        found = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"})
-        return [c.name for c in found]
+        # One listing call: `containers.list` inspects each container it lists, and a cell's
+        # container removed in between (a crash cell stops in seconds) made that a 404.
+        found = client.api.containers(all=True, filters={"label": f"{RUN_LABEL}={run_id}"})
+        return [str(c["Names"][0]).lstrip("/") for c in found]
     finally:
         client.close()

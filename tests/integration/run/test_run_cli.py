@@ -39,7 +39,7 @@ def test_a_signal_removes_the_running_container_and_exits_130(tmp_path: Path, si
     client = docker.from_env()
     label = {"label": f"{RUN_LABEL}={run_id}"}
     deadline = time.monotonic() + 3600  # builds the image first on a cold cache
-    while not client.containers.list(filters=label) and proc.poll() is None:
+    while not client.containers.list(filters=label, sparse=True) and proc.poll() is None:
         assert time.monotonic() < deadline
         time.sleep(0.2)
     proc.send_signal(sig)

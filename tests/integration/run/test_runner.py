@@ -197,7 +197,7 @@ def test_an_engine_that_disappears_mid_run_fails_the_cells_not_the_run(tmp_path:
         real = docker.from_env()
         try:
             for _ in range(200):
-                if real.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
+                if real.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}, sparse=True):
                     break
                 threading.Event().wait(0.1)
         finally:
@@ -276,7 +276,7 @@ def test_a_container_that_ignores_sigterm_is_still_removed_at_cleanup(tmp_path: 
     label = {"label": f"{RUN_LABEL}=test-runner-stubborn"}
     try:
         for _ in range(300):
-            if real.containers.list(filters=label):
+            if real.containers.list(filters=label, sparse=True):
                 break
             threading.Event().wait(0.1)
         assert real.containers.list(filters=label), "the stubborn cell never started"

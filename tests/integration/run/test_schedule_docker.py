@@ -29,7 +29,9 @@ GUARD_S = 120.0  # only a broken test waits this long; it decides nothing
 
 def containers(run_id: str, *, running: bool = False) -> list[str]:
     client = docker.from_env()
-    found = client.containers.list(all=not running, filters={"label": f"{RUN_LABEL}={run_id}"})
+    found = client.containers.list(
+        all=not running, filters={"label": f"{RUN_LABEL}={run_id}"}, sparse=True
+    )  # sparse: no inspect of a container that may be gone by then
     client.close()
     return [str(c.id) for c in found]
 

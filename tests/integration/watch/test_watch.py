@@ -131,8 +131,11 @@ def test_watch_grades_a_new_tag_then_nothing_then_a_moved_digest(
         assert (early["tag"], early["stage"]) == ("v0.32.0", "preliminary")
         assert (final["tag"], final["stage"], final["digest"]) == ("v0.32.0", "final", pushed)
         assert final["changes"]["compared"] and final["changes"]["baseline"] == "v0.31.0"
-        changes = {(i["scenario"], i["change"]) for i in final["changes"]["items"]}
-        assert ("moe-lora-rank-over-128", "fixed") in changes
+        items = final["changes"]["items"]
+        changes = {
+            (i["scenario"], i["safety"]["baseline"], i["safety"]["candidate"]) for i in items
+        }
+        assert ("moe-lora-rank-over-128", "not_safe", "safe") in changes  # fixed by the upgrade
         assert final["cells"]["decided"] == 2 and final["safety"] == "safe"
         assert Path(final["evidence"].removeprefix("file://")).is_file()
         assert digests(tmp_path / "site", "v0.32.0") == {f"{repository}@{pushed}"}
