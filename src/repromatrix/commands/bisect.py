@@ -81,7 +81,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """SearchPlan, then print the answer (exit 0 whatever the outcomes)."""
+    """Search, then print the answer (exit 0 whatever the outcomes)."""
     from repromatrix.bisect import answer, flow  # noqa: PLC0415  (keeps `--help` fast)
     from repromatrix.bisect.cells import Target, find_scenario, resolve  # noqa: PLC0415
     from repromatrix.bisect.execute import BisectRun  # noqa: PLC0415

@@ -232,7 +232,7 @@ def finish(
     handed: Mapping[str, Any] | None,
     made: list[TagAnswer],
 ) -> tuple[list[TagAnswer], str]:
-    """TagAnswer and publish once every cell has a result; else say what it waits for: cells
+    """Answer and publish once every cell has a result; else say what it waits for: cells
     the infrastructure stopped here run again next round, the fleet's are waited for (a
     dispatch that failed is tried again) until ``--fleet-wait-hours``; without a fleet,
     the cells this host cannot run are answered as not run."""
