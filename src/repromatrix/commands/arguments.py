@@ -34,7 +34,13 @@ BACKEND_HELP = (
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --matrix, --scenarios, --lane, --only and --skip (shared with other commands)."""
+    """Add the cells' selection (``add_cell_selection``) and the lock: --lock, --relock."""
+    add_cell_selection(parser)
+    add_lock_arguments(parser)
+
+
+def add_cell_selection(parser: argparse.ArgumentParser) -> None:
+    """Add --matrix, --scenarios, --lane, --only and --skip (watch keeps its own lock)."""
     parser.add_argument(
         "--matrix",
         type=Path,
@@ -56,6 +62,10 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip", action="append", default=[], metavar="GLOB", help="drop cells whose id matches"
     )
+
+
+def add_lock_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --lock and --relock: where the lanes' followed tags are pinned, and a re-resolve."""
     parser.add_argument(
         "--lock",
         type=Path,

@@ -22,9 +22,8 @@ from typing import Any
 from repromatrix.backends import kinds
 from repromatrix.commands.arguments import (
     BACKEND_HELP,
-    MATRIX_HELP,
     RESULTS_HELP,
-    SCENARIOS_REPEAT_HELP,
+    add_cell_selection,
     add_runner_arguments,
     check_output_folder,
 )
@@ -55,23 +54,7 @@ def add_parser(subparsers: Any) -> None:
             "(webhook, GitHub issue, job summary). Nothing new: nothing is done."
         ),
     )
-    parser.add_argument(
-        "--matrix", type=Path, default=Path("matrix.yaml"), metavar="FILE", help=MATRIX_HELP
-    )
-    parser.add_argument(
-        "--scenarios",
-        type=Path,
-        action="append",
-        metavar="DIR",
-        help=SCENARIOS_REPEAT_HELP,
-    )
-    parser.add_argument("--lane", choices=[lane.value for lane in Lane], help="one lane only")
-    parser.add_argument(
-        "--only", action="append", default=[], metavar="GLOB", help="keep cells whose id matches"
-    )
-    parser.add_argument(
-        "--skip", action="append", default=[], metavar="GLOB", help="drop cells whose id matches"
-    )
+    add_cell_selection(parser)
     parser.add_argument(
         "--results", type=Path, default=Path("results"), metavar="DIR", help=RESULTS_HELP
     )
