@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from repromatrix.judgement import FAILING, SEVERITY, WORST_FIRST, Verdict, label
+from repromatrix.judgement import FAILING, SEVERITY, Verdict, label, worst
 from repromatrix.reports.excerpt import ExcerptLimits, log_excerpt
 from repromatrix.reports.findings import (
     ReportOptions,
@@ -93,8 +93,9 @@ def answer_lines(view: UpgradeView, judged: Sequence[Judged], compat: Path) -> t
     for lane in view.lanes:
         for tag in lane.tags:
             found = [lane.safeties[key] for key in lane.safeties if key[0] == tag]
-            worst = min(found, key=lambda one: WORST_FIRST.index(one.safety))  # judgement's order
-            lines.append(f"{lane.lane} {lane.row_label(tag)}: {worst.words}")
+            safety = worst(one.safety for one in found)
+            shown = next(one for one in found if one.safety is safety)
+            lines.append(f"{lane.lane} {lane.row_label(tag)}: {shown.words}")
     differ = [j for j in judged if j.verdict in FAILING]
     for item in differ[:DISAGREEMENTS_SHOWN]:
         lines.append(f"differs from the documents: {item.result.id}: {label(item.verdict)}")
