@@ -81,9 +81,6 @@ class GivenImage:
     ) -> Execution:
         return self.backend.execute(cell, spec, prepared, watch, placement)
 
-    def interrupt(self, cell_id: str) -> None:
-        self.backend.interrupt(cell_id)
-
     def stop(self, cell_id: str) -> None:
         self.backend.stop(cell_id)
 
@@ -239,7 +236,10 @@ def test_an_engine_that_disappears_mid_run_fails_the_cells_not_the_run(tmp_path:
         again.close()
     assert saved(run_dir)["after"].outcome is Outcome.AVOIDED
     real = docker.from_env()
-    assert real.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}) == []
+    assert (
+        real.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}, sparse=True)
+        == []
+    )
     real.close()
 
 
@@ -283,7 +283,7 @@ def test_a_container_that_ignores_sigterm_is_still_removed_at_cleanup(tmp_path: 
         backend.close()  # what an interrupt does: SIGTERM is ignored, the removal is forced
         running.join(timeout=120)
         assert not running.is_alive()
-        assert real.containers.list(all=True, filters=label) == []
+        assert real.containers.list(all=True, filters=label, sparse=True) == []
     finally:
         real.close()
 

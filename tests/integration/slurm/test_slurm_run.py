@@ -96,8 +96,11 @@ def cell_containers(shard: str) -> list[docker.models.containers.Container]:
     """The containers running cells (not the tool ones) for a task's shard."""
     client = docker.from_env()
     try:
-        found = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={shard}"})
-        return [c for c in found if not c.labels.get(CELL_LABEL, "").startswith("tool:")]
+        # sparse: no inspect of each, which 404s on a tool container gone in between.
+        found = client.containers.list(
+            all=True, filters={"label": f"{RUN_LABEL}={shard}"}, sparse=True
+        )
+        return [c for c in found if not c.attrs["Labels"].get(CELL_LABEL, "").startswith("tool:")]
     finally:
         client.close()
 
@@ -128,6 +131,7 @@ def requeue_once_its_first_cell_is_saved(run: Submitter) -> tuple[Submission, in
     (task,) = [t for t in submission.tasks if len(t.cells) == 2]
     shard = submission.shard(task)
     container = until(lambda: cell_containers(task.shard) or None, "the task's first container")
+    container[0].reload()  # a cell's container lives for minutes: it is there to inspect
     memory = container[0].attrs["HostConfig"]["Memory"]
     until(lambda: store.finished_ids(shard) or None, "the task's first cell saved")
     subprocess.run(["scontrol", "requeue", task.slurm_id], check=True)

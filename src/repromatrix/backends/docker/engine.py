@@ -50,7 +50,6 @@ from repromatrix.backends.harness_spec import ENVIRONMENT_ARGV, VERSION_ARGV, se
 from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import InfraError, RepromatrixError
 from repromatrix.files import replace_file
-from repromatrix.harness.harness import INTERRUPT_SIGNAL
 from repromatrix.heartbeat import heartbeat
 from repromatrix.host import idle
 from repromatrix.host.nvidia_smi import Smi, run_nvidia_smi
@@ -257,7 +256,6 @@ class DockerBackend:
         self.failed: dict[str, Prepared] = {}  # images that failed before their build (staging)
         self._closed = False
         self._stopped: set[str] = set()  # cells asked to stop: a container made later goes too
-        self._running: dict[str, Container] = {}  # each cell's container while it exists
         self._bases: dict[str, str | None] = {}  # each base image's error (None: it is there)
         self._bases_lock = threading.Lock()  # image jobs run prepare() from several threads
 
@@ -462,20 +460,12 @@ class DockerBackend:
         settings = self.settings[cell.lane]
         return container_call(cell, spec, prepared.ref, settings, self.run_id, device_ids=ids)
 
-    def interrupt(self, cell_id: str) -> None:
-        """Send the harness of ``cell_id``'s container (its first process) the interrupt signal
-        (``docker kill --signal SIGUSR1``); a container that has just exited is fine."""
-        container = self._running.get(cell_id)
-        if container is not None:
-            with suppress(*ENGINE_ERRORS):
-                container.kill(signal=INTERRUPT_SIGNAL.name)
-
     def stop(self, cell_id: str) -> None:
         """Kill and remove this run's containers of ``cell_id`` (found by their labels)."""
         self._stopped.add(cell_id)  # before the listing: see ``_container``
         labels = [f"{RUN_LABEL}={self.run_id}", f"{CELL_LABEL}={cell_id}"]
         with suppress(*ENGINE_ERRORS):
-            for container in self.client.containers.list(all=True, filters={"label": labels}):
+            for container in _listed(self.client, label=labels):
                 self._remove(container)
 
     def run_tool(
@@ -538,7 +528,7 @@ class DockerBackend:
         if not pids:
             return found
         with suppress(*ENGINE_ERRORS):
-            for container in self.client.containers.list():
+            for container in _listed(self.client, running_only=True):
                 for pid in _pids_in(container.top()) & set(pids):
                     found[pid] = _container_words(container)
         return found
@@ -547,22 +537,22 @@ class DockerBackend:
         """Remove the containers of this tool whose run is no longer alive (``owners.stale``),
         saying which; return how many were removed. A live run's are never touched."""
         try:
-            ours = self.client.containers.list(all=True, filters={"label": RUN_LABEL})
+            ours = _listed(self.client, label=RUN_LABEL)
         except ENGINE_ERRORS:
             return 0  # the engine failing now fails the run's first cell, in its own words
         stale = [
             container
             for container in ours
-            if container.labels.get(RUN_LABEL) != self.run_id
-            and owners.stale(container.labels, self.owner, owners.process_started)
+            if _labels_of(container).get(RUN_LABEL) != self.run_id
+            and owners.stale(_labels_of(container), self.owner, owners.process_started)
         ]
         for container in stale:
             self._remove(container)
         if stale:
-            runs = sorted({str(c.labels.get(RUN_LABEL)) for c in stale})
+            runs = sorted({str(_labels_of(c).get(RUN_LABEL)) for c in stale})
             self.log(
                 f"removed {len(stale)} container(s) of runs no longer alive on this host "
-                f"(run {', '.join(runs)}): {', '.join(sorted(str(c.name) for c in stale))}"
+                f"(run {', '.join(runs)}): {', '.join(sorted(_name_of(c) for c in stale))}"
             )
         return len(stale)
 
@@ -627,11 +617,8 @@ class DockerBackend:
     @contextmanager
     def _container(self, plan: ContainerCall) -> Iterator[Container]:
         container: Container | None = None
-        cell = plan.labels.get(CELL_LABEL)
         try:
             container = self.client.containers.create(**docker_kwargs(plan))
-            if cell is not None:
-                self._running[cell] = container
             if self._closed:
                 # An image job left running by an interrupt: close() has swept the run.
                 raise InfraError("the run was closed before this container started")
@@ -641,8 +628,6 @@ class DockerBackend:
                 raise InfraError("the cell was stopped before its container started")
             yield container
         finally:
-            if cell is not None:
-                self._running.pop(cell, None)
             if container is not None:
                 self._remove(container)
 
@@ -714,9 +699,7 @@ class DockerBackend:
 
     def sweep(self) -> int:
         """Remove every container labelled with this run; return how many were removed."""
-        found = self.client.containers.list(
-            all=True, filters={"label": f"{RUN_LABEL}={self.run_id}"}
-        )
+        found = _listed(self.client, label=f"{RUN_LABEL}={self.run_id}")
         for container in found:
             self._remove(container)
         return len(found)
@@ -741,9 +724,34 @@ def _pids_in(top: Mapping[str, Any]) -> set[int]:
     return {int(row[column]) for row in rows if len(row) > column and str(row[column]).isdigit()}
 
 
+def _listed(
+    client: docker.DockerClient, *, label: str | list[str] | None = None, running_only: bool = False
+) -> list[Container]:
+    """The engine's containers (with ``label``) as its list call gives them."""
+    # sparse: docker-py would inspect each one listed, and one removed in between (a cell's,
+    # as it ends) fails the whole listing with 404. Read its labels and name with the two below.
+    filters: dict[str, str | list[str] | bool] = {} if label is None else {"label": label}
+    found: list[Container] = client.containers.list(
+        all=not running_only, filters=filters, sparse=True
+    )
+    return found
+
+
+def _labels_of(listed: Container) -> dict[str, str]:
+    """The labels of a container ``_listed`` gave."""
+    labels: dict[str, str] = listed.attrs.get("Labels") or {}
+    return labels
+
+
+def _name_of(listed: Container) -> str:
+    """The name of a container ``_listed`` gave."""
+    names = listed.attrs.get("Names") or [listed.short_id]
+    return str(names[0]).lstrip("/")
+
+
 def _container_words(container: Container) -> str:
-    labels = container.labels
-    words = f"container {container.name}"
+    labels = _labels_of(container)
+    words = f"container {_name_of(container)}"
     if RUN_LABEL in labels:
         words += f" (run {labels[RUN_LABEL]}, cell {labels.get(CELL_LABEL, '?')})"
     return words
