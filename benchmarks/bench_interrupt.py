@@ -1,18 +1,19 @@
-"""The delay from a scenario's ``interrupt_on`` line to the server's SIGTERM: host against image.
+"""The delay from a scenario's ``interrupt_on`` line to the server's SIGTERM: image against host.
 
-Since the interrupt is matched on the host, a line takes this path: the engine prints it, the
-harness relays it, the runner reads it from the stream, matches it (RE2) and has the backend
-send the harness SIGUSR1, and the harness SIGTERMs the server. Before, the harness matched the
-line itself as it relayed it (``linear_regex.py``, a regex engine of its own, in the image).
-This runs both, in the same run, on the CPU lane's path without Docker: the harness as a local
-process, as the local backend runs it, with a stand-in engine (a ``vllm`` package of a few
-lines) that notes the time, prints the line, and notes when its SIGTERM arrives
-(``CLOCK_MONOTONIC`` is one clock for every process of the machine).
+Today the harness looks for the ``interrupt_on`` text in each line as it relays it, in the
+image, and SIGTERMs the server at the first that holds it. Before, the runner on the host
+matched each relayed line (RE2) and had the backend send the harness SIGUSR1, which then
+SIGTERMed the server: a round trip that, on a loaded CI machine with Docker, took longer than
+the CPU zoo scenario's whole window (the server came up). This runs both, in the same run, on
+the CPU lane's path without Docker: the harness as a local process, as the local backend runs
+it, with a stand-in engine (a ``vllm`` package of a few lines) that notes the time, prints the
+line, and notes when its SIGTERM arrives (``CLOCK_MONOTONIC`` is one clock for every process
+of the machine).
 
-- host: today's harness through ``LocalBackend`` and ``run.cell.execute_cell`` (the live
-  watcher, triage, ``InterruptOn``, ``LocalBackend.interrupt``);
-- image: the harness of commit ``BASELINE`` (the last with the in-image match), read from git,
-  run on the same spec with ``interrupt_on`` in it, its output read as the backend reads it.
+- image: today's harness through ``LocalBackend`` and ``run.cell.execute_cell``;
+- host: the harness of commit ``BASELINE`` (the last with the runner's round trip), read from
+  git, its output read line by line and matched with RE2 as that runner did, and SIGUSR1 sent
+  to it at the first match as that ``LocalBackend.interrupt`` did (``os.kill``).
 
 Prints the median and the largest delay of each way (milliseconds) and the ratio of the
 medians, host / image.
@@ -26,11 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import quick_mode
@@ -41,13 +42,15 @@ sys.path.insert(0, str(ROOT / "tests"))
 from repromatrix.backends.base import Prepared  # noqa: E402
 from repromatrix.backends.harness_spec import build_spec  # noqa: E402
 from repromatrix.backends.local import LocalBackend  # noqa: E402
+from repromatrix.patterns import compile_pattern  # noqa: E402
 from repromatrix.run.cell import CellContext, execute_cell  # noqa: E402
 from support.harness import install_standin, make_cell  # noqa: E402
 
-# The last commit whose harness matched ``interrupt_on`` itself, in the image.
-BASELINE = "a5397fc"
-BASELINE_FILES = ("harness.py", "hubcache.py", "oomwatch.py", "offline.py", "linear_regex.py")
-PATTERN = r"Warming up multi-modal processing\.\.\."
+# The last commit whose runner matched ``interrupt_on`` on the host and signalled the harness.
+BASELINE = "1d9ed4f"
+BASELINE_FILES = ("harness.py", "hubcache.py", "oomwatch.py", "offline.py")
+TEXT = "Warming up multi-modal processing..."
+PATTERN = r"Warming up multi-modal processing\.\.\."  # as the baseline's scenario wrote it
 QUICK = {"repeat": 1}
 
 # The stand-in server: it notes the time, prints seed 004's line, and notes when SIGTERM comes.
@@ -94,9 +97,9 @@ def delay_ms(out: Path) -> float:
     return (term - line) / 1e6
 
 
-def on_host(standin: Path, venv: Path, work: Path, out: Path) -> float:
-    """One cell through today's path: the runner matches the line and signals the harness."""
-    cell = make_cell(env={"PYTHONPATH": str(standin), "BENCH_OUT": str(out)}, interrupt_on=PATTERN)
+def in_image(standin: Path, venv: Path, work: Path, out: Path) -> float:
+    """One cell through today's path: the harness finds the text in the line it relays."""
+    cell = make_cell(env={"PYTHONPATH": str(standin), "BENCH_OUT": str(out)}, interrupt_on=TEXT)
     backend = LocalBackend(work / "venvs", environ={"PATH": os.environ["PATH"]})
     try:
         execute_cell(backend, cell, CellContext(Prepared(cell.image.key, str(venv)), "/m"))
@@ -105,12 +108,11 @@ def on_host(standin: Path, venv: Path, work: Path, out: Path) -> float:
     return delay_ms(out)
 
 
-def in_image(harness: Path, standin: Path, work: Path, out: Path) -> float:
-    """One run of the baseline harness, which matches the line itself as it relays it."""
+def on_host(harness: Path, standin: Path, work: Path, out: Path) -> float:
+    """One run of the baseline harness, signalled by a runner that matched the line (RE2)."""
     cell = make_cell(env={"PYTHONPATH": str(standin), "BENCH_OUT": str(out)})
-    spec = {**build_spec(cell, "/m"), "interrupt_on": PATTERN}
     spec_file = work / "spec.json"
-    spec_file.write_text(json.dumps(spec))
+    spec_file.write_text(json.dumps(build_spec(cell, "/m")))
     proc = subprocess.Popen(
         [sys.executable, str(harness), str(spec_file)],
         stdout=subprocess.PIPE,
@@ -118,10 +120,13 @@ def in_image(harness: Path, standin: Path, work: Path, out: Path) -> float:
         env={"PATH": os.environ["PATH"]},
     )
     assert proc.stdout is not None
-    drain = threading.Thread(target=proc.stdout.read)  # the runner reads, and does no more
-    drain.start()
+    pattern = compile_pattern(PATTERN)
+    for raw in iter(proc.stdout.readline, b""):
+        if pattern.search(raw.decode("utf-8", errors="replace").rstrip("\r\n")):
+            os.kill(proc.pid, signal.SIGUSR1)  # the baseline's INTERRUPT_SIGNAL
+            break
+    proc.stdout.read()
     proc.wait(timeout=120)
-    drain.join()
     return delay_ms(out)
 
 
@@ -152,13 +157,13 @@ def main() -> None:
         host: list[float] = []
         image: list[float] = []
         for _ in range(args.repeat):
-            host.append(on_host(standin, venv, work, out))
+            image.append(in_image(standin, venv, work, out))
             if harness is not None:
-                image.append(in_image(harness, standin, work, out))
+                host.append(on_host(harness, standin, work, out))
     print("delay from the interrupt_on line to the server's SIGTERM (CPU lane, local process)")
-    print(describe("host", host))
-    if image:
-        print(describe("image", image))
+    print(describe("image", image))
+    if host:
+        print(describe("host", host))
         ratio = statistics.median(host) / statistics.median(image)
         print(f"ratio host / image (medians): {ratio:.2f}")
 

@@ -1,6 +1,6 @@
 """Regular expressions that come from data, matched in time linear in the text.
 
-Scenario signatures, ``reached`` lines and fact tests, ``interrupt_on``, the
+Scenario signatures, ``reached`` lines and fact tests, the
 triage catalogue and a matrix GPU's ``/name/`` are written by people, and a
 backtracking engine (Python's ``re``) can take exponential time on a line that
 almost matches: ``ValueError:(.|\\s)*too small$`` or ``(a|a)*$`` on a 70-character
@@ -18,9 +18,9 @@ at the very end of the text (lines are searched without their line break, so
 this is the same there).
 
 The programs that run inside images have the standard library only, no RE2, and
-match no pattern from data: the runner matches ``interrupt_on`` on each line as
-the output streams and signals the harness (``run/cell.py``), and a probe reports
-what vLLM raised for the runner to match against the scenario's signatures
+match no pattern from data: a scenario's ``interrupt_on`` is text, not a pattern
+(the harness looks for it in each line as it streams), and a probe reports what
+vLLM raised for the runner to match against the scenario's signatures
 (``run/cell.py``).
 """
 

@@ -114,8 +114,6 @@ case "$2" in
   *'"act": "oom"'*|*/oom-case*) echo eating; exec tail /dev/zero ;;
   *'"act": "crash"'*) echo '(EngineCore pid=7) ValueError: the root cause'; exec sleep 600 ;;
   *'"act": "env"'*) env; exit 3 ;;
-  *'"act": "usr1"'*) trap 'echo "got USR1"; exit 5' USR1; echo waiting
-                     while :; do sleep 0.1; done ;;
   */kv-case*) echo "@@t $(date +%s.%N)"; cat /kv.log; exec sleep 600 ;;
   */stubborn-case*) trap '' TERM; echo stubborn; while :; do sleep 1; done ;;
   */flood-case*) i=0; while [ $i -lt 1024 ]; do cat /noise.log; i=$((i+1)); done

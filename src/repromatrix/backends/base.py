@@ -169,15 +169,6 @@ class Backend(Protocol):
         """
         ...
 
-    def interrupt(self, cell_id: str) -> None:
-        """Send the running harness of ``cell_id`` its interrupt (``harness.INTERRUPT_SIGNAL``,
-        SIGUSR1): it SIGTERMs the server it launched, as the scenario's ``interrupt_on`` asks.
-
-        Called from the listener, on the cell's own thread, the moment the line is read; the
-        cell goes on to its end as usual. Safe when nothing runs.
-        """
-        ...
-
     def stop(self, cell_id: str) -> None:
         """Kill and remove whatever runs ``cell_id`` now, and whatever it starts from now on.
 

@@ -138,6 +138,8 @@ def build_spec(
     spec["request"] = _request(cell, model_path, adapter)
     if launcher:
         spec["launcher"] = list(launcher)
+    if cell.interrupt_on is not None:
+        spec["interrupt_on"] = cell.interrupt_on  # text: the harness matches it (no pattern)
     if hub := hub_repos(cell, adapter):
         spec["hub"] = hub
     return spec

@@ -45,7 +45,7 @@ from repromatrix.backends.harness_spec import (
 )
 from repromatrix.backends.output import BoundedLog
 from repromatrix.errors import ConfigError, InfraError
-from repromatrix.harness.harness import INTERRUPT_SIGNAL, OFFLINE_ENV
+from repromatrix.harness.harness import OFFLINE_ENV
 from repromatrix.heartbeat import heartbeat
 from repromatrix.host.runner import Runner
 from repromatrix.images.wheelhouse import CACHE_ROOT, OUTPUT_TAIL, UNINSTALL, cpu_requirement
@@ -312,14 +312,6 @@ class LocalBackend:
         env["PATH"] = f"{venv / 'bin'}:{self.environ.get('PATH', '/usr/bin:/bin')}"
         env["VIRTUAL_ENV"] = str(venv)
         return env
-
-    def interrupt(self, cell_id: str) -> None:
-        """Send ``cell_id``'s harness (its own process, not its group) the interrupt signal."""
-        token = self.tokens.get(cell_id)
-        proc = self.running.get(token) if token is not None else None
-        if proc is not None and proc.poll() is None:
-            with suppress(ProcessLookupError, PermissionError):
-                os.kill(proc.pid, INTERRUPT_SIGNAL)
 
     def stop(self, cell_id: str) -> None:
         """Kill ``cell_id``'s harness and every process of its cell (its process groups)."""

@@ -11,8 +11,8 @@ runner triages the live stream; one that begins with the status mark behind
 ``@@repromatrix-status {json}``, with ``ready``, ``answered``, ``exit_code``
 (vLLM's), ``ready_s``, ``request_s``, ``vllm_version``, ``error``, ``probe``,
 ``stopped`` (the harness stopped vLLM itself, so ``exit_code`` is of its doing),
-``interrupted`` (the runner asked for the scenario's interrupt, SIGUSR1, and the
-harness sent the server its SIGTERM),
+``interrupted`` (the server printed the spec's ``interrupt_on`` text and the harness
+sent it SIGTERM),
 ``model_revision`` and ``adapter_revision`` (the HF cache snapshots of the
 spec's ``hub`` repos it resolved) and ``infra_error`` (the container cannot run
 the cell: a pinned revision is not in its HF cache).
@@ -23,11 +23,9 @@ The server starts as the image's own entrypoint starts it (the spec's
 ``launcher``: ``vllm serve MODEL ...``), else as the module
 ``python3 -m vllm.entrypoints.openai.api_server --model MODEL ...``.
 
-The runner reads every relayed line as it streams and matches a scenario's
-``interrupt_on`` there (with RE2, as triage does); when a line matches, it sends
-the harness SIGUSR1 (``docker kill --signal``, or ``kill`` for a local process),
-and the harness SIGTERMs the server it launched (``Interrupt``). No pattern is
-matched in the image.
+A scenario's ``interrupt_on`` reaches the spec as text (never a pattern: none is
+matched in the image); the harness SIGTERMs the server it launched at the first
+line of its output that holds it (``Interrupt``), as that line is relayed.
 
 Exit status: 0 when the request was answered or the probe reported, 1 when not,
 2 for a spec it cannot read.
@@ -76,10 +74,8 @@ HARNESS_ONLY = (STATUS_PREFIX.encode(), OOM_PREFIX.encode())
 # start that way.
 RELAYED_MARK = b"[repromatrix harness] relayed: "
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-# The signal the runner sends the harness when a line matched the scenario's ``interrupt_on``.
-INTERRUPT_SIGNAL = signal.SIGUSR1
-# Printed as the SIGTERM goes out to the server on the runner's interrupt.
-INTERRUPT_MARK = "[repromatrix harness] SIGTERM to the server: the runner saw its interrupt_on line"
+# Printed as the SIGTERM goes out to the server at its ``interrupt_on`` line.
+INTERRUPT_MARK = "[repromatrix harness] SIGTERM to the server: it printed the interrupt_on text"
 # Cells never talk to the outside world, whatever an image's defaults are: no hub
 # downloads, no usage statistics.
 OFFLINE_ENV = {
@@ -131,7 +127,7 @@ class Status:
     stopped: bool = False
     # Processes the kernel's OOM killer ended, as ``oomwatch`` saw them: {"pid", "name"}.
     oom_killed: list[dict[str, Any]] = field(default_factory=list)
-    # The runner's interrupt (``interrupt_on`` matched) reached the server as SIGTERM.
+    # The server printed the spec's ``interrupt_on`` text and was sent SIGTERM then.
     interrupted: bool = False
     # The commits of the HF cache snapshots the spec's ``hub`` repos resolved to.
     model_revision: str | None = None
@@ -386,56 +382,32 @@ def send_completion(spec: dict[str, Any], port: int, status: Status) -> None:
 
 
 class Interrupt:
-    """SIGTERM the launched server when the runner asks for the scenario's interrupt (SIGUSR1).
+    """SIGTERM the launched server at the first line of its output that holds the spec's
+    ``interrupt_on`` text (seed 004: the multimodal processor warm-up's line).
 
-    The runner sends SIGUSR1 as soon as a relayed line matches the scenario's
-    ``interrupt_on``, a line the engine itself prints (seed 004: the multimodal processor
-    warm-up), so the interrupt lands where the scenario says on any machine, however fast.
-    The SIGTERM goes to the server's own process, as a supervisor's (``docker stop``, a
-    Kubernetes probe) does; vLLM's handlers then stop its engine processes. A request that
-    comes before the server is launched is kept and sent once it is (``arm``).
+    It is matched here, on the relay thread, as the line arrives: the interrupt lands
+    where the scenario says, however fast the machine, with no round trip through the
+    runner (on a loaded host that took longer than the CPU lane's whole window, and the
+    server came up). The SIGTERM goes to the server's own process, as a supervisor's
+    (``docker stop``, a Kubernetes probe) does; vLLM's handlers then stop its engine
+    processes.
     """
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.child: Child | None = None
-        self.out: Output | None = None
-        self.asked = False
+    def __init__(self, text: str | None, out: Output) -> None:
+        self.needle = text.encode() if text else None
+        self.out = out
         self.sent = False
 
-    def on_signal(self, _signum: int, _frame: Any) -> None:
-        """The SIGUSR1 handler. It runs in the main thread, which may hold the output's lock
-        right then, so the work is done on a thread of its own."""
-        threading.Thread(target=self.ask, name="repromatrix-interrupt", daemon=True).start()
-
-    def ask(self) -> None:
-        """Record the runner's request and send it if the server runs."""
-        with self.lock:
-            self.asked = True
-        self.send()
-
-    def arm(self, child: Child, out: Output) -> None:
-        """``child`` is the server to interrupt; a request already made is sent now."""
-        with self.lock:
-            self.child, self.out = child, out
-        self.send()
-
-    def send(self) -> None:
-        """Announce and send the SIGTERM once, when both asked and armed."""
-        with self.lock:
-            child, out = self.child, self.out
-            if not self.asked or self.sent or child is None or out is None:
-                return
-            if child.proc.poll() is not None:
-                return  # it ended by itself: nothing to interrupt
-            self.sent = True
-        out.write_line(INTERRUPT_MARK.encode())
+    def on_line(self, child: Child, line: bytes) -> None:
+        """The relay's hook: announce and send the SIGTERM at the first line with the text."""
+        if self.needle is None or self.sent or self.needle not in line:
+            return
+        if child.proc.poll() is not None:
+            return  # it ended by itself: nothing to interrupt
+        self.sent = True
+        self.out.write_line(INTERRUPT_MARK.encode())
         with contextlib.suppress(ProcessLookupError):
             child.proc.send_signal(signal.SIGTERM)
-
-
-# The one interrupt of this harness run (its handler is installed by ``main``).
-INTERRUPT = Interrupt()
 
 
 def hold_port(port: int) -> socket.socket:
@@ -464,9 +436,9 @@ def serve(spec: dict[str, Any], port: int, out: Output, status: Status) -> None:
     """Launch the server on ``port``, wait for readiness, send the request, stop it."""
     command = server_command(spec, port, sys.executable)
     out.write_line((LAUNCH_PREFIX + json.dumps(command)).encode())
-    child = Child(command, child_env(spec), out)
+    interrupt = Interrupt(spec.get("interrupt_on"), out)
+    child = Child(command, child_env(spec), out, interrupt.on_line)
     CHILDREN.append(child)
-    INTERRUPT.arm(child, out)
     if wait_ready(child, port, float(spec["startup_timeout_s"]), status):
         send_completion(spec, port, status)
         # Said now, before the stop: a runner that ends the container during the server's
@@ -474,7 +446,7 @@ def serve(spec: dict[str, Any], port: int, out: Output, status: Status) -> None:
         report_status(out, status)
     status.stopped = child.proc.poll() is None
     status.exit_code = child.stop()
-    status.interrupted = INTERRUPT.sent
+    status.interrupted = interrupt.sent
 
 
 def wait_child(child: Child, timeout_s: float, what: str, status: Status) -> None:
@@ -493,11 +465,11 @@ def run_offline(spec: dict[str, Any], spec_path: str, out: Output, status: Statu
     os.close(fd)
     os.unlink(progress)
     argv = offline_command(spec_path, progress, sys.executable)
-    child = Child(argv, child_env(spec), out)
+    interrupt = Interrupt(spec.get("interrupt_on"), out)
+    child = Child(argv, child_env(spec), out, interrupt.on_line)
     CHILDREN.append(child)
-    INTERRUPT.arm(child, out)
     wait_child(child, float(spec["startup_timeout_s"]), "LLM() and generate()", status)
-    status.interrupted = INTERRUPT.sent
+    status.interrupted = interrupt.sent
     report = read_json(progress) or {}
     status.ready = "ready_s" in report
     status.ready_s = float(report.get("ready_s") or 0.0)
@@ -649,7 +621,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give a spec file or --spec-json, not both")
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    signal.signal(INTERRUPT_SIGNAL, INTERRUPT.on_signal)
     return run(args, Output(sys.stdout.buffer))
 
 

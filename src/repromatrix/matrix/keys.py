@@ -392,8 +392,8 @@ SCENARIO_SECTIONS: tuple[MappingKind, ...] = (
             Key("model_files", "choice", FILES_DOC, choices=MODEL_FILES_CHOICES),
             Key(
                 "interrupt_on",
-                "regex",
-                "SIGTERM the server when a line of vLLM's output matches this pattern",
+                "text",
+                "SIGTERM the server at the first line of vLLM's output that holds this text",
             ),
             Key("startup_timeout_s", "number_or_null", "how long start-up may take"),
             Key("container", "section", "the cell's container and harness", ref="container"),

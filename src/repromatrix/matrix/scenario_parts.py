@@ -128,6 +128,36 @@ def read_pattern(node: YNode | None, what: str, reader: Reader) -> str | None:
     return pattern
 
 
+# A backslash and the character it escapes, as a regular expression writes it (``\.``).
+ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+
+
+def read_line_text(node: YNode | None, what: str, reader: Reader) -> str | None:
+    r"""Text a line of vLLM's output holds (``interrupt_on``): matched as text, by the harness
+    inside the image, where no pattern is matched (``patterns.py``). A backslash before
+    punctuation is dropped, as a pattern escapes it (``\.\.\.`` is ``...``); one before a
+    letter or digit (``\d``) is a pattern's class, refused with the fix."""
+    if node is None:
+        return None
+    written = reader.text(node, what)
+    if written is None:
+        return None
+    classes = [m.group(0) for m in ESCAPE.finditer(written) if m.group(1).isalnum()]
+    if classes:
+        reader.error(
+            node.where,
+            f"{what} is text a line of vLLM's output holds, matched as text in the image, "
+            f"not a pattern: `{classes[0]}` is a regular expression's; write the line's own "
+            "words (a backslash before punctuation is dropped, as a pattern escapes it)",
+        )
+        return None
+    text = ESCAPE.sub(lambda m: m.group(1), written)
+    if not text.strip():
+        reader.error(node.where, f"{what} must hold some text (an empty one is in every line)")
+        return None
+    return text
+
+
 def read_env(node: YNode | None, what: str, reader: Reader) -> dict[str, str]:
     """Environment variables: valid names, values by their grammar, never a secret (those
     reach a cell from the host at run time only); ``env.read_env``."""

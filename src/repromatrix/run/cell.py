@@ -3,8 +3,8 @@
 What the cell is given (``CellContext``, from its image job's value), the
 callable the pool runs for it (``work_for``: its GPUs checked idle and its
 driver against the image's CUDA, then ``run_cell``), its container call with a
-live triage on the stream (``execute_cell``: the scenario's ``interrupt_on``
-matched on each streamed line, an early stop once the root cause is named),
+live triage on the stream (``execute_cell``: an early stop once the root cause is
+named),
 the outcome decided from the facts (``decide``), and the result written the
 moment the cell ends (``save``).
 
@@ -52,7 +52,7 @@ from typing import Any, Protocol
 from repromatrix.backends.base import Backend, Execution, Placement, Prepared
 from repromatrix.backends.harness_spec import build_spec, model_path
 from repromatrix.errors import InfraError, RepromatrixError
-from repromatrix.harness.harness import PROTOCOL_PREFIX, STATUS_PREFIX
+from repromatrix.harness.harness import STATUS_PREFIX
 from repromatrix.harness.oomwatch import KILL_WORDS, LINE_PREFIX
 from repromatrix.host.identity import driver_shortfall
 from repromatrix.host.idle import NO_WAIT, IdleWait, wait_idle
@@ -232,7 +232,7 @@ def execute_cell(
         adapter_path=context.adapter_path,
         launcher=context.prepared.launcher,
     )
-    listener, triager = make_listener(cell, lambda: backend.interrupt(cell.id))
+    listener, triager = make_listener(cell)
     execution = backend.execute(cell, spec, context.prepared, listener, placement)
     # What the backend kept after the listener last read still counts: the output drained
     # once an early stop killed the container (the harness's OOM record can come last), or
@@ -312,39 +312,7 @@ def run_cell(
 NOT_RUN = Execution(exit_code=None, log=b"")
 
 
-# Lines the harness prints itself (its protocol, its own notes): never the engine's, so
-# never the line a scenario interrupts on.
-HARNESS_LINES = (PROTOCOL_PREFIX.encode(), LINE_PREFIX.encode())
-
-
-LONGEST_LINE = 1 << 20  # bytes of an unfinished line kept for the interrupt's match
-
-
-class InterruptOn:
-    """Sends the scenario's interrupt (``send``) the first time a line of the cell's output
-    matches ``interrupt_on``: RE2 (``patterns.py``) on each whole line, on the host, as the
-    output streams; the harness then SIGTERMs the server (``harness.Interrupt``)."""
-
-    def __init__(self, pattern: str, send: Callable[[], None]) -> None:
-        self.pattern = compile_pattern(pattern)
-        self.send = send
-        self.line: str | None = None  # the line that matched, once one has
-        self._partial = b""
-
-    def feed(self, chunk: bytes) -> None:
-        """Read the next chunk of output; send the interrupt at the first matching line."""
-        if self.line is not None:
-            return
-        *lines, rest = (self._partial + chunk).split(b"\n")
-        self._partial = rest[-LONGEST_LINE:]
-        for raw in lines:
-            if raw.startswith(HARNESS_LINES):
-                continue
-            text = raw.decode("utf-8", errors="replace").rstrip("\r")
-            if self.pattern.search(text):
-                self.line, self._partial = text, b""
-                self.send()
-                return
+LONGEST_LINE = 1 << 20  # bytes of an unfinished line kept for its match
 
 
 class Served:
@@ -370,23 +338,17 @@ class Served:
         self.answered = status is not None and status.ready and status.answered
 
 
-def make_listener(
-    cell: Cell, interrupt: Callable[[], None] = lambda: None
-) -> tuple[Callable[[bytes], bool], Triager]:
+def make_listener(cell: Cell) -> tuple[Callable[[bytes], bool], Triager]:
     """A listener that feeds a live ``Triager`` and asks to stop once it is terminal (never
-    after the harness said the engine answered: ``Served``); with a scenario's
-    ``interrupt_on``, it calls ``interrupt`` when a line first matches it.
+    after the harness said the engine answered: ``Served``).
 
     Triage is given the cell's own scenario only, so ``signature_seen`` means
     *this* cell's documented crash, never another scenario's.
     """
     triager = Triager(cell.watched)
-    interrupt_on = InterruptOn(cell.interrupt_on, interrupt) if cell.interrupt_on else None
     served = Served()
 
     def on_output(chunk: bytes) -> bool:
-        if interrupt_on is not None:
-            interrupt_on.feed(chunk)
         served.feed(chunk)
         triager.feed(chunk)
         return triager.terminal and not served.answered

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from repromatrix.backends.harness_spec import build_spec
-from repromatrix.harness.harness import INTERRUPT_MARK, INTERRUPT_SIGNAL, free_port
+from repromatrix.harness.harness import INTERRUPT_MARK, free_port
 from repromatrix.rehearsal.hfcache import lay_out
 from repromatrix.run.cell import parse_status
 from repromatrix.values import Launch, LaunchMode, Level, Probe
@@ -190,40 +190,38 @@ def test_startup_timeout_stops_the_server(standin: Path, tmp_path: Path) -> None
     assert_dead(engine_pids(output))
 
 
-def interrupt_on_line(spec: dict[str, Any], line: bytes, tmp_path: Path) -> str:
-    """Run the harness and send it the runner's interrupt (SIGUSR1) once ``line`` is relayed,
-    as the runner does when ``interrupt_on`` matches; its whole output."""
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    proc = subprocess.Popen(
-        [sys.executable, str(HARNESS), str(spec_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    assert proc.stdout is not None
-    seen = b""
-    while line not in seen:
-        ready, _, _ = select.select([proc.stdout], [], [], 60)
-        assert ready, "the line never came"
-        seen += os.read(proc.stdout.fileno(), 4096)
-    proc.send_signal(INTERRUPT_SIGNAL)
-    rest, _ = proc.communicate(timeout=60)
-    return (seen + rest).decode()
+def run_interrupted(spec: dict[str, Any], text: str, tmp_path: Path) -> str:
+    """Run the harness with ``text`` as the spec's ``interrupt_on``; its whole output."""
+    code, output = run_harness({**spec, "interrupt_on": text}, tmp_path)
+    assert code == 1, output
+    return output
 
 
-def test_the_runners_interrupt_sigterms_the_starting_server(standin: Path, tmp_path: Path) -> None:
-    spec = spec_for(standin, "never-ready")
-    assert "interrupt_on" not in spec  # the pattern is matched by the runner, not here
-    output = interrupt_on_line(spec, b"standin engine pid", tmp_path)
+def test_the_interrupt_on_text_sigterms_the_starting_server(standin: Path, tmp_path: Path) -> None:
+    output = run_interrupted(spec_for(standin, "never-ready"), "standin engine pid", tmp_path)
     status = status_of(output)
     assert status["ready"] is False and status["interrupted"] is True
     assert status["exit_code"] == -signal.SIGTERM  # the server's own process got it
     assert "before it was ready" in status["error"]
-    # Announced after the line that triggered it, in the relayed output.
+    # Announced right after the line that holds the text, in the relayed output.
     lines = output.splitlines()
     [asked] = [i for i, line in enumerate(lines) if line.startswith("standin engine pid")]
-    assert INTERRUPT_MARK in lines[asked + 1 :]
+    assert lines[asked + 1] == INTERRUPT_MARK
     assert_dead(engine_pids(output))
+
+
+def test_a_line_without_the_text_never_interrupts(standin: Path, tmp_path: Path) -> None:
+    spec = {**spec_for(standin, "serve"), "interrupt_on": "a line no engine prints"}
+    code, output = run_harness(spec, tmp_path)
+    status = status_of(output)
+    assert code == 0 and status["answered"] is True and status["interrupted"] is False
+    assert INTERRUPT_MARK not in output
+
+
+def test_the_text_is_text_not_a_pattern(standin: Path, tmp_path: Path) -> None:
+    spec = {**spec_for(standin, "serve"), "interrupt_on": r"standin engine pid \d+"}
+    code, output = run_harness(spec, tmp_path)
+    assert code == 0 and status_of(output)["interrupted"] is False
 
 
 def test_an_interrupt_in_offline_mode_sigterms_the_engine(standin: Path, tmp_path: Path) -> None:
@@ -232,7 +230,7 @@ def test_an_interrupt_in_offline_mode_sigterms_the_engine(standin: Path, tmp_pat
         env={"PYTHONPATH": str(standin), "STANDIN": "hang"},
     )
     spec = build_spec(cell, "/models/tiny")
-    output = interrupt_on_line(spec, b"standin LLM", tmp_path)
+    output = run_interrupted(spec, "standin LLM", tmp_path)
     status = status_of(output)
     assert status["interrupted"] is True and status["exit_code"] == -signal.SIGTERM
     assert status["answered"] is False and INTERRUPT_MARK in output
