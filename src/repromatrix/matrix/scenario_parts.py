@@ -130,25 +130,27 @@ def read_pattern(node: YNode | None, what: str, reader: Reader) -> str | None:
 
 # A backslash and the character it escapes, as a regular expression writes it (``\.``).
 ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+# What only a pattern writes outside its escapes: a repeat of any character (``.*``, ``.+``)
+# or an anchor at either end (``^...``, ``...$``).
+UNESCAPED_PATTERN = re.compile(r"\.[*+]|^\^|\$$")
 
 
 def read_line_text(node: YNode | None, what: str, reader: Reader) -> str | None:
     r"""Text a line of vLLM's output holds (``interrupt_on``): matched as text, by the harness
     inside the image, where no pattern is matched (``patterns.py``). A backslash before
-    punctuation is dropped, as a pattern escapes it (``\.\.\.`` is ``...``); one before a
-    letter or digit (``\d``) is a pattern's class, refused with the fix."""
+    punctuation is dropped, as a pattern escapes it (``\.\.\.`` is ``...``); what only a
+    pattern writes (``\d``, ``.*``, an anchor) is refused with the fix."""
     if node is None:
         return None
     written = reader.text(node, what)
     if written is None:
         return None
-    classes = [m.group(0) for m in ESCAPE.finditer(written) if m.group(1).isalnum()]
-    if classes:
+    if (found := pattern_only(written)) is not None:
         reader.error(
             node.where,
             f"{what} is text a line of vLLM's output holds, matched as text in the image, "
-            f"not a pattern: `{classes[0]}` is a regular expression's; write the line's own "
-            "words (a backslash before punctuation is dropped, as a pattern escapes it)",
+            f"not a pattern: `{found}` is a regular expression's; write the line's own words "
+            "(a backslash before punctuation is dropped, as a pattern escapes it)",
         )
         return None
     text = ESCAPE.sub(lambda m: m.group(1), written)
@@ -156,6 +158,16 @@ def read_line_text(node: YNode | None, what: str, reader: Reader) -> str | None:
         reader.error(node.where, f"{what} must hold some text (an empty one is in every line)")
         return None
     return text
+
+
+def pattern_only(written: str) -> str | None:
+    """The first thing in ``written`` only a regular expression writes (a class such as
+    ``\\d``, ``.*``, an anchor), or None."""
+    for escape in ESCAPE.finditer(written):
+        if escape.group(1).isalnum():
+            return escape.group(0)
+    found = UNESCAPED_PATTERN.search(ESCAPE.sub("\0", written))  # an escape is text
+    return found.group(0) if found else None
 
 
 def read_env(node: YNode | None, what: str, reader: Reader) -> dict[str, str]:

@@ -357,7 +357,29 @@ def test_seed_003_decides_per_rank_from_the_source(catalogue: dict[str, Scenario
     ],
 )
 def test_interrupt_on_is_the_text_of_a_line(tmp_path: Path, written: str, text: str) -> None:
-    body = f"""
+    assert load_scenario(
+        write(tmp_path, "s.yaml", interrupted_on(written))
+    ).launch.interrupt_on == (text)
+
+
+@pytest.mark.parametrize(
+    ("written", "named"),
+    [(r"pid \d+", r"\d"), ("Loading .* shards", ".*"), ("^Supported", "^"), ("tasks: $", "$")],
+)
+def test_interrupt_on_that_only_a_pattern_writes_is_refused_with_its_place(
+    tmp_path: Path, written: str, named: str
+) -> None:
+    body = interrupted_on(written)
+    path = write(tmp_path, "s.yaml", body)
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    [problem] = [str(p).removeprefix(f"{path}:") for p in info.value.problems]
+    assert problem.startswith(at(body, json.dumps(written)))
+    assert f"`{named}` is a regular expression's" in problem
+
+
+def interrupted_on(written: str) -> str:
+    return f"""
 id: s
 title: t
 kind: startup-interruption
@@ -370,4 +392,3 @@ affected: all
 fixed: null
 avoided: ok
 """
-    assert load_scenario(write(tmp_path, "s.yaml", body)).launch.interrupt_on == text
