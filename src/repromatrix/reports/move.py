@@ -6,6 +6,8 @@ Pure: judged cells and two tags in, a ``MoveSummary`` out. It reuses
 the healthy baselines, prefers the engine level where both levels ran, and
 names for each crash still not safe whether the candidate has a verified
 workaround on the same configuration (``not safe → safe with a flag change``).
+A crash the matrix stages (``UpgradeView.staged``) hits every image it is given:
+its trigger makes no move (the upgrade view lists it as staged).
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ def build_move(
     for pair in upgrade.pairs:
         k = pair.key
         if k.variant not in (TRIGGER, BASELINE) or _not_run(pair):
+            continue
+        if k.variant == TRIGGER and k.scenario in view.staged:
             continue
         where = (Configuration(k.lane, k.gpu, k.model, k.flagset), k.scenario, k.variant)
         if where not in chosen or k.level == "engine":

@@ -134,6 +134,7 @@ class UpgradeView:
     """Every lane's view."""
 
     lanes: tuple[LaneView, ...]
+    staged: frozenset[str] = frozenset()  # the scenarios the matrix stages: they decide nothing
 
 
 def build_upgrade(judged: Iterable[Judged], staged: Collection[str] = ()) -> UpgradeView:
@@ -155,7 +156,8 @@ def build_upgrade(judged: Iterable[Judged], staged: Collection[str] = ()) -> Upg
             versions[r.lane].setdefault(r.image_tag, r.version)
     staged_ids = frozenset(staged)
     return UpgradeView(
-        tuple(_lane(lane, grouped[lane], versions[lane], staged_ids) for lane in sorted(grouped))
+        tuple(_lane(lane, grouped[lane], versions[lane], staged_ids) for lane in sorted(grouped)),
+        staged_ids,
     )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -111,10 +111,12 @@ def build_answer(
     counts: Counts,
     run: str,
     evidence: SiteLinks | None = None,
+    staged: Collection[str] = (),
 ) -> TagAnswer:
     """The answer from the candidate's judged cells and, unless it is the baseline itself,
-    the baseline's tag and published cells (a moved baseline tag is its earlier digest)."""
-    view = build_upgrade(judged)
+    the baseline's tag and published cells (a moved baseline tag is its earlier digest).
+    The ``staged`` scenarios (the matrix stages their crash) decide no safety."""
+    view = build_upgrade(judged, staged)
     cells = _configurations(view, candidate)
     found = {one.safety for _, one in cells}
     safety = worst(found)

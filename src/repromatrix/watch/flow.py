@@ -49,7 +49,7 @@ from repromatrix.run.progress import Progress
 from repromatrix.secret_env import redact_text
 from repromatrix.upstream.lock import apply_lock, write_lock
 from repromatrix.upstream.resolve import Online, Upstream, resolve
-from repromatrix.values import Cell, Lane, Level, Scenario
+from repromatrix.values import STAGED_KINDS, Cell, Lane, Level, Scenario
 from repromatrix.visible import visible
 from repromatrix.watch import deliver as delivering
 from repromatrix.watch.answer import (
@@ -303,9 +303,15 @@ def preliminary(
         stage=Stage.PRELIMINARY,
         counts=counts,
         run=candidate.run_id,
+        staged=staged_of(this),
     )
     keep(this, answer)
     return [answer]
+
+
+def staged_of(this: Round) -> frozenset[str]:
+    """The round's scenarios whose crash the matrix stages: they decide no image's safety."""
+    return frozenset(s.id for s in this.scenarios if s.kind in STAGED_KINDS)
 
 
 def publish_final(
@@ -332,6 +338,7 @@ def publish_final(
             counts=counts,
             run=summary.runs[0],
             evidence=evidence,
+            staged=staged_of(this),
         )
         made.append(answer)
         return {SITE_ANSWERS: _site_answers(this.options.site, answer)}

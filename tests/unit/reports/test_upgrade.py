@@ -344,6 +344,18 @@ def test_a_staged_start_up_interruption_is_not_held_against_an_image() -> None:
     assert (alone.safety, alone.crashes, alone.staged) == (Safety.SAFE, (), (WARMUP,))
 
 
+def test_a_staged_crash_makes_no_move_between_two_images() -> None:
+    judged = judge_all(staged_run())
+    move = build_move(judged, build_upgrade(judged, staged={WARMUP}), "v0.27.1", "v0.32.0")
+    assert [i.scenario for i in move.items] == [] and move.still_avoided == 1  # the baseline
+    assert not move.worse
+    # Held as a defect, the same hit on both sides is a crash the move keeps.
+    held = build_move(judged, build_upgrade(judged), "v0.27.1", "v0.32.0")
+    assert [(i.scenario, i.move) for i in held.items] == [
+        (WARMUP, SafetyMove(Safety.NOT_SAFE, Safety.NOT_SAFE))
+    ]
+
+
 def test_the_reports_read_the_kind_from_the_scenario_files() -> None:
     documents = documented_ranges(load_scenarios(paths.ROOT / "scenarios"))
     assert documents[WARMUP].kind == "startup-interruption"

@@ -146,3 +146,22 @@ def test_the_markdown_of_an_answer_writes_values_from_results_as_text() -> None:
     text = answer_markdown(answer)
     assert "Forged" in text and "octocat" in text
     assert not re.search(r"(?m)^#+ Forged|(?<!\\)\]\(|(?<!\\)!\[|(?<![\w\u200d])@octocat", text)
+
+
+def test_a_staged_crash_decides_no_safety_in_the_answer() -> None:
+    # Seed 004's interruption, staged by the matrix, hit on the candidate: listed, not held.
+    staged = [
+        result(tag="v0.32.0", outcome=Outcome.HIT, expected=Expected.HIT,
+               **{**MOE, "scenario": "mm-warmup-interrupted", "flags": {}})
+    ]  # fmt: skip
+    judged = judge_all([*cells("v0.32.0", Outcome.AVOIDED), *staged])
+    counts = counts_of(len(judged), judged, 0)
+
+    def answer(**staged_arg: Any) -> Any:
+        return build_answer(
+            candidate(), judged, None, stage=Stage.FINAL, counts=counts,
+            run="watch-gpu-v0.32.0-cccccccccccc", **staged_arg,
+        )  # fmt: skip
+
+    assert answer_json(answer(staged={"mm-warmup-interrupted"}))["safety"] == "safe"
+    assert answer_json(answer())["safety"] == "not_safe"
