@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from repromatrix.secret_env import SECRET_ENV, shape_of
+from repromatrix.secret_env import SECRET_ENV, is_secret_name, shape_of
 
 # PEP 508 distribution name.
 PACKAGE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
@@ -187,8 +187,6 @@ def check_env_name(value: str) -> str | None:
     return None
 
 
-# Words in a variable name that say it holds a secret: a cell is given none.
-SECRET_NAME_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 # What the run itself sets for a cell: the GPUs it chose, the offline Hugging Face cache.
 RUN_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HF_HOME", "HF_HUB_OFFLINE")
 # A value of an environment variable a matrix or scenario sets: characters no shell, YAML
@@ -203,11 +201,12 @@ def check_fleet_env_name(value: str) -> str | None:
     shell name that names no secret and nothing the run sets itself."""
     if (why := check_env_name(value)) is not None:
         return why
-    upper = value.upper()
-    if any(word in upper for word in SECRET_NAME_WORDS):
-        words = ", ".join(SECRET_NAME_WORDS)
-        return f"a name with {words} in it holds a secret, and a cell is given none"
-    if upper in RUN_ENV:
+    if is_secret_name(value):
+        return (
+            "a name that says token, secret, password, credential or key holds a secret, "
+            "and a cell is given none"
+        )
+    if value.upper() in RUN_ENV:
         return "the run sets it for each cell (its GPUs, its offline Hugging Face cache)"
     return None
 
