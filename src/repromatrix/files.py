@@ -88,8 +88,11 @@ def folder_inside(root: Path, folder: Path) -> Path:
         here = here / part
         if part == ".." or not here.resolve().is_relative_to(top):
             raise LeadsOut(f"{folder} leads out of {root} (at {here})")
-        if not here.is_dir():
-            here.mkdir()
+        # exist_ok: another thread of the run may make the same folder at the same moment
+        # (two image jobs writing their environment reports); so what is there is checked again.
+        here.mkdir(exist_ok=True)
+        if not here.resolve().is_relative_to(top):
+            raise LeadsOut(f"{folder} leads out of {root} (at {here})")
     return folder
 
 

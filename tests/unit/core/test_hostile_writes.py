@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -210,6 +211,28 @@ def test_a_path_that_names_its_way_out_is_refused(tmp_path: Path, path: str) -> 
         inside(root, root / path)
     with pytest.raises(LeadsOut):
         folder_inside(root, root / path)
+
+
+def test_threads_that_make_one_folder_at_once_all_get_it(tmp_path: Path) -> None:
+    # Two image jobs of one run write their environment reports into the same new folder.
+    failed: list[BaseException] = []
+
+    def make(root: Path, start: threading.Barrier) -> None:
+        start.wait()
+        try:
+            inside(root, root / "environment" / "report.txt")
+        except BaseException as exc:
+            failed.append(exc)
+
+    for attempt in range(100):
+        root, start = tmp_path / str(attempt), threading.Barrier(4)
+        threads = [threading.Thread(target=make, args=(root, start)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert (root / "environment").is_dir()
+    assert failed == []
 
 
 def test_copy_tree_copies_no_link_and_says_so(tmp_path: Path) -> None:
