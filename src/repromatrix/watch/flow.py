@@ -35,12 +35,12 @@ from repromatrix.errors import UsageError
 from repromatrix.host.runner import Runner, detect_runner
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
-from repromatrix.matrix.inputs import load_inputs, scenario_dirs
+from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.publish.history import History, read_history
 from repromatrix.publish.site import PublishSummary, cell_page, publish_staged
 from repromatrix.reports.findings import ReportOptions
-from repromatrix.reports.ranges import load_documents
+from repromatrix.reports.ranges import documented_ranges
 from repromatrix.results.merge import merge
 from repromatrix.results.verdicts import Judged, judge_all
 from repromatrix.run.claim import claimed
@@ -343,7 +343,7 @@ def publish_final(
         made.append(answer)
         return {SITE_ANSWERS: _site_answers(this.options.site, answer)}
 
-    documents = load_documents(scenario_dirs(this.options.scenarios)[0])
+    documents = documented_ranges(this.scenarios)  # the round's own, every folder of them
     published = publish_staged([source], this.options.site, ReportOptions(documents), answers_page)
     this.note(f"{candidate.words}: published in {published.out}/ (run {published.runs[0]})")
     keep(this, made[0])
