@@ -39,7 +39,7 @@ from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.publish.history import History, read_history
 from repromatrix.publish.site import PublishSummary, cell_page, publish_staged
-from repromatrix.reports.findings import ReportOptions
+from repromatrix.reports.findings import ReportOptions, staged_scenarios
 from repromatrix.reports.ranges import documented_ranges
 from repromatrix.results.merge import merge
 from repromatrix.results.verdicts import Judged, judge_all
@@ -49,7 +49,7 @@ from repromatrix.run.progress import Progress
 from repromatrix.secret_env import redact_text
 from repromatrix.upstream.lock import apply_lock, write_lock
 from repromatrix.upstream.resolve import Online, Upstream, resolve
-from repromatrix.values import STAGED_KINDS, Cell, Lane, Level, Scenario
+from repromatrix.values import Cell, Lane, Level, Scenario
 from repromatrix.visible import visible
 from repromatrix.watch import deliver as delivering
 from repromatrix.watch.answer import (
@@ -311,7 +311,7 @@ def preliminary(
 
 def staged_of(this: Round) -> frozenset[str]:
     """The round's scenarios whose crash the matrix stages: they decide no image's safety."""
-    return frozenset(s.id for s in this.scenarios if s.kind in STAGED_KINDS)
+    return staged_scenarios(documented_ranges(this.scenarios))
 
 
 def publish_final(
