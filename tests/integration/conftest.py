@@ -11,9 +11,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
 import pytest
 
 from repromatrix.results import store as results
@@ -25,6 +27,34 @@ ROOT = paths.ROOT
 SELECTION = ["--lane", "cpu", "--only", "cpu/0.3{1,2}.0/cpu/tiny-llama/*"]
 RUN_ID = "ci-cpu-matrix"
 BUILD_AND_RUN_S = 3600  # a cold cache builds two images first: minutes on 2 cores
+
+
+# Images the tests make for themselves and never find again: GPU-lane rehearsals and
+# watch rounds build ``cell-gpu`` images on images pulled from throwaway local registries
+# (a new digest every session), the engine tests tag tools images.
+THROWAWAY_REPOSITORIES = ("127.0.0.1:", "localhost:", "repromatrix/cell-gpu-", "repromatrix-test/")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _throwaway_images_removed() -> Iterator[None]:
+    """Remove the throwaway images the session made, and the untagged ones it left. Each is
+    about 4 GB, most of it layers shared with the CPU images; left behind, every run of the
+    suite added about 1.5 GB to the engine, and CI runs on a machine like this one, its disk
+    included. Images that were there before the session (the CPU images ``.ci/run`` made,
+    a user's own) are never touched."""
+    try:
+        client = docker.from_env()
+        before = {image.id for image in client.images.list()}
+    except docker.errors.DockerException:
+        yield  # no engine here: the tests that need one are skipped
+        return
+    yield
+    for image in client.images.list():
+        tags = image.tags
+        throwaway = not tags or all(t.startswith(THROWAWAY_REPOSITORIES) for t in tags)
+        if image.id not in before and throwaway:
+            with suppress(docker.errors.APIError):  # in use by another image, or gone already
+                client.images.remove(image.id, force=True)
 
 
 @dataclass(frozen=True)
