@@ -18,7 +18,8 @@ SOURCE_LEGEND = "flag sources: [f] flag set, [i] include, [s] scenario launch, [
 MEMORY_LEGEND = (
     "memory (GiB, per GPU): weights+LoRA buffers+KV cache on one GPU = a lower bound of its "
     "need, against what vLLM may use on one GPU (reported x gpu_memory_utilization); xN: the "
-    "GPUs (TP x PP) that each need it; ? unknown, - a probe"
+    "GPUs (TP x PP) that each need it; ? unknown, - a probe; host: a CPU-lane cell, in the "
+    "host's memory"
 )
 
 

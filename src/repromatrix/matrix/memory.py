@@ -195,6 +195,7 @@ class MemoryEstimate:
     budget: Budget | None  # None: the CPU lane (the host's memory), or no GPU memory fact
     missing: tuple[str, ...] = ()  # matrix facts that would complete it: "model.head_dim"
     ranks: int = 1  # the GPUs, each needing these parts: tensor x pipeline parallel size
+    on_host: bool = False  # the CPU lane: the parts live in the host's memory, no GPU's
 
     @property
     def parts(self) -> tuple[int | None, int | None, int | None]:
@@ -236,7 +237,13 @@ def estimate(cell: Cell) -> MemoryEstimate | None:
     budget, budget_missing = budget_of(cell)
     missing = (*weights_missing, *lora_missing, *kv_missing, *budget_missing)
     return MemoryEstimate(
-        weights, lora, kv_cache, budget, tuple(dict.fromkeys(missing)), parallel.ranks
+        weights,
+        lora,
+        kv_cache,
+        budget,
+        tuple(dict.fromkeys(missing)),
+        parallel.ranks,
+        on_host=cell.lane is Lane.CPU,
     )
 
 
@@ -599,11 +606,15 @@ def parts_text(found: MemoryEstimate) -> str:
 def table_text(found: MemoryEstimate | None) -> str:
     """The plan table's memory column, per GPU: fit, parts, lower bound and one GPU's
     budget in GiB, then the GPUs that each need it, e.g.
-    ``fits:14.2+24.9+0.1=39.2<=129.2/GPU,x4`` (``-`` for a probe cell, ``?`` for unknown)."""
+    ``fits:14.2+24.9+0.1=39.2<=129.2/GPU,x4`` (``-`` for a probe cell, ``?`` for unknown).
+    A CPU-lane cell's parts are in the host's memory, which the run's scheduler weighs:
+    ``host:0.0+0.0+0.1=0.1``."""
     if found is None:
         return "-"
     parts = "+".join(_gib_or_unknown(part) for part in found.parts)
     need = gib(found.need) if found.complete or found.fit is Fit.INFEASIBLE else "?"
+    if found.on_host:
+        return f"host:{parts}={need}"
     budget = gib(found.budget.bytes) if found.budget is not None else "?"
     relation = {Fit.FITS: "<=", Fit.INFEASIBLE: ">", Fit.UNKNOWN: "/"}[found.fit]
     return f"{found.fit}:{parts}={need}{relation}{budget}/GPU,x{found.ranks}"

@@ -322,6 +322,7 @@ def test_probes_and_the_cpu_lane() -> None:
     cpu = estimated(factories.cell(Lane.CPU, model=tiny, flags={"kv_cache_memory_bytes": 2**26}))
     assert cpu.budget is None and cpu.missing == () and cpu.fit is Fit.UNKNOWN
     assert (cpu.weights, cpu.kv_cache) == (2_838_016, 2**26)
+    assert table_text(cpu) == "host:0.0+0.0+0.1=0.1"  # no GPU, no GPU's budget
 
 
 MATRIX = GPU_LANE.replace(
