@@ -49,12 +49,17 @@ def _throwaway_images_removed() -> Iterator[None]:
         yield  # no engine here: the tests that need one are skipped
         return
     yield
-    for image in client.images.list():
-        tags = image.tags
-        throwaway = not tags or all(t.startswith(THROWAWAY_REPOSITORIES) for t in tags)
-        if image.id not in before and throwaway:
-            with suppress(docker.errors.APIError):  # in use by another image, or gone already
-                client.images.remove(image.id, force=True)
+    made = [
+        image
+        for image in client.images.list()
+        if image.id not in before
+        and (not image.tags or all(t.startswith(THROWAWAY_REPOSITORIES) for t in image.tags))
+    ]
+    # Children first: the engine refuses to remove an image another was built on, even forced
+    # (a cell-gpu image on the image pulled from the registry). Built later, listed first.
+    for image in sorted(made, key=lambda image: image.attrs.get("Created", ""), reverse=True):
+        with suppress(docker.errors.APIError):  # still a parent of a kept image, or gone
+            client.images.remove(image.id, force=True)
 
 
 @dataclass(frozen=True)
