@@ -327,6 +327,7 @@ def publish_final(
     if missing:
         this.note(f"{candidate.words}: answered without {missing} cells the fleet never sent")
     made: list[TagAnswer] = []
+    documents = documented_ranges(this.scenarios)  # the round's own, every folder of them
 
     def answers_page(_history: History, summary: PublishSummary) -> dict[str, bytes]:
         evidence = _evidence(this.options, summary, judged)
@@ -338,12 +339,11 @@ def publish_final(
             counts=counts,
             run=summary.runs[0],
             evidence=evidence,
-            staged=staged_of(this),
+            staged=staged_scenarios(documents),
         )
         made.append(answer)
         return {SITE_ANSWERS: _site_answers(this.options.site, answer)}
 
-    documents = documented_ranges(this.scenarios)  # the round's own, every folder of them
     published = publish_staged([source], this.options.site, ReportOptions(documents), answers_page)
     this.note(f"{candidate.words}: published in {published.out}/ (run {published.runs[0]})")
     keep(this, made[0])
