@@ -10,8 +10,8 @@ from pathlib import Path
 from repromatrix.errors import UsageError
 from repromatrix.host.runner import parse_gpu_ids
 from repromatrix.matrix.config import Matrix
-from repromatrix.matrix.inputs import load_inputs
-from repromatrix.upstream.lock import apply_lock, lock_lines
+from repromatrix.matrix.inputs import apply_lock, load_inputs
+from repromatrix.upstream.lock import lock_lines
 from repromatrix.upstream.resolve import Locked, Locking, Online, lock_for
 from repromatrix.values import Lane, PullPolicy, Scenario
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,3 +181,54 @@ def _specifier(node: YNode, reader: Reader) -> str | None:
         )
         return None
     return text
+
+
+# What the rules gave: the lock (``upstream.lock`` reads and writes its file; the run applies
+# it to the loaded matrix, ``inputs.apply_lock``).
+LOCK_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LockedImage:
+    """One tag a rule took, and the digest it pointed at (None on the CPU lane: a version)."""
+
+    tag: str
+    digest: str | None = None
+
+
+@dataclass(frozen=True)
+class LaneLock:
+    """One following lane as resolved: its rule, where the tags came from, what it gave."""
+
+    lane: Lane
+    rule: Mapping[str, Any]  # ``Follow.to_json()``: a lock holds for that rule only
+    source: str  # the registry repository, or the package
+    images: tuple[LockedImage, ...]
+    left_out: tuple[LeftOut, ...] = ()
+
+
+@dataclass(frozen=True)
+class Lock:
+    """Every following lane of one matrix, resolved at one time."""
+
+    matrix: str
+    resolved_at: str
+    lanes: Mapping[Lane, LaneLock]
+
+    def to_json(self) -> dict[str, Any]:
+        """The document written to the lock file."""
+        return {
+            "schema_version": LOCK_SCHEMA_VERSION,
+            "matrix": self.matrix,
+            "resolved_at": self.resolved_at,
+            "lanes": {lane.value: _lane_json(locked) for lane, locked in self.lanes.items()},
+        }
+
+
+def _lane_json(locked: LaneLock) -> dict[str, Any]:
+    return {
+        "rule": dict(locked.rule),
+        "source": locked.source,
+        "images": [{"tag": i.tag, "digest": i.digest} for i in locked.images],
+        "left_out": [{"tag": o.tag, "reason": o.reason} for o in locked.left_out],
+    }

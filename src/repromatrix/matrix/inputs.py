@@ -1,4 +1,6 @@
-"""The matrix and the scenario catalogue, loaded together so both files' problems show at once."""
+"""What a plan is made of: the matrix and the scenario catalogue, loaded together so both files'
+problems show at once, and the lock applied to the loaded matrix (each following lane's tags,
+GPU images pinned by digest) as a step of its own."""
 
 from __future__ import annotations
 
@@ -6,11 +8,15 @@ import dataclasses
 from collections.abc import Collection, Sequence
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from repromatrix.errors import ConfigError, Problem
-from repromatrix.matrix.config import Matrix, Rule, check_references, load_matrix
+from repromatrix.matrix.config import LaneConfig, Matrix, Rule, check_references, load_matrix
+from repromatrix.matrix.follow import LaneLock, Lock, LockedImage
+from repromatrix.matrix.images import image_version, make_image
 from repromatrix.matrix.scenarios import load_catalogue, load_scenarios
-from repromatrix.values import Scenario
+from repromatrix.values import Image, Lane, PullPolicy, Scenario
 
 # The project's folder of documented scenarios, as named in a checkout of it.
 PROJECT_SCENARIOS = Path("scenarios")
@@ -104,3 +110,57 @@ def _kept(rules: Sequence[Rule], loaded: Collection[str]) -> tuple[Rule, ...]:
             match = {**rule.match, "scenario": named & frozenset(loaded)}
             kept.append(dataclasses.replace(rule, match=match))
     return tuple(kept)
+
+
+def apply_lock(matrix: Matrix, lock: Lock | None) -> Matrix:
+    """The matrix with each following lane's images taken from the lock (GPU images pinned
+    to the digest it names). A lane that lists its images is left as it is, unless the lock
+    pins them (``listed_lock``: what ``watch`` hands the fleet), then each pinned image is
+    pulled by its digest. No lock: the matrix as it is."""
+    if lock is None:
+        return matrix
+    lanes = dict(matrix.lanes)
+    for lane, config in matrix.lanes.items():
+        locked = lock.lanes.get(lane)
+        if locked is None:
+            continue
+        if config.follow is not None:
+            images = tuple(locked_image(config, item) for item in locked.images)
+            lanes[lane] = dataclasses.replace(config, images=images)
+        elif dict(locked.rule) == listed_rule(config):
+            lanes[lane] = dataclasses.replace(config, images=_pinned(config, locked))
+    return dataclasses.replace(matrix, lanes=MappingProxyType(lanes))
+
+
+def listed_rule(config: LaneConfig) -> dict[str, Any]:
+    """The rule a lock records for a lane that lists its images: the list itself."""
+    return {"listed": [image.tag for image in config.images]}
+
+
+def _pinned(config: LaneConfig, locked: LaneLock) -> tuple[Image, ...]:
+    digests = {item.tag: item.digest for item in locked.images if item.digest}
+    return tuple(
+        dataclasses.replace(
+            image,
+            ref=f"{_repository(image.ref)}@{digests[image.tag]}",
+            pull=PullPolicy.MISSING,
+        )
+        if image.tag in digests
+        else image
+        for image in config.images
+    )
+
+
+def _repository(ref: str) -> str:
+    """``host:5000/name:tag@sha256:..`` -> ``host:5000/name``."""
+    name = ref.partition("@")[0]
+    repository, colon, tag = name.rpartition(":")
+    return repository if colon and "/" not in tag else name
+
+
+def locked_image(config: LaneConfig, item: LockedImage) -> Image:
+    """The image of one locked tag: on the GPU lane pulled by its digest, never by its tag."""
+    runtime = config.runtime
+    ref = f"{runtime.registry}@{item.digest}" if item.digest and config.lane is Lane.GPU else None
+    version = image_version(item.tag)
+    return make_image(config.lane, item.tag, version, runtime.registry, runtime.package, ref=ref)

@@ -92,7 +92,7 @@ class LaneConfig:
     """One lane's axes and runtime.
 
     A lane whose images follow a rule (``follow``) has none until a lock gives them
-    (``upstream.lock.apply_lock``); expanding it before then is refused.
+    (``inputs.apply_lock``); expanding it before then is refused.
     """
 
     lane: Lane

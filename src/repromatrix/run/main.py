@@ -35,7 +35,7 @@ from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.config_facts import cells_models, facts_problems
 from repromatrix.matrix.expand import plan
-from repromatrix.matrix.inputs import load_inputs
+from repromatrix.matrix.inputs import apply_lock, load_inputs
 from repromatrix.matrix.lanes import Runtime
 from repromatrix.matrix.memory import infeasible_reason, memory_warning
 from repromatrix.matrix.selector import Selector
@@ -57,7 +57,7 @@ from repromatrix.run.folder import (
 from repromatrix.run.images import ImageReady, distinct_images
 from repromatrix.run.outlook import outlook
 from repromatrix.run.progress import Progress
-from repromatrix.upstream.lock import apply_lock, lock_lines
+from repromatrix.upstream.lock import lock_lines
 from repromatrix.upstream.resolve import Locked, Locking, Online, lock_for
 from repromatrix.values import Cell, Image, Lane
 

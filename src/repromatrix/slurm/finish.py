@@ -23,7 +23,7 @@ from pathlib import Path
 from repromatrix.errors import EXIT_INFRA, EXIT_OK, InfraError, RepromatrixError, UsageError
 from repromatrix.judgement import Outcome
 from repromatrix.matrix.expand import expand
-from repromatrix.matrix.inputs import load_inputs
+from repromatrix.matrix.inputs import apply_lock, load_inputs
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
 from repromatrix.results.merge import MergeResult, gather
@@ -42,7 +42,6 @@ from repromatrix.slurm.submission import (
     submissions,
     write,
 )
-from repromatrix.upstream.lock import apply_lock
 from repromatrix.upstream.resolve import Locking, Upstream, lock_for
 from repromatrix.values import Cell
 

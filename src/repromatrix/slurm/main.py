@@ -32,7 +32,7 @@ from typing import TextIO
 from repromatrix.errors import InfraError, UsageError
 from repromatrix.fleet.jobs import DEFAULT_JOB_MINUTES, JobBudget, estimator
 from repromatrix.matrix.expand import expand, plan
-from repromatrix.matrix.inputs import load_inputs
+from repromatrix.matrix.inputs import apply_lock, load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.reports.write import write_reports
 from repromatrix.run.cells import save_skipped
@@ -78,7 +78,6 @@ from repromatrix.slurm.submission import (
     submitted,
     write,
 )
-from repromatrix.upstream.lock import apply_lock
 from repromatrix.values import Cell
 
 CANCEL_WAIT_S = 180.0  # Slurm's kill wait (30 s by default) and the tasks' container removal

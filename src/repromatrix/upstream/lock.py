@@ -8,6 +8,10 @@ same lock instead of asking the registry again, so a plan and its shards agree
 even if a tag appears or moves in between: GPU images are pulled by the digest
 the lock names (``<registry>@sha256:...``), the tag naming them in cell ids.
 
+The lock's values (``matrix.follow.Lock``) and its application to a loaded
+matrix (``matrix.inputs.apply_lock``, a step of the run) are the matrix's; this
+module is the file: named, read and checked, written, said.
+
     {"schema_version": 1, "matrix": "matrix.yaml", "resolved_at": "2026-...Z",
      "lanes": {"gpu": {"rule": {"follow": ">=0.31", ...}, "source": "vllm/vllm-openai",
                        "images": [{"tag": "v0.32.0", "digest": "sha256:..."}],
@@ -22,7 +26,6 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -30,61 +33,14 @@ from typing import Any
 from repromatrix.errors import UsageError
 from repromatrix.grammars import check_tag, load_json
 from repromatrix.matrix.config import LaneConfig, Matrix
-from repromatrix.matrix.follow import LeftOut
-from repromatrix.matrix.images import image_version, make_image
-from repromatrix.values import Image, Lane, PullPolicy
+from repromatrix.matrix.follow import LOCK_SCHEMA_VERSION, LaneLock, LeftOut, Lock, LockedImage
+from repromatrix.matrix.inputs import listed_rule
+from repromatrix.values import Lane
 
-LOCK_SCHEMA_VERSION = 1
 LOCK_SUFFIX = ".lock.json"
 LEFT_OUT_SHOWN = 8  # tags named per reason in ``lock_lines``; the rest are counted
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 MAX_SHOWN = 1000  # characters of a left-out tag or reason
-
-
-@dataclass(frozen=True)
-class LockedImage:
-    """One tag a rule took, and the digest it pointed at (None on the CPU lane: a version)."""
-
-    tag: str
-    digest: str | None = None
-
-
-@dataclass(frozen=True)
-class LaneLock:
-    """One following lane as resolved: its rule, where the tags came from, what it gave."""
-
-    lane: Lane
-    rule: Mapping[str, Any]  # ``Follow.to_json()``: a lock holds for that rule only
-    source: str  # the registry repository, or the package
-    images: tuple[LockedImage, ...]
-    left_out: tuple[LeftOut, ...] = ()
-
-
-@dataclass(frozen=True)
-class Lock:
-    """Every following lane of one matrix, resolved at one time."""
-
-    matrix: str
-    resolved_at: str
-    lanes: Mapping[Lane, LaneLock]
-
-    def to_json(self) -> dict[str, Any]:
-        """The document written to the lock file."""
-        return {
-            "schema_version": LOCK_SCHEMA_VERSION,
-            "matrix": self.matrix,
-            "resolved_at": self.resolved_at,
-            "lanes": {lane.value: _lane_json(locked) for lane, locked in self.lanes.items()},
-        }
-
-
-def _lane_json(locked: LaneLock) -> dict[str, Any]:
-    return {
-        "rule": dict(locked.rule),
-        "source": locked.source,
-        "images": [{"tag": i.tag, "digest": i.digest} for i in locked.images],
-        "left_out": [{"tag": o.tag, "reason": o.reason} for o in locked.left_out],
-    }
 
 
 def default_lock_path(matrix: Path) -> Path:
@@ -115,64 +71,10 @@ def stale_lanes(matrix: Matrix, lock: Lock) -> tuple[Lane, ...]:
     return tuple(stale)
 
 
-def apply_lock(matrix: Matrix, lock: Lock | None) -> Matrix:
-    """The matrix with each following lane's images taken from the lock (GPU images pinned
-    to the digest it names). A lane that lists its images is left as it is, unless the lock
-    pins them (``listed_lock``: what ``watch`` hands the fleet), then each pinned image is
-    pulled by its digest. No lock: the matrix as it is."""
-    if lock is None:
-        return matrix
-    lanes = dict(matrix.lanes)
-    for lane, config in matrix.lanes.items():
-        locked = lock.lanes.get(lane)
-        if locked is None:
-            continue
-        if config.follow is not None:
-            images = tuple(locked_image(config, item) for item in locked.images)
-            lanes[lane] = dataclasses.replace(config, images=images)
-        elif dict(locked.rule) == listed_rule(config):
-            lanes[lane] = dataclasses.replace(config, images=_pinned(config, locked))
-    return dataclasses.replace(matrix, lanes=MappingProxyType(lanes))
-
-
-def listed_rule(config: LaneConfig) -> dict[str, Any]:
-    """The rule a lock records for a lane that lists its images: the list itself."""
-    return {"listed": [image.tag for image in config.images]}
-
-
 def listed_lock(config: LaneConfig, digests: Mapping[str, str]) -> LaneLock:
     """A lock of a GPU lane that lists its images: each tag pinned to ``digests[tag]``."""
     images = tuple(LockedImage(tag, digest) for tag, digest in sorted(digests.items()))
     return LaneLock(config.lane, listed_rule(config), source_of(config), images)
-
-
-def _pinned(config: LaneConfig, locked: LaneLock) -> tuple[Image, ...]:
-    digests = {item.tag: item.digest for item in locked.images if item.digest}
-    return tuple(
-        dataclasses.replace(
-            image,
-            ref=f"{_repository(image.ref)}@{digests[image.tag]}",
-            pull=PullPolicy.MISSING,
-        )
-        if image.tag in digests
-        else image
-        for image in config.images
-    )
-
-
-def _repository(ref: str) -> str:
-    """``host:5000/name:tag@sha256:..`` -> ``host:5000/name``."""
-    name = ref.partition("@")[0]
-    repository, colon, tag = name.rpartition(":")
-    return repository if colon and "/" not in tag else name
-
-
-def locked_image(config: LaneConfig, item: LockedImage) -> Image:
-    """The image of one locked tag: on the GPU lane pulled by its digest, never by its tag."""
-    runtime = config.runtime
-    ref = f"{runtime.registry}@{item.digest}" if item.digest and config.lane is Lane.GPU else None
-    version = image_version(item.tag)
-    return make_image(config.lane, item.tag, version, runtime.registry, runtime.package, ref=ref)
 
 
 def restricted(lock: Lock, lane: Lane, tags: Iterable[str]) -> Lock:

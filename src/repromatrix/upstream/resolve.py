@@ -24,12 +24,9 @@ from typing import Protocol
 
 from repromatrix.errors import ConfigError, Problem
 from repromatrix.matrix.config import LaneConfig, Matrix
-from repromatrix.matrix.follow import Follow, LeftOut, choose
+from repromatrix.matrix.follow import Follow, LaneLock, LeftOut, Lock, LockedImage, choose
 from repromatrix.upstream import registry
 from repromatrix.upstream.lock import (
-    LaneLock,
-    Lock,
-    LockedImage,
     default_lock_path,
     read_lock,
     source_of,

@@ -20,10 +20,11 @@ from packaging.version import Version
 
 from repromatrix.errors import InfraError
 from repromatrix.matrix.config import LaneConfig, Matrix
-from repromatrix.matrix.follow import LeftOut
+from repromatrix.matrix.follow import LeftOut, Lock
 from repromatrix.matrix.images import image_version
+from repromatrix.matrix.inputs import locked_image
 from repromatrix.publish.history import History
-from repromatrix.upstream.lock import Lock, listed_lock, locked_image
+from repromatrix.upstream.lock import listed_lock
 from repromatrix.upstream.resolve import Keep, Upstream
 from repromatrix.values import Image, Lane, PullPolicy
 

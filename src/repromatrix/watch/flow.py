@@ -35,7 +35,7 @@ from repromatrix.errors import UsageError
 from repromatrix.host.runner import Runner, detect_runner
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
-from repromatrix.matrix.inputs import load_inputs
+from repromatrix.matrix.inputs import apply_lock, load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.publish.history import History, read_history
 from repromatrix.publish.site import PublishSummary, cell_page, publish_staged
@@ -47,7 +47,7 @@ from repromatrix.run.claim import claimed
 from repromatrix.run.main import RunOptions, execute_run, infeasible_reasons, skip_reasons
 from repromatrix.run.progress import Progress
 from repromatrix.secret_env import redact_text
-from repromatrix.upstream.lock import apply_lock, write_lock
+from repromatrix.upstream.lock import write_lock
 from repromatrix.upstream.resolve import Online, Upstream, resolve
 from repromatrix.values import Cell, Lane, Level, Scenario
 from repromatrix.visible import visible

@@ -10,12 +10,13 @@ from typing import Any
 
 from repromatrix.fleet.dispatch import Handoff
 from repromatrix.fleet.jobs import brace_glob
+from repromatrix.matrix.follow import Lock
 from repromatrix.matrix.inputs import scenario_dirs
 from repromatrix.results import store
 from repromatrix.run import cell as outcome
 from repromatrix.run.cell import NOT_RUN, CellRun, cell_result
 from repromatrix.run.folder import RunFolder
-from repromatrix.upstream.lock import Lock, restricted
+from repromatrix.upstream.lock import restricted
 from repromatrix.values import Cell
 from repromatrix.watch.candidates import Candidate
 from repromatrix.watch.options import Fleet, Round

@@ -11,8 +11,8 @@ from repromatrix.backends import kinds
 from repromatrix.fleet.dispatch import Dispatcher
 from repromatrix.images.wheelhouse import CACHE_ROOT
 from repromatrix.matrix.config import Matrix
+from repromatrix.matrix.follow import Lock
 from repromatrix.matrix.selector import Selector
-from repromatrix.upstream.lock import Lock
 from repromatrix.values import Lane, Scenario
 from repromatrix.watch.answer import Stage, TagAnswer
 from repromatrix.watch.candidates import MAX_NEW_TAGS, Candidate

@@ -18,8 +18,8 @@ from repromatrix.errors import ConfigError, InfraError, UsageError
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.expand import plan
 from repromatrix.matrix.follow import LeftOut
-from repromatrix.matrix.inputs import load_inputs
-from repromatrix.upstream.lock import apply_lock, read_lock, restricted, stale_lanes, write_lock
+from repromatrix.matrix.inputs import apply_lock, load_inputs
+from repromatrix.upstream.lock import read_lock, restricted, stale_lanes, write_lock
 from repromatrix.upstream.resolve import Locked, Locking, lock_for, resolve
 from repromatrix.values import Lane, PullPolicy
 from support.matrix import BASELINE, GPU_LANE, MOE_SCENARIO, setup, write
