@@ -44,9 +44,11 @@ from pathlib import Path
 
 import quick_mode
 
-from repromatrix.run.cells import CRASH_ESTIMATE_S, ENGINE_ESTIMATE_S, PROBE_ESTIMATE_S
 from repromatrix.run.images import image_job, job_key
 from repromatrix.run.schedule import (
+    CRASH_ESTIMATE_S,
+    ENGINE_ESTIMATE_S,
+    PROBE_ESTIMATE_S,
     Capacity,
     Job,
     Need,

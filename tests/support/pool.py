@@ -20,10 +20,10 @@ from repromatrix.backends.base import EnvironmentReport, Execution, Placement, P
 from repromatrix.host.runner import Runner, RunnerGpu
 from repromatrix.models.tinymodel import TinyModel, tiny_model_for
 from repromatrix.results import store
-from repromatrix.run.cells import Pacing, run_cells
 from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import ModelNeed, model_needs
+from repromatrix.run.main import Pacing, run_cells
 from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import GIB
 from repromatrix.secret_env import OutputListener

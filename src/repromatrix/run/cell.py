@@ -66,6 +66,7 @@ from repromatrix.results.store import CellResult, Timings, now_iso
 from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import ImageReady, adapter_rank
 from repromatrix.run.pool import DependencyFailed, Done, Skipped, Ticket, Work
+from repromatrix.run.progress import Progress
 from repromatrix.run.schedule import Allocation
 from repromatrix.triage.diagnosis import CONTAINER_OOM, OomKill, RootCause
 from repromatrix.triage.facts import describe
@@ -783,3 +784,18 @@ def save(folder: RunFolder, cell: Cell, ran: Ran, counts: dict[str, int]) -> Cel
         raise InfraError(f"cannot save the result of {cell.id} under {folder.path}: {why}") from exc
     counts[result.outcome.value] = counts.get(result.outcome.value, 0) + 1
     return result
+
+
+def save_skipped(
+    cells: Sequence[Cell],
+    skips: Mapping[str, str],
+    folder: RunFolder,
+    counts: dict[str, int],
+    progress: Progress,
+) -> None:
+    """Save each of ``cells`` as skipped with its reason, in one progress line (the run's first
+    lines said why, per reason: ``run.outlook``)."""
+    for cell in cells:
+        save(folder, cell, Ran(now_iso(), CellRun(skipped(skips[cell.id]), NOT_RUN)), counts)
+    if cells:
+        progress.note(f"{len(cells)} cell(s) this host cannot run saved as skipped")

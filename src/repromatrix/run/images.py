@@ -33,14 +33,12 @@ from repromatrix.models.tinymodel import (
     tiny_model_for,
 )
 from repromatrix.run.environment import EnvironmentReports
-from repromatrix.run.pool import Ticket, Work
-from repromatrix.run.schedule import Job, Need
+from repromatrix.run.pool import Pool, Ticket, Work
+from repromatrix.run.progress import Progress
+from repromatrix.run.schedule import IMAGE_ESTIMATE_S, Capacity, Job, Need
 from repromatrix.values import Cell, Image, Lane, Level, Model
 
 PREFIX = "image:"
-# What an image job takes when nothing is known: a pull or build of minutes; an image already
-# made takes seconds, but the estimate only orders image jobs among themselves and feeds the ETA.
-IMAGE_ESTIMATE_S = 300.0
 
 
 def job_key(image_key: str) -> str:
@@ -227,3 +225,28 @@ def _make_model(
     what = f"the tiny model {model.name} (LoRA ranks {', '.join(map(str, ranks))})"
     with heartbeat(note, f"generating {what} (once, cached in {tiny.path})"):
         return backend.make_model(model, image, models_root, ranks)
+
+
+def prepare_images(
+    backend: Backend,
+    cells: Sequence[Cell],
+    *,
+    models_root: Path,
+    progress: Progress,
+    image_jobs: int = 1,
+) -> dict[str, ImageReady]:
+    """Make every image and tiny model ``cells`` need, ``image_jobs`` at once; run no cell."""
+    images = ImageJobs(backend, cells, models_root=models_root, note=progress.note)
+    made: dict[str, ImageReady] = {}
+
+    pool = Pool(images.jobs(), Capacity(), images.work(), image_slots=image_jobs)
+    for done in pool.ended():
+        if done.value is not None:
+            made[done.value.prepared.image_key] = done.value
+        elif done.error is not None:  # a bug of ours
+            progress.note(f"{done.key} failed: {done.error!r}")
+    if pool.report.interrupted:
+        raise KeyboardInterrupt
+    built = sum(1 for ready in made.values() if ready.prepared.built)
+    progress.note(f"images ready: {len(made)} ({built} built)")
+    return made

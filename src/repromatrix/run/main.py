@@ -3,14 +3,24 @@ or run the cells, then the reports.
 
 ``execute_run`` reads like the run itself. Each step takes the narrow values
 it uses and returns the value the next one takes; the work is done by the
-modules named after each step (``folder``, ``images``, ``cells``, the
-backend). Cells run as many at once as the runner's GPUs, cores and memory and
-``--jobs`` allow, each with a live ``Triager`` on its output so a cell stops as
-soon as its root cause is named, and each result is written the moment the
-cell ends, so an interrupted run keeps everything it finished and ``--resume``
-does the rest. Whatever goes wrong inside one cell becomes that cell's outcome
-(``cell.run_cell``); only an interrupt ends a run early, and then nothing the
-run started is left behind (the backend and the claim are context managers).
+modules named after each step (``folder``, ``images``, ``cell``, the backend).
+
+The cell stage (``run_cells``) is here too: each runnable cell becomes a pool
+``Job`` (what it holds and how long it should take: ``schedule.cell_jobs``)
+and the callable of its life (``cell.work_for``: its GPUs idle and its driver
+checked, then its container with a live ``Triager`` on its output, so a cell
+stops as soon as its root cause is named; its outcome), on the device ids the
+``Pool`` lends it, as many at once as the runner's GPUs, cores and memory and
+``--jobs`` allow. The images are jobs of the same pool (``images.ImageJobs``):
+each cell waits for its own image's job only, so a pull or build overlaps with
+the cells of images already made. Each job the pool hands back (``Pool.ended``,
+in this thread) is saved at once (``cell.save``), so an interrupted run keeps
+everything it finished and ``--resume`` does the rest. Whatever goes wrong
+inside one cell becomes that cell's outcome (``cell.run_cell``; a cell too big
+for the runner is skipped with the pool's reason, a job that raised is an infra
+error); only an interrupt, or a backend that stopped answering, ends a run
+early, and then nothing the run started is left behind (the backend and the
+claim are context managers).
 """
 
 from __future__ import annotations
@@ -29,9 +39,11 @@ from typing import TextIO
 from repromatrix.backends import kinds
 from repromatrix.backends.base import Backend, BackendKind, Setup
 from repromatrix.errors import ConfigError, UsageError
+from repromatrix.heartbeat import duration
 from repromatrix.host.idle import NO_WAIT, IdleWait
 from repromatrix.host.runner import Runner, detect_runner
 from repromatrix.images.wheelhouse import CACHE_ROOT
+from repromatrix.judgement import Outcome
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.config_facts import cells_models, facts_problems
 from repromatrix.matrix.expand import plan
@@ -44,7 +56,8 @@ from repromatrix.reports.findings import ReportOptions, default_options
 from repromatrix.reports.ranges import documented_ranges
 from repromatrix.reports.write import write_reports
 from repromatrix.results import store
-from repromatrix.run.cells import Pacing, measured_durations, prepare_images, run_cells
+from repromatrix.results.schema import CellResult
+from repromatrix.run.cell import CellContext, Ran, ended_run, save, save_skipped, work_for
 from repromatrix.run.claim import claimed
 from repromatrix.run.environment import EnvironmentReports
 from repromatrix.run.folder import (
@@ -54,9 +67,18 @@ from repromatrix.run.folder import (
     record_plan,
     resolve_folder,
 )
-from repromatrix.run.images import ImageReady, distinct_images
+from repromatrix.run.images import ImageJobs, ImageReady, distinct_images, prepare_images
 from repromatrix.run.outlook import outlook
+from repromatrix.run.pool import Done, Pool, Work
 from repromatrix.run.progress import Progress
+from repromatrix.run.schedule import (
+    Job,
+    Need,
+    capacity_of,
+    cell_jobs,
+    estimate_basis,
+    measured_durations,
+)
 from repromatrix.upstream.lock import lock_lines
 from repromatrix.upstream.resolve import Locked, Locking, Online, lock_for
 from repromatrix.values import Cell, Image, Lane
@@ -385,6 +407,160 @@ def measured_s(earlier: Path | None, note: Callable[[str], None]) -> dict[str, f
     measured = measured_durations(results)
     note(f"cells ordered by the durations measured in {earlier}/ ({len(measured)} cells)")
     return measured
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How many run at once, and what the planner knows of their durations."""
+
+    jobs: int | None = None  # cells at once at most (None: as the runner's resources allow)
+    image_jobs: int = 1  # image builds and pulls at once, apart from the cells
+    measured: Mapping[str, float] | None = None  # seconds each cell took in an earlier run
+    idle_wait: IdleWait = NO_WAIT  # how long a GPU cell waits for its GPUs to be idle
+
+
+class BackendDown(Exception):
+    """The backend stopped answering: no further cell is started (``--resume`` runs them)."""
+
+
+def run_cells(
+    backend: Backend,
+    cells: Sequence[Cell],
+    skips: Mapping[str, str],
+    runner: Runner,
+    folder: RunFolder,
+    *,
+    models_root: Path,
+    progress: Progress,
+    pacing: Pacing = Pacing(),
+    reports: EnvironmentReports | None = None,
+) -> dict[str, int]:
+    """Run ``cells`` on ``backend``, their images made as they go (with their environment
+    ``reports``), and count their outcomes.
+
+    The cells ``skips`` names are saved as skipped first, summarised in one line
+    per lane and reason. When a cell fails because the backend itself died (the
+    Docker engine stopped answering), no further cell is started: those keep no
+    result, so ``--resume`` runs them later. An interrupt stops every running
+    cell and re-raises once every finished cell is saved.
+    """
+    counts: dict[str, int] = {}
+    save_skipped([cell for cell in cells if cell.id in skips], skips, folder, counts, progress)
+    runnable = [cell for cell in cells if cell.id not in skips]
+    progress.total = progress.to_run = len(runnable)
+    images = ImageJobs(
+        backend, runnable, models_root=models_root, note=progress.note, reports=reports
+    )
+    try:
+        interrupted = run_pooled(
+            backend,
+            runnable,
+            images=images,
+            runner=runner,
+            folder=folder,
+            progress=progress,
+            counts=counts,
+            pacing=pacing,
+        )
+    except BackendDown:
+        left = len(runnable) - (sum(counts.values()) - len(skips))
+        progress.note(
+            f"the {backend.name} backend stopped answering: {left} cell(s) not started; "
+            "`repromatrix run --resume` runs them once it is back"
+        )
+        return counts
+    if interrupted:
+        raise KeyboardInterrupt  # every finished cell is saved; the caller cleans up
+    return counts
+
+
+def jobs_for(cells: Sequence[Cell], runner: Runner, pacing: Pacing, images: ImageJobs) -> list[Job]:
+    """One job per cell (after its image's job) and one per image; in a rehearsal GPU cells
+    run on the CPU and need the host to themselves."""
+    jobs = cell_jobs(cells, runner.free_memory, pacing.measured, images.after()) + images.jobs()
+    if not runner.rehearse:
+        return jobs
+    alone = Need(cores=1, memory=runner.free_memory)
+    gpu = {cell.id for cell in cells if cell.lane is Lane.GPU}
+    return [replace(job, need=alone) if job.key in gpu else job for job in jobs]
+
+
+def run_pooled(
+    backend: Backend,
+    cells: Sequence[Cell],
+    *,
+    images: ImageJobs,
+    runner: Runner,
+    folder: RunFolder,
+    progress: Progress,
+    counts: dict[str, int],
+    pacing: Pacing,
+) -> bool:
+    """Run ``cells`` and ``images``' jobs through a ``Pool``, counting outcomes in ``counts``;
+    True if interrupted.
+
+    Raises ``BackendDown`` (after stopping the running cells) when a cell failed
+    because the backend died.
+    """
+    by_id = {cell.id: cell for cell in cells}
+    down: list[str] = []
+
+    def end(done: Done[Ran | ImageReady]) -> None:
+        if done.image_task:
+            if done.error is not None:  # a bug of ours: its cells end as infra errors
+                progress.note(f"{done.key} failed: {done.error!r}")
+            return
+        cell, ran = by_id[done.key], ended_run(done)
+        result = save(folder, cell, ran, counts)
+        progress.end(
+            cell.id, result.outcome.value, _short(result.reason), ran=done.value is not None
+        )
+        failed = not down and _engine_failed(result, ran.context)
+        if failed and not backend.alive():
+            down.append(cell.id)  # once: what had ended is still saved after this raise
+            raise BackendDown(cell.id)
+
+    models_root = images.models_root
+    work: dict[str, Work[Ran | ImageReady]] = {
+        cell.id: work_for(backend, cell, runner, models_root, pacing.idle_wait) for cell in cells
+    }
+    work.update(images.work())
+    pool = Pool(
+        jobs_for(cells, runner, pacing, images),
+        capacity_of(runner, pacing.jobs),
+        work,
+        image_slots=pacing.image_jobs,
+        on_start=lambda start: None if start.job.image_task else progress.start(start.job.key),
+    )
+    if cells:
+        progress.note(
+            f"estimate: {duration(pool.snapshot().eta_s)} for the images and cells, "
+            f"{estimate_basis(pacing.measured)}; the eta is corrected as cells finish"
+        )
+    progress.track(pool.snapshot)
+    try:
+        for done in pool.ended():
+            end(done)
+    except (BackendDown, KeyboardInterrupt) as stopped:
+        for done in pool.stop():  # the cells that had ended are saved all the same
+            end(done)
+        if isinstance(stopped, BackendDown):
+            raise
+        return True
+    finally:
+        progress.track(None)
+    return pool.report.interrupted
+
+
+def _engine_failed(result: CellResult, context: CellContext | None) -> bool:
+    """Whether the cell ran on a ready image and still failed for the machine's reasons."""
+    ready = context is not None and context.prepared is not None and context.prepared.error is None
+    return ready and result.outcome is Outcome.INFRA_ERROR
+
+
+def _short(reason: str, width: int = 160) -> str:
+    line = reason.strip().splitlines()[0] if reason.strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 @contextmanager

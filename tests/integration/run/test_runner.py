@@ -31,9 +31,9 @@ from repromatrix.matrix.selector import Selector
 from repromatrix.models import tinymodel
 from repromatrix.results import store as results
 from repromatrix.run.cell import cell_context
-from repromatrix.run.cells import Pacing, run_cells
 from repromatrix.run.folder import RunFolder, pending
 from repromatrix.run.images import ImageJobs
+from repromatrix.run.main import Pacing, run_cells
 from repromatrix.run.progress import Progress
 from repromatrix.secret_env import OutputListener
 from repromatrix.values import Cell, Image, Lane, Model

@@ -16,8 +16,8 @@ DESIGN = paths.ROOT / "docs" / "DESIGN.md"
 PACKAGE = paths.PACKAGE
 TABLE = re.compile(r"<!-- cell-path: (\d+) files -->\n(.*?)<!-- /cell-path -->", re.S)
 ROW = re.compile(r"^\| (\d+) \| `([^`]+)` \| `([^`]+)`", re.M)
-# The most files the walk may take: it may get shorter, never longer (the goal is 15).
-MOST = 16
+# The most files the walk may take: it may get shorter, never longer (the goal was 15).
+MOST = 15
 # A listed module reached through others on purpose: the backend, by its kind in the
 # registry (no module outside backends/ names a backend: test_layout).
 THROUGH = {

@@ -92,7 +92,7 @@ TOP = ("cli", "__main__")  # the command line sits on top of everything
 
 
 def package_of(module: str) -> str:
-    """The package a module belongs to: ``repromatrix.run.cells`` -> ``run``; a top-level
+    """The package a module belongs to: ``repromatrix.run.cell`` -> ``run``; a top-level
     module is its own name."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]

@@ -22,8 +22,8 @@ from repromatrix.backends.local import LocalBackend, kill_tagged
 from repromatrix.host.idle import IdleWait
 from repromatrix.host.runner import detect_runner
 from repromatrix.judgement import Outcome
-from repromatrix.run.cells import Pacing, capacity_of
-from repromatrix.run.schedule import GIB
+from repromatrix.run.main import Pacing
+from repromatrix.run.schedule import GIB, capacity_of
 from repromatrix.values import Cell, Lane
 from support.pool import GUARD_S, UUIDS, Recorder, at_once, resources, run, saved, together
 from support.runner import cell

@@ -19,10 +19,9 @@ from repromatrix.errors import UsageError
 from repromatrix.judgement import Outcome
 from repromatrix.results import store
 from repromatrix.run.cell import NOT_RUN, CellContext, CellOutcome, CellRun, cell_result
-from repromatrix.run.cells import Pacing
 from repromatrix.run.folder import RunFolder
 from repromatrix.run.images import image_job, job_key, ready_line
-from repromatrix.run.main import LATEST, RunOptions, durations_folder, measured_s
+from repromatrix.run.main import LATEST, Pacing, RunOptions, durations_folder, measured_s
 from repromatrix.values import Cell, Image
 from support.pool import GUARD_S, Recorder, resources, run, run_making_images, saved
 from support.runner import cell

@@ -7,17 +7,19 @@ from types import MappingProxyType
 
 from repromatrix.judgement import Expected, Outcome
 from repromatrix.results.store import CellResult, Timings
-from repromatrix.run.cells import (
+from repromatrix.run.images import image_job
+from repromatrix.run.schedule import (
     CPU_ENGINE_PROCESS_BYTES,
     CPU_PROBE_BYTES,
+    GIB,
+    Capacity,
+    Planner,
     cell_jobs,
     estimate_s,
     kv_budget_bytes,
     measured_durations,
     need_of,
 )
-from repromatrix.run.images import image_job
-from repromatrix.run.schedule import GIB, Capacity, Planner
 from repromatrix.values import Lane, Level, frozen_flags
 from support.runner import cell
 

@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 
 from repromatrix.host import nvidia_smi
 from repromatrix.host.runner import detect_runner, gpu_groups
-from repromatrix.run.cells import capacity_of
-from repromatrix.run.schedule import Capacity, Job, Need, Planner, simulate
+from repromatrix.run.schedule import Capacity, Job, Need, Planner, capacity_of, simulate
 from support.nvidia_smi import TOPOLOGIES, captured, machine
 
 EIGHT = tuple(str(i) for i in range(8))

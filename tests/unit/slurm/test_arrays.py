@@ -14,7 +14,7 @@ from repromatrix.host.runner import MIB
 from repromatrix.matrix.expand import expand, plan
 from repromatrix.matrix.inputs import load_inputs
 from repromatrix.matrix.selector import Selector
-from repromatrix.run.cells import CPU_ENGINE_PROCESS_BYTES, kv_budget_bytes
+from repromatrix.run.schedule import CPU_ENGINE_PROCESS_BYTES, kv_budget_bytes
 from repromatrix.slurm.arrays import GPU_TASK_GIB, TIME_MARGIN, WARNING_S, split
 from repromatrix.values import Cell, Gpu, Lane, SlurmOptions
 from support import factories, paths
