@@ -10,7 +10,8 @@
 The GPU lane follows its registry's tags, the CPU lane the versions of its
 package that install on the host (``upstream.resolve`` asks them and writes a
 lock). ``choose`` is the rule's meaning, pure: the tags offered in, the tags
-taken out with every other tag and the reason it was left out.
+taken out with every other tag and the reason it was left out. ``Lock`` is what
+the rules gave, per lane, at one time: the values of the lock file (``upstream.lock``).
 """
 
 from __future__ import annotations
