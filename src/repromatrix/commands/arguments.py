@@ -11,7 +11,6 @@ from repromatrix.errors import UsageError
 from repromatrix.host.runner import parse_gpu_ids
 from repromatrix.matrix.config import Matrix
 from repromatrix.matrix.inputs import apply_lock, load_inputs
-from repromatrix.upstream.lock import lock_lines
 from repromatrix.upstream.resolve import Locked, Locking, Online, lock_for
 from repromatrix.values import Lane, PullPolicy, Scenario
 
@@ -91,9 +90,6 @@ def load_selected(
     matrix, scenarios = load_inputs(args.matrix, args.scenarios)
     locking = Locking(args.lock, args.relock)
     locked = lock_for(matrix, locking, lambda: Online(CACHE_ROOT, note), note)
-    if locked.lock is not None and locked.path is not None:
-        for line in lock_lines(locked.lock, locked.path, locked.fresh):
-            note(line)
     return apply_lock(matrix, locked.lock), scenarios, locked
 
 

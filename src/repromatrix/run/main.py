@@ -79,7 +79,6 @@ from repromatrix.run.schedule import (
     estimate_basis,
     measured_durations,
 )
-from repromatrix.upstream.lock import lock_lines
 from repromatrix.upstream.resolve import Locked, Locking, Online, lock_for
 from repromatrix.values import Cell, Image, Lane
 
@@ -230,13 +229,9 @@ def execute_run(
 def lock_of(matrix: Matrix, options: RunOptions, note: Callable[[str], None]) -> Locked:
     """The lock of the loaded ``matrix``'s following lanes (read, or resolved now and
     written: ``--lock``, ``--relock``), and a note of what it holds."""
-    locked = lock_for(
+    return lock_for(
         matrix, Locking(options.lock, options.relock), lambda: Online(options.cache, note), note
     )
-    if locked.lock is not None and locked.path is not None:
-        for line in lock_lines(locked.lock, locked.path, locked.fresh):
-            note(line)
-    return locked
 
 
 def plan_run(

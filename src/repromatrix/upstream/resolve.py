@@ -28,6 +28,7 @@ from repromatrix.matrix.follow import Follow, LaneLock, LeftOut, Lock, LockedIma
 from repromatrix.upstream import registry
 from repromatrix.upstream.lock import (
     default_lock_path,
+    lock_lines,
     read_lock,
     source_of,
     stale_lanes,
@@ -165,8 +166,21 @@ def lock_for(
     """The lock of a loaded ``matrix`` (``matrix.inputs.load_inputs``): read when it holds for
     the rules (and ``relock`` is not asked), else resolved now and written. A matrix that
     lists its images is never resolved (it plans offline); a lock given for it (``--lock``,
-    as ``watch`` hands the fleet) pins the listed images it names. ``apply_lock`` applies
-    it: a step of its own, in the run."""
+    as ``watch`` hands the fleet) pins the listed images it names. ``note`` hears what the
+    lock holds (``lock_lines``). ``apply_lock`` applies it: a step of its own, in the run."""
+    locked = _read_or_resolve(matrix, locking, upstream, note)
+    if note and locked.lock is not None and locked.path is not None:
+        for line in lock_lines(locked.lock, locked.path, locked.fresh):
+            note(line)
+    return locked
+
+
+def _read_or_resolve(
+    matrix: Matrix,
+    locking: Locking,
+    upstream: Callable[[], Upstream],
+    note: Callable[[str], None] | None,
+) -> Locked:
     if not any(config.follow for config in matrix.lanes.values()):
         return _listed(locking.path)
     path = locking.path or default_lock_path(Path(matrix.file))
